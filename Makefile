@@ -1,0 +1,25 @@
+# The two commands of README.md: `make run` (the local training run) and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-slow lint protos bench
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(BIN)/t1-coordinator --config examples/local.yaml
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check t1 tests bench
+	$(BIN)/mypy
+
+protos: setup
+	$(BIN)/python -m t1.rpc.protogen

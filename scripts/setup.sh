@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up everything T1 needs on a fresh Debian/Ubuntu machine: system packages and the .venv.
+# Idempotent: a second run only checks. Used by `make run`, `make test` and .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${T1_VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+SYSTEM_PACKAGES=(openssh-server openssh-client bubblewrap g++ tmux openssl git)
+STAMP="$VENV/.t1-setup-$(sha256sum pyproject.toml | cut -c1-16)"
+
+missing=()
+for cmd in /usr/sbin/sshd bwrap g++ tmux openssl git; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
+done
+if ((${#missing[@]})); then
+  echo "t1 setup: installing system packages (missing: ${missing[*]})"
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "t1 setup: need root to apt-get install ${SYSTEM_PACKAGES[*]}; run as root or install them" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${SYSTEM_PACKAGES[@]}" >/dev/null
+fi
+
+if [[ -f "$STAMP" ]]; then
+  exit 0
+fi
+
+"$PYTHON" - <<'PY'
+import sys
+if sys.version_info < (3, 11):
+    raise SystemExit(f"t1 setup: Python >= 3.11 required, found {sys.version.split()[0]}")
+PY
+[[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+echo "t1 setup: installing Python packages into $VENV"
+"${PIP[@]}" install -q -U pip setuptools wheel
+# The CPU build of torch first, so nothing later pulls a CUDA build.
+"${PIP[@]}" install -q "torch==2.13.0"
+# DeepSpeed's setup imports torch: build it against the torch just installed.
+"${PIP[@]}" install -q --no-build-isolation "deepspeed>=0.19,<0.20"
+"${PIP[@]}" install -q --no-build-isolation -e ".[dev]"
+rm -f "$VENV"/.t1-setup-*
+touch "$STAMP"
+echo "t1 setup: done"

@@ -1,0 +1,38 @@
+"""Config of the coordinator: its server, run directory, spool, eval jobs and watchdog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from t1.config.base import Section
+from t1.config.service import ServerConfig
+
+
+class SpoolConfig(Section):
+    """The append-only trajectory spool between rollouts and the trainer."""
+
+    max_mb: int = Field(2048, ge=1, description="Unacknowledged bytes before rollouts are held back.")
+    segment_mb: int = Field(64, ge=1, description="Size at which a spool file is rotated.")
+    fsync: bool = Field(True, description="fsync each append before it counts as accepted.")
+
+
+class EvalConfig(Section):
+    """Eval jobs and the final eval of a training run."""
+
+    attempts: int = Field(1, ge=1, description="Attempts per task in the final eval.")
+    concurrency: int = Field(16, ge=1, description="Default concurrent attempts per job.")
+    before_training: bool = Field(True, description="Also evaluate before training for a before/after report.")
+
+
+class CoordinatorConfig(Section):
+    """The t1-coordinator process."""
+
+    server: ServerConfig = Field(default_factory=lambda: ServerConfig(port=50051), description="CoordinatorService address.")
+    run_dir: Path = Field(Path(".t1/run"), description="Spool, job database, logs and transcripts.")
+    spool: SpoolConfig = Field(default_factory=SpoolConfig, description="Trajectory spool.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Eval jobs.")
+    loop_lag_warn_ms: float = Field(100.0, gt=0, description="Event-loop lag that triggers a slow-callback report.")
+    shutdown_grace_s: float = Field(30.0, ge=0, description="Time given to in-flight episodes on SIGTERM.")
+    train: bool = Field(True, description="Run training; false serves eval jobs only.")

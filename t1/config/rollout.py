@@ -1,0 +1,41 @@
+"""Config of episodes: agent format, limits, sampling and concurrency."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from t1.config.base import Section
+
+
+class SamplingConfig(Section):
+    """Sampling parameters of every generation."""
+
+    temperature: float = Field(1.0, ge=0, description="Softmax temperature; 0 is greedy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables.")
+    max_tokens: int = Field(512, ge=1, description="Most tokens sampled per turn.")
+
+
+class CompactionConfig(Section):
+    """Context compaction that starts a new segment."""
+
+    enabled: bool = Field(True, description="Compact instead of ending at the context limit.")
+    trigger_fraction: float = Field(0.85, gt=0, le=1, description="Compact when context use passes this share.")
+    keep_last_turns: int = Field(2, ge=0, description="Recent turns kept verbatim.")
+    max_segments: int = Field(8, ge=1, description="Most segments per episode.")
+
+
+class RolloutConfig(Section):
+    """One episode's shape and the scheduler around it."""
+
+    agent_format: Literal["tool_calls", "terminus2"] = Field("tool_calls", description="How actions are written.")
+    max_turns: int = Field(400, ge=1, description="Turn limit per episode.")
+    max_context_tokens: int = Field(32768, ge=64, description="Context limit of one segment.")
+    group_size: int = Field(8, ge=1, description="Attempts per task (G) for group-relative statistics.")
+    max_concurrent_episodes: int = Field(1024, ge=1, description="Global concurrency limit.")
+    timeout_multiplier: float = Field(1.0, gt=0, description="Scales the task's wall-clock timeouts.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig, description="Context compaction.")
+    transcripts: bool = Field(True, description="Write a readable transcript per episode.")

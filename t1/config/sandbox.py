@@ -1,0 +1,96 @@
+"""Config of the sandbox plane: providers, the pool and shell limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from t1.config.base import Section
+
+
+class ShellConfig(Section):
+    """Limits applied to every command run in a sandbox shell."""
+
+    command_timeout_s: float = Field(180.0, gt=0, description="Default per-command timeout.")
+    output_cap_bytes: int = Field(16384, ge=256, description="Observation cap; head and tail are kept.")
+    interrupt_grace_s: float = Field(2.0, ge=0, description="Wait after SIGINT before killing the job.")
+    keepalive_s: float = Field(15.0, gt=0, description="SSH keepalive interval.")
+    keepalive_count_max: int = Field(3, ge=1, description="Missed keepalives before the connection is lost.")
+
+
+class LimitsConfig(Section):
+    """Resource limits inside local sandboxes."""
+
+    max_processes: int = Field(512, ge=16, description="RLIMIT_NPROC per sandbox.")
+    max_file_mb: int = Field(1024, ge=1, description="RLIMIT_FSIZE in MiB.")
+    max_memory_mb: int | None = Field(4096, ge=64, description="Address-space limit in MiB where the kernel allows; null disables.")
+
+
+class LocalProviderConfig(Section):
+    """The embedded SSH server whose sessions run in bubblewrap."""
+
+    root: Path = Field(Path(".t1/sandboxes"), description="Where sandbox trees are created.")
+    host: str = Field("127.0.0.1", description="Loopback address of the embedded SSH server.")
+    port: int = Field(0, ge=0, le=65535, description="Port of the embedded SSH server; 0 picks one.")
+    bubblewrap: bool = Field(True, description="Isolate sessions with bubblewrap (off only for debugging).")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Resource limits.")
+
+
+class SshHost(Section):
+    """One host of the fixed SSH inventory."""
+
+    host: str = Field(..., description="Address or name.")
+    port: int = Field(22, ge=1, le=65535, description="SSH port.")
+    user: str = Field("root", description="Login user.")
+
+
+class SshProviderConfig(Section):
+    """A fixed inventory of hosts (cloud VMs)."""
+
+    hosts: list[SshHost] = Field(default_factory=list, description="The inventory.")
+    key_file: Path | None = Field(None, description="Private key for every host.")
+    known_hosts: Path | None = Field(None, description="known_hosts file used for host verification.")
+    insecure_skip_host_verification: bool = Field(False, description="Explicitly turn host-key verification off.")
+    reset_command: str = Field("rm -rf /app/* /logs/* /tests/* 2>/dev/null; true", description="Run between tasks.")
+
+
+class CommandProviderConfig(Section):
+    """Create and destroy sandboxes with external commands (cloud CLIs)."""
+
+    create: list[str] = Field(default_factory=list, description="argv printing JSON {host, port, user, key_file, id}.")
+    destroy: list[str] = Field(default_factory=list, description="argv; '{id}' is replaced by the sandbox id.")
+    known_hosts: Path | None = Field(None, description="known_hosts for created hosts.")
+    insecure_skip_host_verification: bool = Field(False, description="Explicitly turn host-key verification off.")
+
+
+class PoolConfig(Section):
+    """Bounded acquisition of sandboxes."""
+
+    max_sandboxes: int = Field(64, ge=1, description="Most sandboxes alive at once.")
+    acquire_timeout_s: float = Field(600.0, gt=0, description="Wait for a free sandbox before failing.")
+    create_retries: int = Field(3, ge=0, description="Retries of a failed create, with backoff.")
+    backoff_s: float = Field(1.0, ge=0, description="First backoff; doubles per retry.")
+    max_creates_per_s: float = Field(20.0, gt=0, description="Cap on the creation rate.")
+    quarantine_after: int = Field(3, ge=1, description="Consecutive failures before a host is quarantined.")
+    quarantine_s: float = Field(300.0, ge=0, description="How long a host stays quarantined.")
+
+
+class SandboxConfig(Section):
+    """Where episodes run their shells."""
+
+    provider: Literal["local", "ssh", "command"] = Field("local", description="Which provider creates sandboxes.")
+    local: LocalProviderConfig = Field(default_factory=LocalProviderConfig, description="Local provider settings.")
+    ssh: SshProviderConfig = Field(default_factory=SshProviderConfig, description="SSH inventory settings.")
+    command: CommandProviderConfig = Field(default_factory=CommandProviderConfig, description="Command provider settings.")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="Pool settings.")
+    shell: ShellConfig = Field(default_factory=ShellConfig, description="Shell limits.")
+
+    @model_validator(mode="after")
+    def _provider_configured(self) -> SandboxConfig:
+        if self.provider == "ssh" and not self.ssh.hosts:
+            raise ValueError("provider 'ssh' needs at least one entry in ssh.hosts")
+        if self.provider == "command" and not self.command.create:
+            raise ValueError("provider 'command' needs command.create")
+        return self

@@ -1,0 +1,31 @@
+"""The one typed config schema of every T1 process; imports without torch."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from t1.config.base import Section
+from t1.config.coordinator import CoordinatorConfig
+from t1.config.inference import InferenceConfig
+from t1.config.rollout import RolloutConfig
+from t1.config.sandbox import SandboxConfig
+from t1.config.service import AuthConfig, LoggingConfig, MetricsConfig
+from t1.config.tasks import RewardConfig, TasksConfig
+from t1.config.trainer import TrainerConfig
+
+
+class T1Config(Section):
+    """Root of a T1 config file."""
+
+    name: str = Field("t1", description="Run name, used in logs and metrics.")
+    seed: int = Field(0, description="Global seed.")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox plane.")
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task sets.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Episodes.")
+    inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Inference plane.")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer service.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Rewards.")
+    coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig, description="Coordinator.")
+    auth: AuthConfig = Field(default_factory=AuthConfig, description="Auth and TLS.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Logging.")
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Metrics.")

@@ -1,0 +1,60 @@
+"""Config of what every process shares: auth, TLS, logging, metrics, server addresses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from t1.config.base import Section
+
+
+class TlsConfig(Section):
+    """Optional TLS for gRPC servers and clients, from PEM files."""
+
+    enabled: bool = Field(False, description="Serve and connect with TLS instead of plaintext.")
+    cert_file: Path | None = Field(None, description="PEM certificate chain of this server.")
+    key_file: Path | None = Field(None, description="PEM private key of this server.")
+    ca_file: Path | None = Field(None, description="PEM root certificates clients trust.")
+
+    @model_validator(mode="after")
+    def _files_when_enabled(self) -> TlsConfig:
+        if self.enabled and (self.cert_file is None or self.key_file is None):
+            raise ValueError("tls.enabled needs cert_file and key_file")
+        return self
+
+
+class AuthConfig(Section):
+    """Bearer-token auth on every gRPC call."""
+
+    token: str | None = Field(None, description="Shared bearer token; null means read token_env.")
+    token_env: str = Field("T1_API_TOKEN", description="Environment variable holding the token.")
+    tls: TlsConfig = Field(default_factory=TlsConfig, description="TLS settings.")
+
+
+class LoggingConfig(Section):
+    """Process logging, set up once at start."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Root log level.")
+    format: Literal["text", "json"] = Field("text", description="Human text or one JSON object per line.")
+    levels: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = Field(
+        default_factory=dict, description="Per-logger levels, e.g. {'asyncssh': 'WARNING'}."
+    )
+
+
+class MetricsConfig(Section):
+    """Prometheus metrics and the JSONL run log."""
+
+    port: int | None = Field(9400, ge=0, le=65535, description="HTTP port for /metrics; null disables, 0 picks a free port.")
+    host: str = Field("127.0.0.1", description="Address the metrics endpoint binds.")
+    run_log: Path | None = Field(None, description="JSONL run log path; default <run_dir>/run.jsonl.")
+
+
+class ServerConfig(Section):
+    """Where a gRPC service listens."""
+
+    host: str = Field("127.0.0.1", description="Bind address.")
+    port: int = Field(0, ge=0, le=65535, description="Port; 0 picks a free one.")
+    grace_s: float = Field(5.0, ge=0, description="Grace period for in-flight calls on shutdown.")
+    max_message_mb: int = Field(256, ge=1, le=2047, description="Largest gRPC message accepted or sent.")

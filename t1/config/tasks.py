@@ -1,0 +1,48 @@
+"""Config of task sets, verifiers, rewards and decontamination."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from t1.config.base import Section
+
+
+class TaskSetConfig(Section):
+    """A named task set: a folder of task folders, optionally synthesized."""
+
+    path: Path = Field(..., description="Folder of task folders (Terminal-Bench 1 or Harbor).")
+    split: Literal["train", "eval", "any"] = Field("any", description="Which split this set is.")
+    synth: int | None = Field(None, ge=1, description="If set and the folder is missing, synthesize this many tasks.")
+    synth_seed: int = Field(0, description="Seed for synthesis.")
+    limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
+
+
+class DecontamConfig(Section):
+    """Thresholds for decontamination against benchmarks."""
+
+    ngram: int = Field(8, ge=2, description="Word n-gram length.")
+    ngram_overlap: float = Field(0.5, ge=0, le=1, description="Share of shared n-grams that flags a pair.")
+    minhash_threshold: float = Field(0.7, ge=0, le=1, description="Estimated Jaccard that flags a pair.")
+    num_perm: int = Field(128, ge=16, description="MinHash permutations.")
+
+
+class TasksConfig(Section):
+    """Task sets by name and the training/eval choice among them."""
+
+    sets: dict[str, TaskSetConfig] = Field(default_factory=dict, description="Registry of named task sets.")
+    train: list[str] = Field(default_factory=list, description="Names of the sets used for training.")
+    eval: list[str] = Field(default_factory=list, description="Names of the sets used for the final eval.")
+    decontam: DecontamConfig = Field(default_factory=DecontamConfig, description="Decontamination thresholds.")
+
+
+class RewardConfig(Section):
+    """How verifier results become rewards."""
+
+    mode: Literal["count", "fraction", "binary"] = Field("count", description="Episode reward from verifiers.")
+    process_every_k_turns: int | None = Field(None, ge=1, description="Run verifiers every K turns; null disables process rewards.")
+    infra_error_policy: Literal["drop_group", "drop_attempt"] = Field(
+        "drop_attempt", description="A group with an infra error: drop it, or normalise without the failed attempt."
+    )

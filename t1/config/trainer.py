@@ -1,0 +1,68 @@
+"""Config of the trainer service: RL algorithm, warm start, DeepSpeed, publishing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from t1.config.base import Section
+from t1.config.service import ServerConfig
+
+
+def _default_deepspeed() -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": 2},
+        "bf16": {"enabled": False},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0, "torch_adam": True}},
+    }
+
+
+class RlConfig(Section):
+    """PPO actor-critic hyper-parameters."""
+
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount per token.")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    clip_eps: float = Field(0.2, gt=0, description="PPO ratio clip.")
+    clip_eps_high: float | None = Field(None, gt=0, description="Upper clip (asymmetric); null uses clip_eps.")
+    value_clip_eps: float = Field(0.2, gt=0, description="Value-loss clip.")
+    value_coef: float = Field(0.5, ge=0, description="Critic loss weight.")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
+    kl_coef: float = Field(0.0, ge=0, description="KL-to-reference weight.")
+    is_truncation: float = Field(2.0, gt=0, description="Cap of behaviour/proximal importance weights.")
+    advantage_norm: Literal["global", "group", "none"] = Field("global", description="Advantage normalisation.")
+    max_policy_lag: int = Field(4, ge=0, description="Drop tokens sampled more than this many versions ago.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
+    groups_per_step: int = Field(4, ge=1, description="Complete groups per PPO step.")
+    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch.")
+    routing_replay: bool = Field(True, description="Replay recorded MoE routing (R3).")
+
+
+class WarmStartConfig(Section):
+    """SFT on demonstrations, then critic warm-up before PPO."""
+
+    sft_steps: int = Field(0, ge=0, description="SFT steps on oracle demonstrations.")
+    critic_warmup_steps: int = Field(0, ge=0, description="Critic-only steps before any policy update.")
+    critic_lr: float = Field(1e-4, gt=0, description="Critic learning rate during warm-up.")
+
+
+class TrainerConfig(Section):
+    """The t1-trainer process."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig, description="Where the trainer listens.")
+    endpoint: str | None = Field(None, description="host:port of a remote trainer; null means start one locally.")
+    work_dir: Path = Field(Path(".t1/trainer"), description="Buffer, checkpoints and published weights.")
+    critic_path: Path | None = Field(None, description="Critic model folder; null initialises from the policy.")
+    keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
+    checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
+    max_steps: int = Field(10, ge=0, description="PPO steps before the run stops.")
+    seed: int = Field(0, description="Trainer seed.")
+    rl: RlConfig = Field(default_factory=RlConfig, description="Algorithm.")
+    warm_start: WarmStartConfig = Field(default_factory=WarmStartConfig, description="Warm start stages.")
+    deepspeed: dict[str, Any] = Field(
+        default_factory=_default_deepspeed, description="DeepSpeed JSON config, as DeepSpeed documents it."
+    )

@@ -1,0 +1,1 @@
+"""MoE routing records (R3): the routing block codec and its validation."""

@@ -1,0 +1,56 @@
+"""Status codes for bad requests: validation errors become INVALID_ARGUMENT naming the field."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RequestError(ValueError):
+    """A request field is missing or malformed; str(self) names the field."""
+
+
+class NotFound(LookupError):
+    """The request names something that does not exist."""
+
+
+def _status_for(exc: BaseException) -> grpc.StatusCode | None:
+    if isinstance(exc, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, ValueError):  # RequestError, TensorError
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return None
+
+
+def rpc_errors(method: F) -> F:
+    """Map RequestError/ValueError to INVALID_ARGUMENT and NotFound to NOT_FOUND, for unary and streaming methods."""
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except (ValueError, NotFound) as exc:
+                code = _status_for(exc)
+                assert code is not None
+                await context.abort(code, str(exc))
+
+        return stream  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except (ValueError, NotFound) as exc:
+            code = _status_for(exc)
+            assert code is not None
+            await context.abort(code, str(exc))
+
+    return unary  # type: ignore[return-value]

@@ -1,0 +1,93 @@
+"""One gRPC server layer for every T1 service: health, reflection, auth, TLS and graceful shutdown."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from t1.config.service import AuthConfig, ServerConfig
+from t1.rpc.auth import BearerTokenInterceptor, resolve_token
+from t1.rpc.options import MB, server_options
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceBinding:
+    """A servicer and the generated function that adds it to a server."""
+
+    name: str                                   # full service name, e.g. "t1.v1.InferenceService"
+    add_to_server: Callable[[Any, grpc.aio.Server], None]
+    servicer: Any
+
+
+def _credentials(auth: AuthConfig) -> grpc.ServerCredentials | None:
+    tls = auth.tls
+    if not tls.enabled:
+        return None
+    assert tls.cert_file is not None and tls.key_file is not None
+    root = tls.ca_file.read_bytes() if tls.ca_file else None
+    return grpc.ssl_server_credentials(
+        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())], root_certificates=root,
+        require_client_auth=False,
+    )
+
+
+class GrpcServer:
+    """An asyncio gRPC server hosting T1 services plus grpc.health.v1 and reflection."""
+
+    def __init__(self, bindings: Sequence[ServiceBinding], server: ServerConfig, auth: AuthConfig) -> None:
+        self._bindings = tuple(bindings)
+        self._cfg = server
+        self._auth = auth
+        self._server: grpc.aio.Server | None = None
+        self._health = HealthServicer()
+        self.port: int | None = None
+
+    @property
+    def address(self) -> str:
+        if self.port is None:
+            raise RuntimeError("server not started")
+        return f"{self._cfg.host}:{self.port}"
+
+    async def start(self) -> int:
+        token = resolve_token(self._auth)
+        interceptors = [BearerTokenInterceptor(token)] if token else []
+        server = grpc.aio.server(interceptors=interceptors, options=server_options(self._cfg.max_message_mb * MB))
+        for binding in self._bindings:
+            binding.add_to_server(binding.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        names = [b.name for b in self._bindings]
+        reflection.enable_server_reflection([*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                              reflection.SERVICE_NAME], server)
+        target = f"{self._cfg.host}:{self._cfg.port}"
+        creds = _credentials(self._auth)
+        port = server.add_secure_port(target, creds) if creds else server.add_insecure_port(target)
+        if port == 0:
+            raise OSError(f"cannot bind gRPC server to {target}")
+        await server.start()
+        for name in ["", *names]:
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._server, self.port = server, port
+        log.info("gRPC server on %s:%d serving %s (auth %s, tls %s)", self._cfg.host, port, ", ".join(names),
+                 "on" if token else "off", "on" if creds else "off")
+        return port
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Mark NOT_SERVING, then let in-flight calls finish within the grace period."""
+        if self._server is None:
+            return
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(self._cfg.grace_s if grace_s is None else grace_s)
+        self._server = None
+
+    async def wait_for_termination(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()

@@ -1,0 +1,72 @@
+"""The seams of the sandbox plane: command results, shells, sandboxes and their providers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+class SandboxLost(Exception):
+    """The sandbox or its connection is gone; the episode cannot continue in it (an infra error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What one command did: capped output, exit code, and how it ended."""
+
+    output: str
+    exit_code: int | None
+    timed_out: bool = False
+    truncated: bool = False
+    duration_s: float = 0.0
+    shell_restarted: bool = False
+    output_bytes: int = 0
+
+
+@runtime_checkable
+class Shell(Protocol):
+    """A long-lived shell whose cwd, environment and jobs persist from command to command."""
+
+    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult: ...
+
+    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRequest:
+    """What a task asks of its sandbox."""
+
+    allow_network: bool = False
+    docker_image: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    env: tuple[tuple[str, str], ...] = field(default=())
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One isolated machine (or tree) with an SSH endpoint."""
+
+    @property
+    def id(self) -> str: ...
+
+    async def open_shell(self, *, terminal: bool = False) -> Shell: ...
+
+    async def upload(self, local_path: str, remote_path: str) -> None: ...
+
+    async def download(self, remote_path: str, local_path: str) -> None: ...
+
+
+@runtime_checkable
+class SandboxProvider(Protocol):
+    """Creates and destroys sandboxes."""
+
+    async def create(self, request: SandboxRequest) -> Sandbox: ...
+
+    async def destroy(self, sandbox: Sandbox) -> None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""The trajectory record: what one episode gives the trainer, and its msgpack codec."""
