@@ -1,0 +1,164 @@
+"""The TITO token buffer of one episode: exact context ids for the sampler, the trajectory for the trainer.
+
+    start:        opening messages --chat template--> ids (context, loss mask off)
+    each turn:    prompt_ids() -> generate -> append_generation(result)  (sampled ids, loss mask on,
+                  logprobs, versions, routing; missing end-of-turn appended masked = repair)
+                  append_observation(messages)  (delta text tokenized alone, loss mask off)
+    compaction:   compact(messages) starts a new segment from the compacted conversation
+    end:          export(...) -> Trajectory
+
+Sampled tokens are never re-tokenized. Each observation checks that the rendered history equals
+the buffer's text; on a mismatch (templates that strip earlier reasoning or re-serialise tool calls)
+the buffer either keeps its tokens and repairs the boundary, or starts a new segment from the
+re-rendered conversation (MismatchPolicy); both are counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+
+import numpy as np
+
+from t1.inference.types import GenerateResult
+from t1.tito.diagnostics import REPAIRED_TURNS, TEMPLATE_MISMATCHES
+from t1.tito.render import ChatRenderer, Message
+from t1.tito.segment import SegmentBuilder
+from t1.trajectory.types import (
+    EpisodeStatus,
+    Segment,
+    TitoCounters,
+    Trajectory,
+    TurnSpan,
+    VerifierSummary,
+)
+
+
+class MismatchPolicy(StrEnum):
+    REPAIR = "repair"            # keep the buffer's tokens, append the delta after them
+    NEW_SEGMENT = "new_segment"  # start a new segment from the re-rendered conversation
+
+
+class TokenBuffer:
+    """One episode's exact token record (see module docstring)."""
+
+    def __init__(self, renderer: ChatRenderer, messages: Sequence[Message], *,
+                 on_mismatch: MismatchPolicy = MismatchPolicy.REPAIR) -> None:
+        if not messages:
+            raise ValueError("a token buffer needs at least one opening message")
+        self.renderer = renderer
+        self.on_mismatch = MismatchPolicy(on_mismatch)
+        self._closed: list[tuple[SegmentBuilder, int]] = []
+        self._first_turn = 0
+        self._repaired = self._masked = self._mismatches = 0
+        self._start_segment(messages, previous=None)
+
+    def _start_segment(self, messages: Sequence[Message], previous: SegmentBuilder | None) -> None:
+        self._messages: list[Message] = list(messages)
+        self._seg = SegmentBuilder()
+        self._seg.append_context(np.asarray(self.renderer.encode(self.renderer.render(messages, True)), np.int32))
+        if previous is not None:
+            # A prefix shared with the previous segment is served from the sampler's cache and not
+            # reported again; its routing is the previous segment's (same ids, causal model).
+            old, new = previous.ids(), self._seg.ids()
+            n = min(len(old), len(new))
+            diff = np.flatnonzero(old[:n] != new[:n])
+            block = previous.routing_prefix(int(diff[0]) if len(diff) else n)
+            if block is not None:
+                self._seg.add_routing(block)
+
+    def prompt_ids(self) -> np.ndarray:
+        """The current segment's full exact context (int32): the next generate request's prompt."""
+        return self._seg.ids()
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation as the template sees it (current segment)."""
+        return list(self._messages)
+
+    @property
+    def num_segments(self) -> int:
+        """Segments started so far (the current one included)."""
+        return len(self._closed) + 1
+
+    @property
+    def counters(self) -> TitoCounters:
+        return TitoCounters(repaired_turns=self._repaired, masked_tokens=self._masked,
+                            template_mismatches=self._mismatches)
+
+    def append_generation(self, result: GenerateResult, message: Message | None = None) -> TurnSpan:
+        """Append the sampled ids of a generation made on prompt_ids(), with logprobs, versions and routing.
+
+        message: the assistant message as the agent parsed it (tool calls, reasoning); default is the
+        decoded text. A generation that did not end with the end-of-turn tokens gets them appended,
+        masked out and counted.
+        """
+        prompt_len = len(self._seg)
+        if result.prompt_tokens and result.prompt_tokens != prompt_len:
+            raise ValueError(f"generation was made on a {result.prompt_tokens}-token prompt, the buffer "
+                             f"holds {prompt_len}; call prompt_ids() for each request")
+        ids = np.asarray(result.token_ids, np.int32)
+        versions = (np.asarray(result.token_versions, np.int32) if len(result.token_versions)
+                    else np.full(len(ids), result.policy_version, np.int32))
+        span = self._seg.append_sampled(ids, result.logprobs, versions)
+        if result.routing is not None and result.routing.num_tokens:
+            self._seg.add_routing(result.routing)
+        eot = self.renderer.end_of_turn_ids
+        complete = len(ids) >= len(eot) and tuple(ids[len(ids) - len(eot):].tolist()) == eot
+        if not complete:
+            self._seg.append_context(np.asarray(eot, np.int32))
+            self._repaired += 1
+            self._masked += len(eot)
+            REPAIRED_TURNS.inc()
+        if message is None:
+            content_ids = ids[:len(ids) - len(eot)] if complete else ids
+            message = {"role": "assistant", "content": self.renderer.decode(content_ids.tolist())}
+        self._messages.append(message)
+        return span
+
+    def append_observation(self, messages: Sequence[Message]) -> np.ndarray:
+        """Append messages that follow an assistant turn (tool results, user text) as a delta; returns its ids."""
+        if not messages:
+            raise ValueError("append_observation needs at least one message")
+        if self._messages[-1].get("role") != "assistant":
+            raise ValueError(f"observations follow an assistant turn; the last message is "
+                             f"{self._messages[-1].get('role')!r}")
+        delta = self.renderer.delta(self._messages, messages, self.renderer.decode(self._seg.ids().tolist()))
+        if not (delta.prefix_matched and delta.history_stable):
+            self._mismatches += 1
+            TEMPLATE_MISMATCHES.inc()
+            if self.on_mismatch is MismatchPolicy.NEW_SEGMENT:
+                previous = self._close_segment()
+                self._start_segment([*self._messages, *messages], previous)
+                return self._seg.ids()
+        ids = np.asarray(self.renderer.encode(delta.text), np.int32)
+        self._seg.append_context(ids)
+        self._messages.extend(messages)
+        return ids
+
+    def compact(self, messages: Sequence[Message]) -> None:
+        """Start a new segment from a compacted conversation (ends with a user/tool turn)."""
+        if not messages:
+            raise ValueError("compaction needs at least one message")
+        self._start_segment(messages, self._close_segment())
+
+    def _close_segment(self) -> SegmentBuilder:
+        self._closed.append((self._seg, self._first_turn))
+        self._first_turn += self._seg.num_turns
+        return self._seg
+
+    def segments(self, turn_rewards: Mapping[int, float] | None = None) -> tuple[Segment, ...]:
+        """All segments with at least one generation, each ending at its last sampled token;
+        turn_rewards maps episode-wide turn index to reward."""
+        rewards = dict(turn_rewards or {})
+        parts = [*self._closed, (self._seg, self._first_turn)]
+        return tuple(b.build(rewards, first) for b, first in parts if b.num_turns)
+
+    def export(self, *, id: str, task_id: str, group_id: str, attempt: int, reward: float,
+               status: EpisodeStatus, verifier: VerifierSummary | None = None,
+               timings: Sequence[tuple[str, float]] = (),
+               turn_rewards: Mapping[int, float] | None = None) -> Trajectory:
+        """The episode's Trajectory."""
+        return Trajectory(id=id, task_id=task_id, group_id=group_id, attempt=attempt,
+                          segments=self.segments(turn_rewards), reward=reward, status=EpisodeStatus(status),
+                          verifier=verifier or VerifierSummary(), timings=tuple(timings), tito=self.counters)

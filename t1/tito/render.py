@@ -1,0 +1,88 @@
+"""Chat-template rendering for TITO: the opening prompt and the text of each observation delta.
+
+Only template text is ever tokenized here; sampled tokens stay ids in the buffer. The delta of new
+messages is the text the template adds when they are appended (render with and without them, keep
+the suffix), plus whatever the template writes after the last assistant turn's end-of-turn token
+that the sampler did not produce (ChatML's newline after <|im_end|>).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+
+# A neutral history ending in an assistant turn: the delta of new messages rendered after it is
+# used when the real history is not prefix-stable under the template (it rewrites earlier turns).
+_BASE: tuple[Message, ...] = ({"role": "user", "content": "x"}, {"role": "assistant", "content": "x"})
+
+
+class ChatTokenizer(Protocol):
+    """What TITO needs from a Hugging Face tokenizer (PreTrainedTokenizerBase satisfies it)."""
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+    def encode(self, text: str, **kwargs: Any) -> list[int]: ...
+    def decode(self, token_ids: Any, **kwargs: Any) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """Text to append after the buffer, and whether the real history rendered as the buffer holds it."""
+
+    text: str
+    prefix_matched: bool   # the rendered history equals the buffer's text
+    history_stable: bool   # appending the messages left the rendered history unchanged
+
+
+class ChatRenderer:
+    """Renders conversations with the tokenizer's chat template; tokenizes template text only."""
+
+    def __init__(self, tokenizer: ChatTokenizer, *, end_of_turn: str, tools: Sequence[dict] | None = None,
+                 template_kwargs: dict[str, Any] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.end_of_turn = end_of_turn
+        self.tools = list(tools) if tools else None
+        self.template_kwargs = dict(template_kwargs or {})
+        self.end_of_turn_ids = tuple(self.encode(end_of_turn))
+        if not self.end_of_turn_ids:
+            raise ValueError(f"end-of-turn text {end_of_turn!r} tokenizes to nothing")
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tools=self.tools, tokenize=False, add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs)
+        if not isinstance(text, str):
+            raise TypeError(f"chat template rendered {type(text).__name__}, expected str")
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def delta(self, history: Sequence[Message], new: Sequence[Message], buffer_text: str) -> Delta:
+        """The text that follows `buffer_text` (the decoded segment, ending in an assistant turn)
+        when `new` messages are appended to `history`, ending with the generation prompt."""
+        prev = self.render(history, add_generation_prompt=False)
+        nxt = self.render([*history, *new], add_generation_prompt=True)
+        matched = prev.startswith(buffer_text)
+        # What the template writes after the last turn's end-of-turn token, which was not sampled.
+        gap = prev[len(buffer_text):] if matched else self._after_last_end_of_turn(prev)
+        stable = nxt.startswith(prev)
+        if stable:
+            added = nxt[len(prev):]
+        else:
+            base_prev = self.render(_BASE, add_generation_prompt=False)
+            base_next = self.render([*_BASE, *new], add_generation_prompt=True)
+            if not base_next.startswith(base_prev):
+                raise ValueError("the chat template is not prefix-stable even on a neutral history; "
+                                 "cannot render an observation delta")
+            added = base_next[len(base_prev):]
+        return Delta(text=gap + added, prefix_matched=matched, history_stable=stable)
+
+    def _after_last_end_of_turn(self, rendered: str) -> str:
+        i = rendered.rfind(self.end_of_turn)
+        return "" if i < 0 else rendered[i + len(self.end_of_turn):]

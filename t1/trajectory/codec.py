@@ -1,0 +1,169 @@
+"""The msgpack trajectory codec: the bytes the spool stores and the trainer stream carries.
+
+A trajectory is one msgpack map (schema version "v"); every numpy array is an ExtType (code 1)
+whose payload is a small header (dtype string, shape) followed by the array's raw little-endian
+bytes, so encoding is one memcpy per array and decoding is a zero-copy, read-only numpy view on the
+message bytes. Decoding checks the schema and that a segment's arrays are aligned by position.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import msgpack
+import numpy as np
+
+from t1.trajectory.types import (
+    EpisodeStatus,
+    Segment,
+    TitoCounters,
+    Trajectory,
+    TurnSpan,
+    VerifierSummary,
+)
+
+SCHEMA_VERSION = 1
+NDARRAY_EXT = 1
+_ALLOWED_DTYPES = frozenset(np.dtype(d).str for d in ("<i4", "<f4", "|b1", "|u1", "<u2", "<i8", "<f8"))
+_HEADER = struct.Struct("<B B")  # dtype-string length, ndim
+
+
+class CodecError(ValueError):
+    """Bytes that are not a valid trajectory record; the message names the field."""
+
+
+def _pack_array(arr: np.ndarray) -> msgpack.ExtType:
+    dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+    code = dt.str.encode()
+    head = _HEADER.pack(len(code), arr.ndim) + code + struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    body = np.ascontiguousarray(arr, dtype=dt)
+    # one copy: join reads the array's buffer directly (tobytes + concatenation would copy twice)
+    raw = memoryview(body).cast("B")  # type: ignore[arg-type]
+    return msgpack.ExtType(NDARRAY_EXT, b"".join((head, raw)))
+
+
+def _unpack_array(data: bytes) -> np.ndarray:
+    view = memoryview(data)
+    code_len, ndim = _HEADER.unpack_from(view, 0)
+    off = _HEADER.size
+    dtype_str = bytes(view[off:off + code_len]).decode()
+    off += code_len
+    if dtype_str not in _ALLOWED_DTYPES:
+        raise CodecError(f"array dtype {dtype_str!r} is not one of {sorted(_ALLOWED_DTYPES)}")
+    shape = struct.unpack_from(f"<{ndim}Q", view, off)
+    off += 8 * ndim
+    dt = np.dtype(dtype_str)
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(view) - off != count * dt.itemsize:
+        raise CodecError(f"array of shape {list(shape)} {dt} needs {count * dt.itemsize} bytes, has {len(view) - off}")
+    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return _pack_array(obj)
+    raise TypeError(f"cannot encode {type(obj).__name__} in a trajectory")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != NDARRAY_EXT:
+        raise CodecError(f"unknown msgpack extension type {code}")
+    return _unpack_array(data)
+
+
+def _segment_to_obj(s: Segment) -> dict[str, Any]:
+    return {"token_ids": s.token_ids, "logprobs": s.logprobs, "loss_mask": s.loss_mask,
+            "policy_versions": s.policy_versions, "routing": s.routing,
+            "turns": [[t.start, t.end, t.reward] for t in s.turns]}
+
+
+def trajectory_to_obj(t: Trajectory) -> dict[str, Any]:
+    """The msgpack-ready map of a trajectory (numpy arrays left as arrays)."""
+    return {
+        "v": SCHEMA_VERSION, "id": t.id, "task_id": t.task_id, "group_id": t.group_id, "attempt": t.attempt,
+        "segments": [_segment_to_obj(s) for s in t.segments], "reward": t.reward, "status": str(t.status),
+        "verifier": {"passed": t.verifier.passed, "total": t.verifier.total,
+                     "tests": [list(x) for x in t.verifier.tests]},
+        "timings": [[k, v] for k, v in t.timings],
+        "tito": {"repaired_turns": t.tito.repaired_turns, "masked_tokens": t.tito.masked_tokens,
+                 "template_mismatches": t.tito.template_mismatches},
+    }
+
+
+def encode_trajectory(t: Trajectory) -> bytes:
+    """One trajectory as msgpack bytes."""
+    return msgpack.packb(trajectory_to_obj(t), default=_default, use_bin_type=True)
+
+
+def _field(obj: dict[str, Any], key: str, where: str) -> Any:
+    try:
+        return obj[key]
+    except (KeyError, TypeError):
+        raise CodecError(f"{where}: missing field {key!r}") from None
+
+
+def _segment_from_obj(obj: dict[str, Any], where: str) -> Segment:
+    arrays = {k: _field(obj, k, where) for k in ("token_ids", "logprobs", "loss_mask", "policy_versions")}
+    routing = _field(obj, "routing", where)
+    for k, want in (("token_ids", "int32"), ("logprobs", "float32"), ("loss_mask", "bool"),
+                    ("policy_versions", "int32")):
+        a = arrays[k]
+        if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype != np.dtype(want):
+            raise CodecError(f"{where}.{k}: expected a 1-d {want} array, got {getattr(a, 'dtype', type(a))}")
+    n = arrays["token_ids"].shape[0]
+    for k, a in arrays.items():
+        if a.shape[0] != n:
+            raise CodecError(f"{where}.{k}: has {a.shape[0]} positions, token_ids has {n}")
+    if routing is not None and (not isinstance(routing, np.ndarray) or routing.ndim != 3 or routing.shape[0] != n
+                                or routing.dtype not in (np.uint8, np.uint16)):
+        raise CodecError(f"{where}.routing: expected uint8/uint16 [{n}, layers, top_k], got "
+                         f"{getattr(routing, 'shape', type(routing))}")
+    turns = tuple(TurnSpan(int(a), int(b), float(r)) for a, b, r in _field(obj, "turns", where))
+    return Segment(routing=routing, turns=turns, **arrays)
+
+
+def trajectory_from_obj(obj: Any) -> Trajectory:
+    """Inverse of trajectory_to_obj, with schema checks that name the bad field."""
+    if not isinstance(obj, dict):
+        raise CodecError(f"trajectory: expected a map, got {type(obj).__name__}")
+    if _field(obj, "v", "trajectory") != SCHEMA_VERSION:
+        raise CodecError(f"trajectory: schema version {obj['v']} is not {SCHEMA_VERSION}")
+    try:
+        status = EpisodeStatus(_field(obj, "status", "trajectory"))
+    except ValueError:
+        raise CodecError(f"trajectory.status: {obj['status']!r} is not one of {[s.value for s in EpisodeStatus]}") from None
+    ver, tito = _field(obj, "verifier", "trajectory"), _field(obj, "tito", "trajectory")
+    return Trajectory(
+        id=_field(obj, "id", "trajectory"), task_id=_field(obj, "task_id", "trajectory"),
+        group_id=_field(obj, "group_id", "trajectory"), attempt=int(_field(obj, "attempt", "trajectory")),
+        segments=tuple(_segment_from_obj(s, f"trajectory.segments[{i}]")
+                       for i, s in enumerate(_field(obj, "segments", "trajectory"))),
+        reward=float(_field(obj, "reward", "trajectory")), status=status,
+        verifier=VerifierSummary(passed=int(_field(ver, "passed", "trajectory.verifier")),
+                                 total=int(_field(ver, "total", "trajectory.verifier")),
+                                 tests=tuple((str(a), str(b)) for a, b in _field(ver, "tests", "trajectory.verifier"))),
+        timings=tuple((str(k), float(v)) for k, v in _field(obj, "timings", "trajectory")),
+        tito=TitoCounters(**{k: int(_field(tito, k, "trajectory.tito"))
+                             for k in ("repaired_turns", "masked_tokens", "template_mismatches")}),
+    )
+
+
+def decode_trajectory(data: bytes) -> Trajectory:
+    """Trajectory from bytes made by encode_trajectory; arrays are read-only views on `data`."""
+    try:
+        obj = msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        if isinstance(exc, CodecError):
+            raise
+        raise CodecError(f"trajectory: not a msgpack record ({exc})") from exc
+    return trajectory_from_obj(obj)
+
+
+def iter_trajectories(stream: BinaryIO, max_record_bytes: int = 1 << 31) -> Iterator[Trajectory]:
+    """Trajectories from a file of concatenated encode_trajectory records (a spool file)."""
+    unpacker = msgpack.Unpacker(stream, ext_hook=_ext_hook, raw=False, max_buffer_size=max_record_bytes,
+                                read_size=min(1 << 24, max_record_bytes))  # big reads: records are MBs
+    for obj in unpacker:
+        yield trajectory_from_obj(obj)

@@ -1,0 +1,95 @@
+"""The msgpack trajectory codec: exact round trip, zero-copy views, streams, and clear errors on bad bytes."""
+
+from __future__ import annotations
+
+import io
+
+import msgpack
+import numpy as np
+import pytest
+
+from t1.trajectory.codec import (
+    CodecError,
+    decode_trajectory,
+    encode_trajectory,
+    iter_trajectories,
+    trajectory_to_obj,
+)
+from t1.trajectory.types import (
+    EpisodeStatus,
+    Segment,
+    TitoCounters,
+    Trajectory,
+    TurnSpan,
+    VerifierSummary,
+)
+
+
+def make(n: int = 50, routing_dtype=np.uint8, seed: int = 0) -> Trajectory:
+    rng = np.random.default_rng(seed)
+    mask = rng.random(n) < 0.5
+    seg = Segment(
+        token_ids=rng.integers(0, 50000, n).astype(np.int32),
+        logprobs=np.where(mask, -rng.random(n), np.nan).astype(np.float32), loss_mask=mask,
+        policy_versions=np.where(mask, 4, -1).astype(np.int32),
+        routing=rng.integers(0, 300 if routing_dtype == np.uint16 else 255, (n, 3, 2)).astype(routing_dtype),
+        turns=(TurnSpan(3, 9, 0.5), TurnSpan(12, 20, -1.0)))
+    return Trajectory(id="traj-1", task_id="task", group_id="grp", attempt=2, segments=(seg, seg), reward=3.0,
+                      status=EpisodeStatus.CONTEXT_LIMIT, verifier=VerifierSummary(2, 5, (("t1", "passed"),)),
+                      timings=(("rollout_s", 1.5),), tito=TitoCounters(1, 2, 3))
+
+
+def assert_same(a: Trajectory, b: Trajectory) -> None:
+    assert (a.id, a.task_id, a.group_id, a.attempt, a.reward, a.status, a.verifier, a.timings, a.tito) == \
+        (b.id, b.task_id, b.group_id, b.attempt, b.reward, b.status, b.verifier, b.timings, b.tito)
+    for x, y in zip(a.segments, b.segments, strict=True):
+        for name in ("token_ids", "logprobs", "loss_mask", "policy_versions", "routing"):
+            u, v = getattr(x, name), getattr(y, name)
+            assert u.dtype == v.dtype and np.array_equal(u, v, equal_nan=name == "logprobs"), name
+        assert x.turns == y.turns
+
+
+@pytest.mark.parametrize("routing_dtype", [np.uint8, np.uint16])
+def test_round_trip_is_exact(routing_dtype):
+    t = make(routing_dtype=routing_dtype)
+    back = decode_trajectory(encode_trajectory(t))
+    assert_same(t, back)
+    assert not back.segments[0].token_ids.flags.writeable  # a view on the message bytes
+
+
+def test_segment_without_routing_and_empty_segment_round_trip():
+    t = make()
+    empty = Segment(np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, bool), np.zeros(0, np.int32), None)
+    t2 = Trajectory(id="x", task_id="t", group_id="g", attempt=0, segments=(empty,), reward=0.0, status=EpisodeStatus.OK)
+    assert decode_trajectory(encode_trajectory(t2)).segments[0].routing is None
+    assert_same(t, decode_trajectory(encode_trajectory(t)))
+
+
+def test_stream_of_records():
+    buf = io.BytesIO(b"".join(encode_trajectory(make(seed=i)) for i in range(3)))
+    got = list(iter_trajectories(buf))
+    for i, t in enumerate(got):
+        assert_same(make(seed=i), t)
+
+
+def test_bad_bytes_name_the_field():
+    obj = trajectory_to_obj(make())
+    obj["status"] = "exploded"
+    from t1.trajectory.codec import _default
+
+    with pytest.raises(CodecError, match="status"):
+        decode_trajectory(msgpack.packb(obj, default=_default))
+    obj = trajectory_to_obj(make())
+    obj["segments"][1]["loss_mask"] = obj["segments"][1]["loss_mask"][:-1]
+    with pytest.raises(CodecError, match=r"segments\[1\]\.loss_mask"):
+        decode_trajectory(msgpack.packb(obj, default=_default))
+    obj = trajectory_to_obj(make())
+    del obj["reward"]
+    with pytest.raises(CodecError, match="reward"):
+        decode_trajectory(msgpack.packb(obj, default=_default))
+    with pytest.raises(CodecError, match="not a msgpack record"):
+        decode_trajectory(encode_trajectory(make())[:-7])
+    with pytest.raises(CodecError, match="dtype"):
+        obj = trajectory_to_obj(make())
+        obj["segments"][0]["token_ids"] = obj["segments"][0]["token_ids"].astype(np.complex64)
+        decode_trajectory(msgpack.packb(obj, default=_default))
