@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t1.config.base import Section
 from t1.config.service import ServerConfig
@@ -47,7 +47,15 @@ class WarmStartConfig(Section):
 
     sft_steps: int = Field(0, ge=0, description="SFT steps on oracle demonstrations.")
     critic_warmup_steps: int = Field(0, ge=0, description="Critic-only steps before any policy update.")
-    critic_lr: float = Field(1e-4, gt=0, description="Critic learning rate during warm-up.")
+    critic_lr: float = Field(1e-4, gt=0, description="Critic learning rate (warm-up and PPO).")
+    demos_path: Path | None = Field(
+        None, description="Demonstrations for SFT: a spool file of msgpack trajectory records, or a folder of them.")
+
+    @model_validator(mode="after")
+    def _demos_for_sft(self) -> WarmStartConfig:
+        if self.sft_steps > 0 and self.demos_path is None:
+            raise ValueError("sft_steps > 0 needs demos_path")
+        return self
 
 
 class TrainerConfig(Section):
@@ -56,7 +64,9 @@ class TrainerConfig(Section):
     server: ServerConfig = Field(default_factory=ServerConfig, description="Where the trainer listens.")
     endpoint: str | None = Field(None, description="host:port of a remote trainer; null means start one locally.")
     work_dir: Path = Field(Path(".t1/trainer"), description="Buffer, checkpoints and published weights.")
+    policy_path: Path | None = Field(None, description="Policy model folder; null uses inference.model.path.")
     critic_path: Path | None = Field(None, description="Critic model folder; null initialises from the policy.")
+    activation_checkpointing: bool = Field(False, description="Recompute transformer layers in backward.")
     keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
     max_steps: int = Field(10, ge=0, description="PPO steps before the run stops.")

@@ -1,0 +1,150 @@
+"""The t1-trainer process: builds the core, serves TrainerService, and runs the training loop.
+
+  PushTrajectories -> buffer (SQLite, fsync) --wake--> train loop (rank 0, asyncio)
+                                                         | order: step | checkpoint | stop
+                                                         v  (broadcast to every rank)
+                                       worker thread: TrainerCore.step / save / commit
+                                                         |
+                           weights/v{N} <- publish <-----+----> VersionBoard -> WatchVersions
+
+Ranks other than 0 run only `follow` (no server): they execute the orders rank 0 broadcasts.
+Shutdown (SIGTERM/SIGINT): the loop finishes the step in flight, commits it with a checkpoint,
+tells the other ranks to stop, the gRPC server stops with its grace period, and the process group
+is destroyed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from t1.config.schema import T1Config
+from t1.rpc.server import GrpcServer, ServiceBinding
+from t1.trainer import engine as ds
+from t1.trainer.core import Stage, StepOutcome, TrainerCore
+from t1.trainer.service import CheckpointRequest, TrainerServicer, VersionBoard
+from t1.v1 import trainer_pb2_grpc
+
+log = logging.getLogger(__name__)
+ENDPOINT_FILE = "endpoint.json"
+IDLE_POLL_S = 1.0
+# Ranks > 0 wait for orders inside a collective; an idle rank 0 sends a no-op this often so that
+# wait never reaches the process group's timeout.
+HEARTBEAT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """What every rank does next: a training step (with rank 0's groups), a checkpoint, or stop."""
+
+    kind: str  # "step" | "checkpoint" | "noop" | "stop"
+    groups: list[tuple[str, list[tuple[str, bytes]]]] | None = None
+    tag: str = ""
+
+
+def execute(core: TrainerCore, order: Order | None) -> tuple[Order, Any]:
+    """Broadcast rank 0's order and run it here; returns the order and its result."""
+    order = ds.broadcast_object(order)
+    assert order is not None
+    if order.kind == "step":
+        return order, core.step(order.groups)
+    if order.kind == "checkpoint":
+        return order, core.save_manual(order.tag)
+    if order.kind == "noop":
+        return order, None
+    core.commit_pending()
+    return order, None
+
+
+def follow(core: TrainerCore) -> None:
+    """Ranks > 0: run rank 0's orders until it says stop."""
+    while True:
+        order, _ = execute(core, None)
+        if order.kind == "stop":
+            return
+
+
+async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event,
+                     checkpoints: asyncio.Queue[CheckpointRequest], stop: asyncio.Event) -> None:
+    last_order = time.monotonic()
+    while not stop.is_set():
+        while not checkpoints.empty():
+            req = checkpoints.get_nowait()
+            try:
+                _, path = await asyncio.to_thread(execute, core, Order("checkpoint", tag=req.tag))
+                req.done.set_result((path, core.state))
+            except Exception as exc:  # the RPC caller gets the error; training goes on
+                log.exception("checkpoint %s failed", req.tag)
+                req.done.set_exception(exc)
+        stage = core.stage()
+        groups = None
+        if stage in (Stage.CRITIC_WARMUP, Stage.PPO):
+            groups = await asyncio.to_thread(core.take_groups)
+        if stage == Stage.DONE or (stage != Stage.SFT and groups is None):
+            if ds.world_size() > 1 and time.monotonic() - last_order > HEARTBEAT_S:
+                await asyncio.to_thread(execute, core, Order("noop"))
+                last_order = time.monotonic()
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), IDLE_POLL_S)
+            continue
+        _, outcome = await asyncio.to_thread(execute, core, Order("step", groups=groups))
+        last_order = time.monotonic()
+        assert isinstance(outcome, StepOutcome)
+        if outcome.published is not None:
+            await board.announce(outcome.published)
+
+
+def write_endpoint(work_dir: Path, address: str) -> None:
+    tmp = work_dir / f".{ENDPOINT_FILE}.tmp"
+    tmp.write_text(json.dumps({"address": address, "pid": os.getpid()}) + "\n")
+    tmp.replace(work_dir / ENDPOINT_FILE)
+
+
+async def serve(cfg: T1Config) -> int:
+    core = await asyncio.to_thread(TrainerCore, cfg)
+    if ds.rank() != 0:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # rank 0 decides when to stop, and says so
+            signal.signal(sig, signal.SIG_IGN)
+        await asyncio.to_thread(follow, core)
+        core.close()
+        ds.shutdown_distributed()
+        return 0
+    assert core.buffer is not None
+    board = VersionBoard(core.publisher.published())
+    wake = asyncio.Event()
+    checkpoints: asyncio.Queue[CheckpointRequest] = asyncio.Queue()
+    servicer = TrainerServicer(core.buffer, core.group_size, board, wake, checkpoints,
+                               lambda: (core.state, core.stage()), core.routing_spec)
+    server = GrpcServer([ServiceBinding("t1.v1.TrainerService", trainer_pb2_grpc.add_TrainerServiceServicer_to_server,
+                                        servicer)], cfg.trainer.server, cfg.auth)
+    await server.start()
+    write_endpoint(core.work_dir, server.address)
+    print(f"t1-trainer listening on {server.address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    trainer = asyncio.create_task(train_loop(core, board, wake, checkpoints, stop))
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({trainer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if trainer in done:
+            trainer.result()  # a training error ends the process with it
+        await trainer
+    finally:
+        stopper.cancel()
+        log.info("trainer stopping at step %d, policy version %d", core.state.step, core.state.policy_version)
+        await asyncio.to_thread(execute, core, Order("stop"))
+        await server.stop()
+        core.close()
+        ds.shutdown_distributed()
+    return 0

@@ -1,0 +1,189 @@
+"""From trajectories to training sequences: infra-error policy, staleness bound, reward placement,
+and token-budget micro-batches. Pure functions over values.
+
+A training sequence is one segment. Per-position arrays have the segment's length N; position t
+holds what belongs to token t (its behaviour logprob, its reward, later its value, advantage).
+The model reads inputs token_ids[:-1] and predicts targets token_ids[1:], so position 0 is never
+an action and the last token's routing row is never used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from t1.trainer.advantages import place_rewards
+from t1.trajectory.types import EpisodeStatus, Trajectory
+
+InfraPolicy = Literal["drop_group", "drop_attempt"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TrainSequence:
+    """One segment ready for the trainer."""
+
+    trajectory_id: str
+    group_id: str
+    segment: int
+    token_ids: np.ndarray       # int32 [N]
+    behav_logp: np.ndarray      # float32 [N], NaN off the loss mask
+    loss_mask: np.ndarray       # bool [N], stale tokens already removed
+    versions: np.ndarray        # int32 [N]
+    routing: np.ndarray | None  # [N, layers, top_k]
+    rewards: np.ndarray         # float32 [N]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What batching dropped, and how old the kept tokens are."""
+
+    num_trajectories: int = 0
+    num_sequences: int = 0
+    num_action_tokens: int = 0
+    dropped_stale_tokens: int = 0
+    dropped_infra_trajectories: int = 0
+    dropped_groups: int = 0
+    policy_lag_mean: float = 0.0
+    policy_lag_max: int = 0
+    reward_mean: float = 0.0
+    group_ids: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingSpec:
+    """What the trainer's model expects of routing records."""
+
+    num_layers: int
+    top_k: int
+    num_experts: int
+
+
+def validate_trajectory(traj: Trajectory, routing: RoutingSpec | None = None) -> None:
+    """Raise ValueError naming the problem when a record cannot be trained on."""
+    if not traj.id:
+        raise ValueError("trajectory id is empty")
+    if not traj.group_id:
+        raise ValueError(f"trajectory {traj.id}: group_id is empty")
+    if traj.status == EpisodeStatus.INFRA_ERROR:
+        return  # it only completes its group; its contents never reach a batch
+    for i, seg in enumerate(traj.segments):
+        n = seg.num_tokens
+        where = f"trajectory {traj.id} segment {i}"
+        for name in ("logprobs", "loss_mask", "policy_versions"):
+            if getattr(seg, name).shape != (n,):
+                raise ValueError(f"{where}: {name} has shape {getattr(seg, name).shape}, token_ids has {n} tokens")
+        if seg.routing is not None and seg.routing.shape[0] != n:
+            raise ValueError(f"{where}: routing has {seg.routing.shape[0]} rows for {n} tokens")
+        if seg.routing is not None and routing is not None:
+            _check_routing(seg.routing, routing, where)
+        mask = seg.loss_mask.astype(bool)
+        for span in seg.turns:
+            if not 0 <= span.start <= span.end <= n:
+                raise ValueError(f"{where}: turn span [{span.start}, {span.end}) is outside the {n} tokens")
+            if span.reward != 0.0 and not mask[span.start:span.end].any():
+                raise ValueError(f"{where}: turn [{span.start}, {span.end}) has a reward but no loss-mask token")
+        if n and mask[0]:
+            raise ValueError(f"{where}: loss_mask is set on position 0, which no model input predicts")
+        if np.isnan(seg.logprobs[mask]).any():
+            raise ValueError(f"{where}: a loss-mask token has no behaviour logprob (NaN)")
+
+
+def _check_routing(arr: np.ndarray, spec: RoutingSpec, where: str) -> None:
+    if arr.ndim != 3 or arr.shape[1:] != (spec.num_layers, spec.top_k):
+        raise ValueError(f"{where}: routing shape {list(arr.shape)} does not fit the trainer's model "
+                         f"([tokens, {spec.num_layers} MoE layers, top_k {spec.top_k}])")
+    missing = (arr == np.iinfo(arr.dtype).max).all(axis=-1)
+    present = arr[~missing]
+    if present.size and int(present.max()) >= spec.num_experts:
+        raise ValueError(f"{where}: routing names expert {int(present.max())}, the model has {spec.num_experts}")
+
+
+def apply_infra_policy(group: Sequence[Trajectory], policy: InfraPolicy) -> list[Trajectory]:
+    """The attempts of a group that may enter a batch (infra_error ones never do)."""
+    failed = [t for t in group if t.status == EpisodeStatus.INFRA_ERROR]
+    if failed and policy == "drop_group":
+        return []
+    return [t for t in group if t.status != EpisodeStatus.INFRA_ERROR]
+
+
+def stale_mask(versions: np.ndarray, loss_mask: np.ndarray, current_version: int, max_lag: int) -> np.ndarray:
+    """True on loss tokens sampled more than max_lag versions before current_version."""
+    return loss_mask & ((current_version - versions.astype(np.int64)) > max_lag)
+
+
+def build_sequences(
+    groups: Sequence[Sequence[Trajectory]], current_version: int, max_lag: int,
+    infra_policy: InfraPolicy, process_rewards: bool,
+) -> tuple[list[TrainSequence], BatchStats]:
+    """Turn complete groups into training sequences; stale tokens leave the loss mask and are counted."""
+    seqs: list[TrainSequence] = []
+    dropped_stale = dropped_infra = dropped_groups = 0
+    lags: list[np.ndarray] = []
+    rewards: list[float] = []
+    num_traj = 0
+    for group in groups:
+        kept = apply_infra_policy(group, infra_policy)
+        dropped_infra += sum(t.status == EpisodeStatus.INFRA_ERROR for t in group)
+        if not kept:
+            dropped_groups += 1
+            continue
+        for traj in kept:
+            num_traj += 1
+            rewards.append(traj.reward)
+            masks = [s.loss_mask.astype(bool) for s in traj.segments]
+            placed = place_rewards(masks, [s.turns for s in traj.segments], traj.reward, process_rewards)
+            for i, (seg, mask, rew) in enumerate(zip(traj.segments, masks, placed, strict=True)):
+                stale = stale_mask(seg.policy_versions, mask, current_version, max_lag)
+                dropped_stale += int(stale.sum())
+                keep = mask & ~stale
+                lags.append(current_version - seg.policy_versions[keep].astype(np.int64))
+                seqs.append(TrainSequence(
+                    trajectory_id=traj.id, group_id=traj.group_id, segment=i,
+                    token_ids=np.asarray(seg.token_ids, dtype=np.int32),
+                    behav_logp=np.asarray(seg.logprobs, dtype=np.float32),
+                    loss_mask=keep, versions=np.asarray(seg.policy_versions, dtype=np.int32),
+                    routing=seg.routing, rewards=rew,
+                ))
+    all_lags = np.concatenate(lags) if lags else np.zeros(0, dtype=np.int64)
+    stats = BatchStats(
+        num_trajectories=num_traj, num_sequences=len(seqs),
+        num_action_tokens=int(sum(int(s.loss_mask.sum()) for s in seqs)),
+        dropped_stale_tokens=dropped_stale, dropped_infra_trajectories=dropped_infra,
+        dropped_groups=dropped_groups,
+        policy_lag_mean=float(all_lags.mean()) if all_lags.size else 0.0,
+        policy_lag_max=int(all_lags.max()) if all_lags.size else 0,
+        reward_mean=float(np.mean(rewards)) if rewards else 0.0,
+        group_ids=tuple(dict.fromkeys(g[0].group_id for g in groups if g)),
+    )
+    return seqs, stats
+
+
+def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Pack sequence indices into micro-batches whose padded size (count x longest) fits the budget.
+
+    Longest first, so similar lengths share a batch; a sequence longer than the budget goes alone.
+    Every index appears exactly once.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        size = max(longest, lengths[i]) * (len(current) + 1)
+        if current and size > token_budget:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, lengths[i])
+    if current:
+        batches.append(current)
+    return batches

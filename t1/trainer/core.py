@@ -1,0 +1,226 @@
+"""The trainer's synchronous core: stages, one step at a time, and the commit that makes it durable.
+
+Stages run in order: SFT on demonstrations (sft_steps), critic warm-up on rollouts
+(critic_warmup_steps, the policy untouched), PPO (max_steps), then DONE. Every step ends with:
+
+  checkpoint (every checkpoint_every steps, and at a stage change)
+    -> one database transaction: the steps since the last checkpoint, their trajectories marked
+       consumed, the checkpoint tag and the counters
+    -> publish weights/v{N} for each policy update -> announce.
+
+On start the core loads the checkpoint the database names, drops weight versions newer than it,
+and republishes its version if that folder is missing; pending trajectories are trained again
+only if the step that took them was never committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from t1.config.schema import T1Config
+from t1.routing.adapters import find_routers
+from t1.trainer import engine as ds
+from t1.trainer.batch import BatchStats, RoutingSpec, TrainSequence, build_sequences
+from t1.trainer.buffer import StepRecord, TrajectoryBuffer
+from t1.trainer.checkpoint import Checkpointer
+from t1.trainer.demos import load_demos
+from t1.trainer.learner import Learner
+from t1.trainer.models import load_critic, load_policy
+from t1.trainer.publish import PublishedVersion, Publisher
+from t1.trajectory.codec import decode_trajectory
+
+log = logging.getLogger(__name__)
+
+
+class Stage(StrEnum):
+    SFT = "sft"
+    CRITIC_WARMUP = "critic_warmup"
+    PPO = "ppo"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainState:
+    """Counters that a checkpoint restores (kept in the buffer database's meta table)."""
+
+    step: int = 0
+    policy_version: int = 0
+    sft_steps: int = 0
+    warmup_steps: int = 0
+    ppo_steps: int = 0
+    dropped_stale_tokens: int = 0
+    checkpoint_tag: str | None = None
+    checkpoint_tags: tuple[str, ...] = ()
+    last_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    stage: Stage
+    state: TrainState
+    published: PublishedVersion | None
+
+
+def policy_path(cfg: T1Config) -> Path:
+    return cfg.trainer.policy_path or cfg.inference.model.path
+
+
+class TrainerCore:
+    """Builds the engines from config and runs steps; call from one thread at a time."""
+
+    def __init__(self, cfg: T1Config) -> None:
+        tc = self.tc = cfg.trainer
+        self.cfg = cfg
+        self.group_size = cfg.rollout.group_size
+        self.process_rewards = cfg.reward.process_every_k_turns is not None
+        self.work_dir = tc.work_dir
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(tc.seed)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        ds.init_distributed()
+        self.device = ds.device()
+        src = policy_path(cfg)
+        self.buffer = TrajectoryBuffer(self.work_dir / "buffer.sqlite") if ds.rank() == 0 else None
+        policy = load_policy(src).to(self.device)
+        critic = load_critic(tc.critic_path or src).to(self.device)
+        lr_policy = None
+        self.policy = ds.build_engine(policy, tc.deepspeed, lr_policy, tc.activation_checkpointing)
+        self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing)
+        reference = None
+        if tc.rl.kl_coef > 0:
+            reference = load_policy(src).to(self.device).eval().requires_grad_(False)
+        self.learner = Learner(self.policy, self.critic, tc.rl, self.device, reference,
+                               temperature=cfg.rollout.sampling.temperature)
+        routers = find_routers(self.policy.module)
+        self.routing_spec = RoutingSpec(len(routers), routers[0].top_k, routers[0].num_experts)
+        self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)
+        self.checkpointer = Checkpointer(self.work_dir / "checkpoints")
+        self.demos: list[TrainSequence] = []
+        if tc.warm_start.sft_steps > 0 and tc.warm_start.demos_path is not None:
+            self.demos = load_demos(tc.warm_start.demos_path)
+        self.state = self._restore()
+        self._uncommitted: list[StepRecord] = []
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _restore(self) -> TrainState:
+        meta = ds.broadcast_object(self.buffer.meta() if self.buffer is not None else {})
+        fields: dict[str, Any] = {k: (tuple(v) if k == "checkpoint_tags" else v) for k, v in meta.items()
+                                  if k in TrainState.__dataclass_fields__}
+        state = TrainState(**fields)
+        if state.checkpoint_tag is not None:
+            self.checkpointer.load(state.checkpoint_tag, self.policy, self.critic)
+            log.info("resumed from checkpoint %s: step %d, policy version %d", state.checkpoint_tag, state.step,
+                     state.policy_version)
+        if ds.rank() == 0:
+            self.publisher.drop_after(state.policy_version)
+            have = {v.version for v in self.publisher.published()}
+            if state.policy_version > 0 and state.policy_version not in have:
+                self._publish(state.policy_version, state.step)
+        return state
+
+    def stage(self) -> Stage:
+        s, ws = self.state, self.tc.warm_start
+        if s.sft_steps < ws.sft_steps and self.demos:
+            return Stage.SFT
+        if s.warmup_steps < ws.critic_warmup_steps:
+            return Stage.CRITIC_WARMUP
+        if s.ppo_steps < self.tc.max_steps:
+            return Stage.PPO
+        return Stage.DONE
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def take_groups(self) -> list[tuple[str, list[tuple[str, bytes]]]] | None:
+        """Rank 0: the next step's complete groups, or None when not enough are buffered."""
+        assert self.buffer is not None
+        taken = {g for record in self._uncommitted for g in record.group_ids}
+        groups = self.buffer.complete_groups(self.group_size, self.tc.rl.groups_per_step, taken)
+        return groups if len(groups) >= self.tc.rl.groups_per_step else None
+
+    def step(self, groups: list[tuple[str, list[tuple[str, bytes]]]] | None) -> StepOutcome:
+        """One step of the current stage (groups: the rollouts for warm-up and PPO steps)."""
+        stage = self.stage()
+        if stage == Stage.DONE:
+            raise RuntimeError("training is done")
+        s = self.state
+        ids: tuple[str, ...] = ()
+        group_ids: tuple[str, ...] = ()
+        if stage == Stage.SFT:
+            metrics = self.learner.sft_step(self.demos)
+            new = replace(s, sft_steps=s.sft_steps + 1)
+        else:
+            assert groups is not None
+            ids = tuple(tid for _, members in groups for tid, _ in members)
+            group_ids = tuple(g for g, _ in groups)
+            trajs = [[decode_trajectory(p) for _, p in members] for _, members in groups]
+            seqs, stats = build_sequences(trajs, s.policy_version, self.tc.rl.max_policy_lag,
+                                          self.cfg.reward.infra_error_policy, self.process_rewards)
+            metrics = self._rl_metrics(seqs, stats, update_policy=stage == Stage.PPO)
+            new = replace(s, dropped_stale_tokens=s.dropped_stale_tokens + stats.dropped_stale_tokens)
+            new = replace(new, warmup_steps=new.warmup_steps + 1) if stage == Stage.CRITIC_WARMUP else \
+                replace(new, ppo_steps=new.ppo_steps + 1)
+        updated_policy = stage in (Stage.SFT, Stage.PPO)
+        new = replace(new, step=s.step + 1, policy_version=s.policy_version + int(updated_policy),
+                      last_metrics=metrics)
+        self.state = new
+        self._uncommitted.append(StepRecord(new.step, str(stage), new.policy_version, ids, metrics, group_ids))
+        log.info("step %d (%s) version %d: %s", new.step, stage, new.policy_version,
+                 ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
+        if new.step % self.tc.checkpoint_every == 0 or self.stage() != stage:
+            self.commit()
+        published = self._publish(new.policy_version, new.step) if updated_policy else None
+        return StepOutcome(stage, self.state, published)
+
+    def _rl_metrics(self, seqs: list[TrainSequence], stats: BatchStats, update_policy: bool) -> dict[str, float]:
+        metrics: dict[str, float] = {
+            "reward_mean": stats.reward_mean, "policy_lag": stats.policy_lag_mean,
+            "policy_lag_max": float(stats.policy_lag_max), "dropped_stale_tokens": float(stats.dropped_stale_tokens),
+            "dropped_infra_trajectories": float(stats.dropped_infra_trajectories),
+            "dropped_groups": float(stats.dropped_groups), "trajectories": float(stats.num_trajectories),
+        }
+        if stats.num_action_tokens == 0:
+            return metrics
+        prep = self.learner.prepare(seqs)
+        metrics.update(prep.metrics)
+        metrics.update(self.learner.ppo_step(seqs, prep, update_policy))
+        return metrics
+
+    def commit(self) -> None:
+        """Checkpoint, then record the uncommitted steps and the checkpoint in one transaction."""
+        tag = f"step{self.state.step}"
+        self.checkpointer.save(tag, self.policy, self.critic)
+        tags = (*self.state.checkpoint_tags, tag)[-2:]
+        self.state = replace(self.state, checkpoint_tag=tag, checkpoint_tags=tags)
+        if self.buffer is not None:
+            meta: dict[str, Any] = {k: getattr(self.state, k) for k in TrainState.__dataclass_fields__}
+            meta["checkpoint_tags"] = list(tags)
+            self.buffer.commit_steps(self._uncommitted, meta)
+        self._uncommitted = []
+        self.checkpointer.prune(list(tags))
+
+    def commit_pending(self) -> None:
+        """Commit steps taken since the last checkpoint (on shutdown)."""
+        if self._uncommitted:
+            self.commit()
+
+    def _publish(self, version: int, step: int) -> PublishedVersion | None:
+        sd = ds.full_state_dict(self.policy)
+        if sd is None:
+            return None
+        return self.publisher.publish(self.policy.module, sd, version, step)
+
+    def save_manual(self, tag: str) -> Path:
+        return self.checkpointer.save(tag, self.policy, self.critic)
+
+    def close(self) -> None:
+        if self.buffer is not None:
+            self.buffer.close()

@@ -1,0 +1,50 @@
+"""Demonstrations for the SFT warm-start stage: oracle runs in TITO form, read from spool files.
+
+A demonstration is an ordinary trajectory record (the oracle's solution run through the rollout
+path); SFT trains on its loss-mask tokens. demos_path is one file of concatenated records or a
+folder of such files (*.msgpack, read in name order).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from t1.trainer.batch import TrainSequence, validate_trajectory
+from t1.trajectory.codec import iter_trajectories
+from t1.trajectory.types import EpisodeStatus
+
+
+def demo_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.msgpack") if p.is_file())
+        if files:
+            return files
+        raise FileNotFoundError(f"trainer.warm_start.demos_path: no *.msgpack files in {path}")
+    raise FileNotFoundError(f"trainer.warm_start.demos_path: {path} does not exist")
+
+
+def load_demos(path: Path) -> list[TrainSequence]:
+    """Every segment of every non-infra-error demonstration, as SFT sequences."""
+    seqs: list[TrainSequence] = []
+    for f in demo_files(path):
+        with f.open("rb") as fh:
+            for traj in iter_trajectories(fh):
+                if traj.status == EpisodeStatus.INFRA_ERROR:
+                    continue
+                validate_trajectory(traj)
+                for i, seg in enumerate(traj.segments):
+                    n = seg.num_tokens
+                    seqs.append(TrainSequence(
+                        trajectory_id=traj.id, group_id=traj.group_id, segment=i,
+                        token_ids=np.asarray(seg.token_ids, dtype=np.int32),
+                        behav_logp=np.asarray(seg.logprobs, dtype=np.float32),
+                        loss_mask=seg.loss_mask.astype(bool), versions=np.asarray(seg.policy_versions, dtype=np.int32),
+                        routing=seg.routing, rewards=np.zeros(n, dtype=np.float32),
+                    ))
+    if not seqs:
+        raise ValueError(f"trainer.warm_start.demos_path: {path} holds no usable demonstration")
+    return seqs

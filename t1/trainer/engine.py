@@ -1,0 +1,125 @@
+"""DeepSpeed plumbing: the process group, engines built from the config's DeepSpeed section, and
+full-weight gathering for publishing.
+
+Single-process runs (tests, the local stack) set the torch.distributed environment themselves
+(rank 0 of 1 on 127.0.0.1, gloo on CPU); torchrun or the deepspeed launcher set it for
+multi-process runs. The trainer owns its gradient accumulation: a step feeds a variable number of
+token-budget micro-batches, so engines run with managed_gradient_accumulation false and one
+engine.step() per optimizer step.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from typing import Any
+
+import torch
+from torch import nn
+
+from t1.routing.adapters import find_routers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed() -> None:
+    """Join (or, alone, create) the process group; idempotent."""
+    import deepspeed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(free_port()))
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    deepspeed.init_distributed(dist_backend=backend, verbose=False)
+
+
+def shutdown_distributed() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+
+
+def world_size() -> int:
+    return torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's value on every rank (identity when alone)."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def zero_stage(ds_config: dict[str, Any]) -> int:
+    return int(ds_config.get("zero_optimization", {}).get("stage", 0))
+
+
+def engine_config(ds_config: dict[str, Any], lr: float | None = None) -> dict[str, Any]:
+    """The DeepSpeed config an engine gets: the user's section, trainer-owned accumulation, lr."""
+    cfg = copy.deepcopy(ds_config)
+    cfg["managed_gradient_accumulation"] = False
+    cfg.pop("train_batch_size", None)
+    cfg.setdefault("train_micro_batch_size_per_gpu", 1)
+    cfg.setdefault("gradient_accumulation_steps", 1)
+    cfg.setdefault("steps_per_print", 10**9)
+    if lr is not None:
+        cfg.setdefault("optimizer", {"type": "AdamW", "params": {}}).setdefault("params", {})["lr"] = lr
+    return cfg
+
+
+def moe_block_classes(model: nn.Module) -> list[type]:
+    """Classes of the modules that own an MoE router (Qwen3MoeSparseMoeBlock, ...): ZeRO-3 leaves."""
+    router_modules = {id(r.module) for r in find_routers(model)}
+    classes: dict[str, type] = {}
+    for module in model.modules():
+        if any(id(child) in router_modules for child in module.children()):
+            classes[type(module).__name__] = type(module)
+    return list(classes.values())
+
+
+def build_engine(model: nn.Module, ds_config: dict[str, Any], lr: float | None = None,
+                 activation_checkpointing: bool = False) -> Any:
+    """A DeepSpeedEngine over `model`, optimizer from the config."""
+    import deepspeed
+
+    cfg = engine_config(ds_config, lr)
+    inner: Any = getattr(model, "backbone", model)  # the critic wraps a transformers backbone
+    if activation_checkpointing:
+        enable = getattr(inner, "activation_checkpointing_enable", None) or inner.gradient_checkpointing_enable
+        enable()
+    if zero_stage(cfg) == 3:
+        from deepspeed.utils import set_z3_leaf_modules
+
+        set_z3_leaf_modules(inner, moe_block_classes(inner))
+    params = [p for p in model.parameters() if p.requires_grad]
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg)
+    return engine
+
+
+def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
+    """Every parameter and buffer, gathered (a collective under ZeRO-3); None on ranks other than 0."""
+    if engine.zero_optimization_stage() == 3:
+        sd = engine._zero3_consolidated_16bit_state_dict()
+    else:
+        sd = engine.module.state_dict()
+    if rank() != 0:
+        return None
+    return {k: v.detach().cpu().contiguous() for k, v in sd.items()}

@@ -1,0 +1,126 @@
+"""TrainerService over gRPC: durable intake of trajectories, status, version announcements, checkpoints.
+
+The servicer only adapts: PushTrajectories decodes and validates each record, stores it in the
+durable buffer (off the event loop) and acknowledges it by id; training happens in the loop of
+t1/trainer/app.py, which the servicer wakes when data arrives and asks for manual checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import grpc
+
+from t1.rpc.errors import RequestError, rpc_errors
+from t1.trainer.batch import RoutingSpec, validate_trajectory
+from t1.trainer.buffer import TrajectoryBuffer
+from t1.trainer.core import Stage, TrainState
+from t1.trainer.publish import PublishedVersion
+from t1.trajectory.codec import decode_trajectory
+from t1.v1 import trainer_pb2 as pb
+from t1.v1 import trainer_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+STAGE_PB = {
+    Stage.SFT: pb.TRAINER_STAGE_SFT, Stage.CRITIC_WARMUP: pb.TRAINER_STAGE_CRITIC_WARMUP,
+    Stage.PPO: pb.TRAINER_STAGE_PPO, Stage.DONE: pb.TRAINER_STAGE_DONE,
+}
+
+
+class VersionBoard:
+    """Published versions, and a condition that wakes watchers when a new one appears."""
+
+    def __init__(self, published: list[PublishedVersion]) -> None:
+        self._versions = sorted(published, key=lambda v: v.version)
+        self._changed = asyncio.Condition()
+
+    async def announce(self, version: PublishedVersion) -> None:
+        async with self._changed:
+            self._versions = [v for v in self._versions if v.version != version.version] + [version]
+            self._changed.notify_all()
+
+    def after(self, version: int) -> list[PublishedVersion]:
+        return [v for v in self._versions if v.version > version]
+
+    async def wait_after(self, version: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: bool(self.after(version)))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRequest:
+    tag: str
+    done: asyncio.Future
+
+
+def _version_pb(v: PublishedVersion) -> pb.WeightVersion:
+    return pb.WeightVersion(version=v.version, path=str(v.path), step=v.step, published_unix=v.published_unix)
+
+
+class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
+    def __init__(self, buffer: TrajectoryBuffer, group_size: int, board: VersionBoard, wake: asyncio.Event,
+                 checkpoints: asyncio.Queue[CheckpointRequest], status: Callable[[], tuple[TrainState, Stage]],
+                 routing: RoutingSpec | None = None) -> None:
+        self.buffer, self.group_size, self.board, self.wake = buffer, group_size, board, wake
+        self.checkpoints, self.status, self.routing = checkpoints, status, routing
+
+    async def PushTrajectories(self, request_iterator: AsyncIterator[pb.TrajectoryEnvelope],
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[pb.PushAck]:
+        async for env in request_iterator:
+            yield await self._accept(env)
+
+    async def _accept(self, env: pb.TrajectoryEnvelope) -> pb.PushAck:
+        try:
+            if not env.trajectory_id:
+                raise ValueError("trajectory_id is empty")
+            traj = decode_trajectory(env.payload)
+            if traj.id != env.trajectory_id:
+                raise ValueError(f"trajectory_id {env.trajectory_id!r} differs from the record's id {traj.id!r}")
+            validate_trajectory(traj, self.routing)
+        except ValueError as exc:
+            log.warning("rejected trajectory %r: %s", env.trajectory_id, exc)
+            return pb.PushAck(trajectory_id=env.trajectory_id, status=pb.ACK_STATUS_REJECTED, error=str(exc))
+        new = await asyncio.to_thread(self.buffer.add, traj.id, traj.group_id, bytes(env.payload))
+        if new:
+            self.wake.set()
+        return pb.PushAck(trajectory_id=traj.id, status=pb.ACK_STATUS_ACCEPTED if new else pb.ACK_STATUS_DUPLICATE)
+
+    @rpc_errors
+    async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext) -> pb.TrainerStatus:
+        state, stage = self.status()
+        counts = await asyncio.to_thread(self.buffer.counts, self.group_size)
+        metrics = {k: float(v) for k, v in state.last_metrics.items()}
+        return pb.TrainerStatus(
+            step=state.step, policy_version=state.policy_version, stage=STAGE_PB[stage],
+            buffered_trajectories=counts["pending"], buffered_groups=counts["groups"],
+            accepted_trajectories=counts["accepted"], dropped_stale_tokens=state.dropped_stale_tokens,
+            last_metrics=metrics,
+        )
+
+    @rpc_errors
+    async def WatchVersions(self, request: pb.WatchVersionsRequest,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WeightVersion]:
+        if request.from_version < 0:
+            raise RequestError(f"from_version must be >= 0, got {request.from_version}")
+        last = request.from_version
+        while True:
+            for v in self.board.after(last):
+                yield _version_pb(v)
+                last = v.version
+            await self.board.wait_after(last)
+
+    @rpc_errors
+    async def SaveCheckpoint(self, request: pb.SaveCheckpointRequest,
+                             context: grpc.aio.ServicerContext) -> pb.CheckpointInfo:
+        tag = request.tag or "manual"
+        if not tag.replace("-", "").replace("_", "").isalnum() or tag.startswith("step"):
+            raise RequestError(f"tag {tag!r}: use letters, digits, '-' and '_', not starting with 'step'")
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self.checkpoints.put(CheckpointRequest(tag, done))
+        self.wake.set()
+        path, state = await done
+        return pb.CheckpointInfo(path=str(path), step=state.step, policy_version=state.policy_version)

@@ -1,0 +1,86 @@
+"""Reward placement, GAE and advantage normalisation against hand-computed values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from t1.trainer.advantages import episode_gae, gae, normalize_advantages, place_rewards
+from t1.trajectory.types import TurnSpan
+
+
+def test_gae_matches_hand_computation() -> None:
+    # gamma 0.9, lambda 0.8: delta2 = 1 - 0.4 = 0.6; delta1 = 0.9*0.4 - 0.2 = 0.16;
+    # delta0 = 0.9*0.2 - 0.5 = -0.32; A1 = 0.16 + 0.72*0.6 = 0.592; A0 = -0.32 + 0.72*0.592 = 0.10624
+    adv, ret = gae(np.array([0.0, 0.0, 1.0]), np.array([0.5, 0.2, 0.4]), gamma=0.9, lam=0.8)
+    np.testing.assert_allclose(adv, [0.10624, 0.592, 0.6], rtol=1e-6)
+    np.testing.assert_allclose(ret, [0.60624, 0.792, 1.0], rtol=1e-6)
+
+
+def test_gae_lambda_one_gamma_one_is_return_minus_value() -> None:
+    adv, ret = gae(np.array([1.0, 0.0, 2.0]), np.array([0.3, -1.0, 0.7]), gamma=1.0, lam=1.0)
+    np.testing.assert_allclose(ret, [3.0, 2.0, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(adv, [2.7, 3.0, 1.3], rtol=1e-6)
+
+
+def test_gae_does_not_bootstrap_past_the_episode_end() -> None:
+    # A huge value on the last token must not leak into a "next" value: the last delta is r - V.
+    adv, _ = gae(np.array([0.0, 1.0]), np.array([0.0, 100.0]), gamma=1.0, lam=1.0)
+    assert adv[1] == pytest.approx(-99.0)
+
+
+def test_episode_gae_skips_observation_tokens_and_chains_segments() -> None:
+    seg0 = np.array([False, True, True, False, True])   # actions at 1, 2, 4 (3 is an observation)
+    seg1 = np.array([False, False, True, True])          # actions at 2, 3; bootstraps from seg0's end
+    rewards = [np.zeros(5, np.float32), np.array([0, 0, 0, 1.0], np.float32)]
+    values = [np.full(5, 0.25, np.float32), np.full(4, 0.25, np.float32)]
+    advs, rets = episode_gae([seg0, seg1], rewards, values, gamma=1.0, lam=1.0)
+    np.testing.assert_allclose(advs[0], [0, 0.75, 0.75, 0, 0.75])
+    np.testing.assert_allclose(advs[1], [0, 0, 0.75, 0.75])
+    np.testing.assert_allclose(rets[0][seg0], 1.0)
+    # gamma < 1 discounts per action token, not per position: 5 actions -> gamma^4 at the first.
+    advs, rets = episode_gae([seg0, seg1], rewards, [np.zeros(5), np.zeros(4)], gamma=0.5, lam=1.0)
+    np.testing.assert_allclose(rets[0][seg0], [0.0625, 0.125, 0.25])
+
+
+def test_count_reward_sits_on_the_last_action_token() -> None:
+    masks = [np.array([0, 1, 1, 0], bool), np.array([0, 1, 1, 0, 0], bool)]
+    r = place_rewards(masks, [(), ()], episode_reward=3.0, process_rewards=False)
+    np.testing.assert_array_equal(r[0], [0, 0, 0, 0])
+    np.testing.assert_array_equal(r[1], [0, 0, 3, 0, 0])
+
+
+def test_process_rewards_sit_on_the_turns_that_earned_them() -> None:
+    masks = [np.array([0, 1, 1, 0, 1], bool), np.array([0, 0, 1, 1], bool)]
+    turns = [(TurnSpan(1, 3, 1.0), TurnSpan(4, 5, 0.0)), (TurnSpan(2, 4, 1.0),)]
+    r = place_rewards(masks, turns, episode_reward=3.0, process_rewards=True)
+    # turn rewards at each turn's last action; the rest of the episode reward (3 - 2) at the end
+    np.testing.assert_array_equal(r[0], [0, 0, 1, 0, 0])
+    np.testing.assert_array_equal(r[1], [0, 0, 0, 2])
+    assert sum(float(x.sum()) for x in r) == pytest.approx(3.0)
+    # process rewards off: turn rewards are ignored, the episode reward is at the end
+    r = place_rewards(masks, turns, episode_reward=3.0, process_rewards=False)
+    np.testing.assert_array_equal(r[1], [0, 0, 0, 3])
+
+
+def test_reward_on_a_turn_without_action_tokens_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no action token"):
+        place_rewards([np.array([0, 0, 1], bool)], [(TurnSpan(0, 2, 1.0),)], 1.0, process_rewards=True)
+    with pytest.raises(ValueError, match="outside segment"):
+        place_rewards([np.array([0, 1], bool)], [(TurnSpan(0, 5, 1.0),)], 1.0, process_rewards=True)
+
+
+def test_advantage_normalisation_modes() -> None:
+    masks = [np.array([True, True]), np.array([True, False]), np.array([True, True])]
+    advs = [np.array([1.0, 3.0]), np.array([5.0, 99.0]), np.array([2.0, 2.0])]
+    groups = ["a", "a", "b"]
+    none = normalize_advantages(advs, masks, groups, "none")
+    np.testing.assert_array_equal(none[1], [5.0, 99.0])
+    glob = normalize_advantages(advs, masks, groups, "global")
+    vals = np.array([1, 3, 5, 2, 2.0])
+    np.testing.assert_allclose(glob[0], (np.array([1, 3]) - vals.mean()) / vals.std(), rtol=1e-5)
+    assert glob[1][1] == 0.0  # masked-out positions get no advantage
+    grp = normalize_advantages(advs, masks, groups, "group")
+    a = np.array([1, 3, 5.0])
+    np.testing.assert_allclose(grp[0], (np.array([1, 3]) - a.mean()) / a.std(), rtol=1e-5)
+    np.testing.assert_array_equal(grp[2], [0.0, 0.0])  # no spread: centred, not scaled

@@ -1,0 +1,106 @@
+"""Batching: infra-error policy, staleness bound, micro-batches, record validation; the durable buffer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from trainer_synth import segment, trajectory
+
+from t1.trainer.batch import build_sequences, micro_batches, validate_trajectory
+from t1.trainer.buffer import StepRecord, TrajectoryBuffer
+from t1.trajectory.types import EpisodeStatus
+
+
+def _group(name: str, infra: bool = False) -> list:
+    ok = trajectory(f"{name}-0", name, [segment([5, 6, 7, 8], 2)], reward=1.0)
+    other = trajectory(f"{name}-1", name, [segment([5, 6, 9, 9], 2)], reward=0.0,
+                       status=EpisodeStatus.INFRA_ERROR if infra else EpisodeStatus.OK)
+    return [ok, other]
+
+
+def test_infra_error_attempts_never_enter_a_batch() -> None:
+    groups = [_group("a", infra=True), _group("b")]
+    seqs, stats = build_sequences(groups, 0, 4, "drop_attempt", process_rewards=False)
+    assert [s.trajectory_id for s in seqs] == ["a-0", "b-0", "b-1"]
+    assert stats.dropped_infra_trajectories == 1 and stats.dropped_groups == 0
+    seqs, stats = build_sequences(groups, 0, 4, "drop_group", process_rewards=False)
+    assert [s.trajectory_id for s in seqs] == ["b-0", "b-1"]
+    assert stats.dropped_groups == 1
+
+
+def test_tokens_older_than_max_policy_lag_are_dropped_and_counted() -> None:
+    seg = segment([1, 2, 3, 4, 5], 2)
+    seg.policy_versions[2:] = [2, 3, 5]   # lags 3, 2, 0 at current version 5
+    traj = trajectory("t", "g", [seg], reward=1.0)
+    seqs, stats = build_sequences([[traj]], current_version=5, max_lag=2, infra_policy="drop_attempt",
+                                  process_rewards=False)
+    np.testing.assert_array_equal(seqs[0].loss_mask, [False, False, False, True, True])
+    assert stats.dropped_stale_tokens == 1
+    assert stats.policy_lag_mean == pytest.approx(1.0) and stats.policy_lag_max == 2
+    np.testing.assert_array_equal(seqs[0].rewards, [0, 0, 0, 0, 1])
+
+
+def test_micro_batches_respect_the_token_budget() -> None:
+    assert micro_batches([10, 3, 8, 2], 16) == [[0], [2, 1], [3]]
+    assert micro_batches([40, 3], 16) == [[0], [1]]  # too long for the budget: alone
+    batches = micro_batches(list(range(1, 30)), 32)
+    assert sorted(i for b in batches for i in b) == list(range(29))
+    lengths = list(range(1, 30))
+    assert all(max(lengths[i] for i in b) * len(b) <= 32 or len(b) == 1 for b in batches)
+
+
+def test_records_that_cannot_be_trained_on_are_named() -> None:
+    bad = segment([1, 2, 3], 1)
+    bad.logprobs[2] = np.nan
+    with pytest.raises(ValueError, match="no behaviour logprob"):
+        validate_trajectory(trajectory("t", "g", [bad], 1.0))
+    with pytest.raises(ValueError, match="position 0"):
+        validate_trajectory(trajectory("t", "g", [segment([1, 2], 0)], 1.0))
+    with pytest.raises(ValueError, match="group_id is empty"):
+        validate_trajectory(trajectory("t", "", [segment([1, 2], 1)], 1.0))
+
+
+def test_buffer_is_durable_idempotent_and_consumes_only_on_commit(tmp_path: Path) -> None:
+    db = tmp_path / "buffer.sqlite"
+    buf = TrajectoryBuffer(db)
+    assert buf.add("a", "g1", b"x") and buf.add("b", "g1", b"y") and buf.add("c", "g2", b"z")
+    assert not buf.add("a", "g1", b"x")
+    assert [g for g, _ in buf.complete_groups(2, 10)] == ["g1"]
+    assert buf.counts(2) == {"accepted": 3, "pending": 3, "groups": 1}
+    buf.close()
+    buf = TrajectoryBuffer(db)  # reopen: everything acknowledged is still there
+    groups = buf.complete_groups(2, 10)
+    assert groups == [("g1", [("a", b"x"), ("b", b"y")])]
+    buf.commit_steps([StepRecord(1, "ppo", 1, ("a", "b"), {"loss": 0.5})], {"step": 1})
+    assert buf.complete_groups(2, 10) == []
+    assert not buf.add("a", "g1", b"x")  # trained ids stay known
+    assert buf.meta() == {"step": 1}
+    assert buf.steps()[0].trajectory_ids == ("a", "b")
+    assert buf.counts(1) == {"accepted": 3, "pending": 1, "groups": 1}
+    buf.close()
+
+
+def test_routing_and_turns_that_do_not_fit_are_named() -> None:
+    from t1.trainer.batch import RoutingSpec
+    from t1.trajectory.types import TurnSpan
+
+    spec = RoutingSpec(num_layers=3, top_k=2, num_experts=8)
+    ok = np.zeros((4, 3, 2), np.uint8)
+    ok[-1] = 255  # the last token has no routing
+    validate_trajectory(trajectory("t", "g", [segment([1, 2, 3, 4], 2, routing=ok)], 1.0), spec)
+    with pytest.raises(ValueError, match="does not fit"):
+        validate_trajectory(trajectory("t", "g", [segment([1, 2, 3, 4], 2, routing=np.zeros((4, 2, 2), np.uint8))], 1.0), spec)
+    wrong = ok.copy()
+    wrong[0, 0, 0] = 9
+    with pytest.raises(ValueError, match="expert 9"):
+        validate_trajectory(trajectory("t", "g", [segment([1, 2, 3, 4], 2, routing=wrong)], 1.0), spec)
+    with pytest.raises(ValueError, match="no loss-mask token"):
+        validate_trajectory(trajectory("t", "g", [segment([1, 2, 3, 4], 2, turns=(TurnSpan(0, 2, 1.0),))], 1.0))
+
+
+def test_infra_error_records_are_accepted_whatever_they_hold() -> None:
+    broken = segment([1, 2, 3], 1)
+    broken.logprobs[2] = np.nan  # a crashed episode may hold anything; it only completes its group
+    validate_trajectory(trajectory("t", "g", [broken], 0.0, status=EpisodeStatus.INFRA_ERROR))

@@ -1,0 +1,79 @@
+"""Warm-start stages in order (SFT on demonstrations, critic warm-up, PPO) and checkpoint resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from trainer_synth import segment, trainer_config, trajectory
+
+from t1.trainer.core import Stage, TrainerCore
+from t1.trajectory.codec import encode_trajectory
+
+
+def _rollouts(core: TrainerCore, step: int, version: int = 0) -> None:
+    assert core.buffer is not None
+    for g in range(2):
+        for a in range(2):
+            t = trajectory(f"{step}-{g}-{a}", f"{step}-{g}", [segment([20, 21, 22, 30 + a, 40], 3, version=version)],
+                           reward=float(a))
+            core.buffer.add(t.id, t.group_id, encode_trajectory(t))
+
+
+def test_sft_then_critic_warmup_then_ppo(tmp_path: Path, tiny_model_dir: Path) -> None:
+    demo_tokens = [11, 12, 13, 500, 501, 502, 503]
+    demos = tmp_path / "demos.msgpack"
+    with demos.open("wb") as f:
+        for i in range(2):
+            f.write(encode_trajectory(trajectory(f"demo{i}", "demo", [segment(demo_tokens, 3)], reward=1.0)))
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-3, extra={
+        "trainer.warm_start.sft_steps": 4, "trainer.warm_start.demos_path": str(demos),
+        "trainer.warm_start.critic_warmup_steps": 2, "trainer.max_steps": 1})
+    core = TrainerCore(cfg)
+    nll = []
+    for i in range(4):
+        assert core.stage() == Stage.SFT
+        out = core.step(None)
+        assert out.published is not None and out.published.version == i + 1
+        nll.append(out.state.last_metrics["sft_nll"])
+    assert nll[-1] < nll[0] * 0.7, nll
+    for i in range(2):
+        assert core.stage() == Stage.CRITIC_WARMUP
+        _rollouts(core, i, version=4)
+        out = core.step(core.take_groups())
+        assert out.published is None and out.state.policy_version == 4
+    assert core.stage() == Stage.PPO
+    _rollouts(core, 9, version=4)
+    out = core.step(core.take_groups())
+    assert out.published is not None and out.published.version == 5 and core.stage() == Stage.DONE
+    assert [r.kind for r in core.buffer.steps()] == ["sft"] * 4 + ["critic_warmup"] * 2 + ["ppo"]
+    core.close()
+
+
+def test_restart_restores_weights_optimizer_and_counters(tmp_path: Path, tiny_model_dir: Path) -> None:
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-3, extra={"trainer.checkpoint_every": 2})
+    core = TrainerCore(cfg)
+    for i in range(3):
+        _rollouts(core, i)
+        core.step(core.take_groups())
+    # steps 1-2 are committed with checkpoint step2; step 3 is not (checkpoint_every=2)
+    core.close()
+    again = TrainerCore(cfg)
+    assert again.state.step == 2 and again.state.policy_version == 2 and again.state.checkpoint_tag == "step2"
+    assert [p.version for p in again.publisher.published()] == [1, 2]  # v3 rolled back with its step
+    assert again.buffer is not None
+    pending = again.take_groups()
+    assert pending is not None and [g for g, _ in pending] == ["2-0", "2-1"]  # step 3 is trained again
+    from transformers import AutoModelForCausalLM
+
+    published = AutoModelForCausalLM.from_pretrained(str(again.publisher.published()[-1].path)).state_dict()
+    live = again.policy.module.state_dict()
+    assert published.keys() == live.keys()
+    assert all(torch.equal(published[k], live[k]) for k in published)
+    adam_state = again.policy.optimizer.optimizer.state  # empty in a fresh engine until it steps
+    assert any("exp_avg" in st for st in adam_state.values()), "optimizer state was not restored"
+    out = again.step(pending)
+    assert out.state.step == 3 and out.published is not None and out.published.version == 3
+    assert np.isfinite(out.state.last_metrics["value_loss"])
+    again.close()
