@@ -63,6 +63,7 @@ class CommandProviderConfig(Section):
     destroy: list[str] = Field(default_factory=list, description="argv; '{id}' is replaced by the sandbox id.")
     known_hosts: Path | None = Field(None, description="known_hosts for created hosts.")
     insecure_skip_host_verification: bool = Field(False, description="Explicitly turn host-key verification off.")
+    timeout_s: float = Field(900.0, gt=0, description="Longest a create or destroy command may run.")
 
 
 class PoolConfig(Section):
@@ -75,6 +76,8 @@ class PoolConfig(Section):
     max_creates_per_s: float = Field(20.0, gt=0, description="Cap on the creation rate.")
     quarantine_after: int = Field(3, ge=1, description="Consecutive failures before a host is quarantined.")
     quarantine_s: float = Field(300.0, ge=0, description="How long a host stays quarantined.")
+    health_check: bool = Field(True, description="Run a trivial command on every new sandbox before handing it out.")
+    health_check_timeout_s: float = Field(30.0, gt=0, description="Deadline of that health check.")
 
 
 class SandboxConfig(Section):

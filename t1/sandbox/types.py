@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -34,6 +35,21 @@ class Shell(Protocol):
     async def read_file(self, path: str) -> bytes: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Terminal(Shell, Protocol):
+    """A shell on a PTY, driven by keystrokes and read as a rendered screen (Terminus-2 style)."""
+
+    async def send_keys(self, keys: str | Iterable[str]) -> None:
+        """Type text and tmux-style key names (`C-c`, `C-d`, `Escape`, `Up`, `Enter`, ...)."""
+        ...
+
+    def screen(self) -> str: ...
+
+    async def keystrokes(self, keys: str | Iterable[str], duration_s: float = 1.0) -> str:
+        """Send keys, wait `duration_s`, return the screen."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

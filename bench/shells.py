@@ -1,0 +1,271 @@
+"""Shell round trips and concurrent shells: framed shell vs exec-per-command vs tmux polling.
+
+Run: .venv/bin/python bench/shells.py [--commands 300] [--shells 1000] [--out FILE]
+
+Against a loopback OpenSSH sshd and the embedded server (bubblewrap on) it measures, for a
+trivial command, the round trip (p50/p99) and commands per second of
+  (a) the persistent framed shell (`SshShell.run`),
+  (b) one SSH exec channel per command,
+  (c) Terminal-Bench harness style: `tmux send-keys` then `tmux capture-pane` polling, each an exec;
+then how many idle framed shells one process holds open at once and the client memory per
+shell (RSS growth of this process / shells). For the concurrency run the embedded server lives
+in a child process so that its memory is not counted as client memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import asyncssh
+
+from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.sandbox.local import LocalProvider
+from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
+from t1.sandbox.ssh_shell import SshShell
+from t1.sandbox.sshd import SshdProcess
+from t1.sandbox.types import SandboxRequest
+
+SHELL_CFG = ShellConfig()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _summary(latencies: list[float], wall_s: float) -> dict[str, float]:
+    return {"p50_ms": 1000 * statistics.median(latencies), "p99_ms": 1000 * _pct(latencies, 0.99),
+            "cmds_per_s": len(latencies) / wall_s, "n": len(latencies)}
+
+
+async def bench_framed(sandbox: SshSandbox, n: int) -> dict[str, float]:
+    shell = await sandbox.open_shell()
+    for _ in range(10):
+        await shell.run("true")
+    lat, start = [], time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        result = await shell.run("true")
+        lat.append(time.perf_counter() - t)
+        assert result.exit_code == 0
+    out = _summary(lat, time.perf_counter() - start)
+    await shell.close()
+    return out
+
+
+async def bench_exec(sandbox: SshSandbox, n: int) -> dict[str, float]:
+    lat, start = [], time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        result = await sandbox.conn.run("true", check=True)
+        lat.append(time.perf_counter() - t)
+        assert result.exit_status == 0
+    return _summary(lat, time.perf_counter() - start)
+
+
+async def bench_tmux(sandbox: SshSandbox, n: int, scratch: str) -> dict[str, float]:
+    """send-keys + capture-pane polling, every tmux call its own exec (as a harness does with docker exec)."""
+    keeper = await sandbox.open_shell()  # keeps the tmux server's sandbox session (PID namespace) alive
+    sock = f"{scratch}/t1-bench-tmux.sock"
+    started = await keeper.run(f"tmux -S {sock} new-session -d -s b -x 200 -y 50 && echo ok", timeout_s=20)
+    assert "ok" in started.output, started
+    lat, polls, start = [], 0, time.perf_counter()
+    for i in range(n):
+        t = time.perf_counter()
+        await sandbox.conn.run(f"tmux -S {sock} send-keys -t b 'echo d{i}x' Enter", check=True)
+        while True:
+            polls += 1
+            pane = await sandbox.conn.run(f"tmux -S {sock} capture-pane -p -t b", check=True)
+            if f"\nd{i}x" in str(pane.stdout):
+                break
+        lat.append(time.perf_counter() - t)
+    out = _summary(lat, time.perf_counter() - start)
+    out["polls_per_cmd"] = polls / n
+    await keeper.run(f"tmux -S {sock} kill-server")
+    await keeper.close()
+    return out
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def hold_shells(endpoints: list[tuple[str, SshEndpoint]], parallel: int = 16) -> dict[str, float]:
+    """Open one connection + framed shell per endpoint, all at once held idle; memory per shell."""
+    gc.collect()
+    before = _rss_kb()
+    gate = asyncio.Semaphore(parallel)
+    held: list[tuple[SshSandbox, SshShell]] = []
+    failures: list[str] = []
+
+    async def open_one(sandbox_id: str, endpoint: SshEndpoint) -> None:
+        async with gate:
+            try:
+                box = await SshSandbox.connect(sandbox_id, endpoint, SHELL_CFG)
+                shell = await box.open_shell()
+                assert isinstance(shell, SshShell)
+                held.append((box, shell))
+            except Exception as exc:  # counted and reported: the point is how many succeed
+                failures.append(f"{type(exc).__name__}: {exc}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(open_one(i, e) for i, e in endpoints))
+    open_s = time.perf_counter() - start
+    gc.collect()
+    after = _rss_kb()
+    # every held shell still answers
+    answers = await asyncio.gather(*(sh.run("echo $$", timeout_s=60) for _, sh in held))
+    ok = sum(r.exit_code == 0 for r in answers)
+    for box, _ in held:
+        await box.close()
+    return {"requested": len(endpoints), "open": len(held), "answered": ok, "open_s": open_s,
+            "client_kb_per_shell": (after - before) / max(1, len(held)), "failures": len(failures),
+            "first_failure": failures[0] if failures else ""}
+
+
+async def _serve_embedded(n: int, root: str) -> None:
+    """Child process: an embedded server with n registered sandbox trees; prints how to reach them."""
+    from t1.sandbox.bwrap import SandboxTree, make_tree
+
+    provider = LocalProvider(LocalProviderConfig(root=Path(root)), SHELL_CFG)
+    await provider.start()
+    server = provider.server
+    ids = []
+    for i in range(n):
+        sid = f"sb-bench-{i}"
+        tree = SandboxTree(sid, provider.root / sid, provider._new_uid(), False, provider.cfg.limits)
+        make_tree(tree)
+        server.trees[sid] = tree
+        ids.append(sid)
+    key_file = Path(root) / "client_key"
+    server.client_key.write_private_key(str(key_file))
+    print(json.dumps({"port": server.port, "ids": ids, "key_file": str(key_file),
+                      "host_key": server.host_key.export_public_key().decode()}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    await server.close()
+
+
+def _endpoints(spec: dict[str, Any]) -> list[tuple[str, SshEndpoint]]:
+    host_keys = (asyncssh.import_public_key(spec["host_key"]),) if spec.get("host_key") else ()
+    return [(f"{user}-{i}", SshEndpoint("127.0.0.1", spec["port"], user, client_keys=(spec["key_file"],),
+                                        known_hosts=spec.get("known_hosts"), host_keys=host_keys))
+            for i, user in enumerate(spec["users"])]
+
+
+async def hold_in_fresh_client(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run `hold_shells` in a new Python process so its RSS growth is the client's alone."""
+    client = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--client", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await client.communicate(json.dumps(spec).encode())
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+async def concurrent_embedded(n: int) -> dict[str, Any]:
+    root = tempfile.mkdtemp(prefix="t1-bench-")
+    os.chmod(root, 0o711)
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve-embedded", str(n), "--root", f"{root}/trees",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 24,
+    )
+    assert server.stdout is not None and server.stdin is not None
+    info = json.loads(await server.stdout.readline())
+    try:
+        return await hold_in_fresh_client({"port": info["port"], "key_file": info["key_file"],
+                                           "host_key": info["host_key"], "users": info["ids"]})
+    finally:
+        server.stdin.close()
+        await server.wait()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    results: dict[str, Any] = {"machine": f"{platform.node()} {os.cpu_count()} cpus {platform.platform()}",
+                               "settings": vars(args).copy()}
+    sshd_proc = SshdProcess()
+    sshd = sshd_proc.start()
+    root = tempfile.mkdtemp(prefix="t1-bench-")
+    os.chmod(root, 0o711)
+    provider = LocalProvider(LocalProviderConfig(root=Path(root) / "trees"), SHELL_CFG)
+    try:
+        servers = {"sshd": (await SshSandbox.connect("sshd", sshd.endpoint(), SHELL_CFG), sshd_proc.work),
+                   "embedded": (await provider.create(SandboxRequest()), "/tmp")}
+        for name, (box, scratch) in servers.items():
+            assert isinstance(box, SshSandbox)
+            results[name] = {
+                "framed": await bench_framed(box, args.commands),
+                "exec": await bench_exec(box, max(20, args.commands // 5)),
+                "tmux": await bench_tmux(box, box_tmux_n(args), str(scratch)),
+            }
+        await servers["sshd"][0].close()
+        results["concurrent"] = {
+            "embedded": await concurrent_embedded(args.shells),
+            "sshd": await hold_in_fresh_client({"port": sshd.port, "key_file": str(sshd.key_file),
+                                                "known_hosts": str(sshd.known_hosts),
+                                                "users": [sshd.user] * args.sshd_shells}),
+        }
+    finally:
+        await provider.close()
+        sshd_proc.stop()
+    return results
+
+
+def box_tmux_n(args: argparse.Namespace) -> int:
+    return max(10, args.commands // 10)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"{'server':9} {'mode':7} {'p50 ms':>8} {'p99 ms':>8} {'cmds/s':>8} {'p50 vs framed':>14}")
+    for server in ("sshd", "embedded"):
+        framed = results[server]["framed"]["p50_ms"]
+        for mode in ("framed", "exec", "tmux"):
+            r = results[server][mode]
+            print(f"{server:9} {mode:7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['cmds_per_s']:8.0f} {r['p50_ms'] / framed:13.1f}x")
+    print()
+    print(f"{'server':9} {'shells':>7} {'open':>6} {'answered':>9} {'open s':>7} {'client KB/shell':>16}")
+    for server, r in results["concurrent"].items():
+        print(f"{server:9} {r['requested']:7d} {r['open']:6d} {r['answered']:9d} {r['open_s']:7.1f} {r['client_kb_per_shell']:16.1f}")
+        if r["first_failure"]:
+            print(f"  first failure: {r['first_failure']}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--commands", type=int, default=300, help="Framed-shell commands per server (exec: /5, tmux: /10).")
+    parser.add_argument("--shells", type=int, default=1000, help="Concurrent idle shells against the embedded server.")
+    parser.add_argument("--sshd-shells", type=int, default=200, help="Concurrent idle shells against sshd.")
+    parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
+    parser.add_argument("--serve-embedded", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    cli = parser.parse_args()
+    if cli.client:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+        print(json.dumps(asyncio.run(hold_shells(_endpoints(json.loads(sys.stdin.read()))))))
+        sys.exit(0)
+    if cli.serve_embedded is not None:
+        asyncio.run(_serve_embedded(cli.serve_embedded, cli.root))
+        sys.exit(0)
+    res = asyncio.run(main(cli))
+    print_table(res)
+    if cli.out:
+        cli.out.write_text(json.dumps(res, indent=2, default=str))

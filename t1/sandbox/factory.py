@@ -1,0 +1,23 @@
+"""`build_provider(cfg)`: the sandbox provider a config names (local, ssh or command)."""
+
+from __future__ import annotations
+
+from t1.config.sandbox import SandboxConfig
+from t1.sandbox.types import SandboxProvider
+
+
+def build_provider(cfg: SandboxConfig) -> SandboxProvider:
+    """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create."""
+    if cfg.provider == "local":
+        from t1.sandbox.local import LocalProvider
+
+        return LocalProvider(cfg.local, cfg.shell)
+    if cfg.provider == "ssh":
+        from t1.sandbox.remote import SshProvider
+
+        return SshProvider(cfg.ssh, cfg.shell)
+    if cfg.provider == "command":
+        from t1.sandbox.remote import CommandProvider
+
+        return CommandProvider(cfg.command, cfg.shell)
+    raise ValueError(f"sandbox.provider: unknown provider {cfg.provider!r} (expected local, ssh or command)")

@@ -1,0 +1,115 @@
+"""LocalProvider: sandboxes as fresh directory trees served by the embedded SSH server.
+
+`create` makes a tree (with its own host uid when T1 runs as root), registers it with the
+embedded server, and connects to it over loopback SSH with the key T1 generated; `destroy`
+closes the connection, kills every session and deletes the tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+from pathlib import Path
+
+from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
+from t1.sandbox.local_server import LocalSshServer
+from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
+from t1.sandbox.types import Sandbox, SandboxRequest
+
+log = logging.getLogger(__name__)
+
+_UID_RANGE = (1_000_000, 2_000_000_000)
+
+
+def _check_traversable(path: Path) -> None:
+    """Sandbox uids must be able to reach their tree; name the directory that blocks them."""
+    for parent in [path, *path.parents]:
+        if parent.exists() and not os.stat(parent).st_mode & 0o001:
+            raise PermissionError(
+                f"sandbox root {path}: directory {parent} is not searchable by other users (needs o+x), "
+                "so per-sandbox uids cannot reach their trees; choose another sandbox.local.root or chmod o+x"
+            )
+
+
+class LocalProvider:
+    """The default provider: bubblewrap trees behind an SSH server on 127.0.0.1."""
+
+    def __init__(self, cfg: LocalProviderConfig, shell_cfg: ShellConfig) -> None:
+        self.cfg = cfg
+        self.shell_cfg = shell_cfg
+        self.root = cfg.root.resolve()
+        self.server = LocalSshServer(cfg.host, cfg.port)
+        self._per_sandbox_uid = os.geteuid() == 0
+        self._uids: set[int] = set()
+        self._sandboxes: dict[str, SshSandbox] = {}
+        self._start_lock = asyncio.Lock()
+        self._started = False
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._started:
+                return
+            self.root.mkdir(parents=True, exist_ok=True)
+            if self._per_sandbox_uid:
+                _check_traversable(self.root)
+            await self.server.start()
+            self._started = True
+
+    def _new_uid(self) -> int | None:
+        if not self._per_sandbox_uid:
+            return None
+        while (uid := random.randrange(*_UID_RANGE)) in self._uids:
+            pass
+        self._uids.add(uid)
+        return uid
+
+    async def create(self, request: SandboxRequest) -> Sandbox:
+        await self.start()
+        sandbox_id = "sb-" + secrets.token_hex(6)
+        tree = SandboxTree(
+            sandbox_id=sandbox_id, root=self.root / sandbox_id, uid=self._new_uid(),
+            allow_network=request.allow_network, limits=self.cfg.limits,
+            bubblewrap=self.cfg.bubblewrap, env=request.env,
+        )
+        await asyncio.to_thread(make_tree, tree)
+        self.server.trees[sandbox_id] = tree
+        endpoint = SshEndpoint(
+            host=self.server.host, port=self.server.port, user=sandbox_id,
+            client_keys=(self.server.client_key,), host_keys=(self.server.host_key.convert_to_public(),),
+        )
+        try:
+            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
+        except BaseException:
+            await self._forget(tree)
+            raise
+        self._sandboxes[sandbox_id] = sandbox
+        return sandbox
+
+    def tree(self, sandbox_id: str) -> SandboxTree:
+        """The host-side tree of a live sandbox (tests and task provisioning may read it)."""
+        return self.server.trees[sandbox_id]
+
+    async def _forget(self, tree: SandboxTree) -> None:
+        await self.server.end_sandbox(tree.sandbox_id)
+        self.server.trees.pop(tree.sandbox_id, None)
+        await asyncio.to_thread(remove_tree, tree)
+        if tree.uid is not None:
+            self._uids.discard(tree.uid)
+
+    async def destroy(self, sandbox: Sandbox) -> None:
+        ssh_sandbox = self._sandboxes.pop(sandbox.id, None)
+        if ssh_sandbox is not None:
+            await ssh_sandbox.close()
+        tree = self.server.trees.get(sandbox.id)
+        if tree is not None:
+            await self._forget(tree)
+
+    async def close(self) -> None:
+        for sandbox in list(self._sandboxes.values()):
+            await self.destroy(sandbox)
+        await self.server.close()
+        self._started = False

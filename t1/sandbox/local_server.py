@@ -1,0 +1,285 @@
+"""The embedded SSH server of the local provider: loopback only, key auth, every session in bubblewrap.
+
+The SSH user name is the sandbox id. Each session (exec, shell, PTY shell, the SFTP subsystem)
+starts its own `bwrap` over the sandbox's tree (see `t1.sandbox.bwrap`), so exec, shells and
+file transfers all see the same `/app`, `/logs`, `/tests`, `/tmp` and home. Closing the
+channel or losing the connection kills the session's bubblewrap, and with it every process in
+its PID namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import struct
+import termios
+from collections.abc import Callable
+from typing import Any
+
+import asyncssh
+
+from t1.sandbox.bwrap import SandboxTree, session_launch
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 65536
+
+
+def _set_winsize(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+class _SandboxSession(asyncssh.SSHServerSession[bytes]):
+    """Runs one channel's command inside the sandbox and pumps bytes both ways."""
+
+    def __init__(self, tree: SandboxTree, track: Callable[[_SandboxSession, bool], None]) -> None:
+        self._tree = tree
+        self._track = track
+        self._chan: asyncssh.SSHServerChannel[bytes] | None = None
+        self._command: str | None = None
+        self._subsystem: str | None = None
+        self._pty: tuple[str, int, int] | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._master: int | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._pending_input: list[bytes] = []
+        self._stdin_eof = False
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:  # type: ignore[override]
+        self._chan = chan
+        self._track(self, True)
+
+    def pty_requested(self, term_type: str | None, term_size: tuple[int, int, int, int], term_modes: Any) -> bool:
+        self._pty = (term_type or "xterm", term_size[0] or 80, term_size[1] or 24)
+        return True
+
+    def shell_requested(self) -> bool:
+        return True
+
+    def exec_requested(self, command: str) -> bool:
+        self._command = command
+        return True
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        self._subsystem = subsystem
+        return subsystem == "sftp"
+
+    def session_started(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._serve())
+
+    def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
+        if self._master is not None:
+            _set_winsize(self._master, width, height)
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if self._proc is None:
+            self._pending_input.append(data)
+        else:
+            self._write_input(data)
+
+    def eof_received(self) -> bool:
+        self._stdin_eof = True
+        if self._proc is not None and self._master is None and self._proc.stdin is not None:
+            self._proc.stdin.close()
+        return True
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.kill()
+        if self._task is None:
+            self._track(self, False)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self._tree.sandbox_id
+
+    async def finished(self) -> None:
+        """Wait (bounded) until the session's process is gone and its pumps stopped."""
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._task), 10)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
+    def _write_input(self, data: bytes) -> None:
+        try:
+            if self._master is not None:
+                os.write(self._master, data)
+            elif self._proc is not None and self._proc.stdin is not None:
+                self._proc.stdin.write(data)
+        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            log.debug("sandbox %s: input dropped: %s", self._tree.sandbox_id, exc)
+
+    async def _serve(self) -> None:
+        assert self._chan is not None
+        chan = self._chan
+        try:
+            status = await self._spawn_and_pump(chan)
+        except Exception as exc:  # the session must end with a status, whatever went wrong
+            log.exception("sandbox %s: session failed", self._tree.sandbox_id)
+            with contextlib.suppress(OSError, asyncssh.Error):
+                chan.write_stderr(f"t1 sandbox session failed: {exc}\n".encode())
+            status = 255
+        with contextlib.suppress(OSError, asyncssh.Error):
+            chan.exit(status)
+        self._track(self, False)
+
+    async def _spawn_and_pump(self, chan: asyncssh.SSHServerChannel[bytes]) -> int:
+        launch = session_launch(self._tree, self._command, self._subsystem, self._pty)
+        if self._pty is not None:
+            master, slave = os.openpty()
+            _set_winsize(master, self._pty[1], self._pty[2])
+            self._master = master
+            try:
+                self._proc = await asyncio.create_subprocess_exec(
+                    *launch.argv, stdin=slave, stdout=slave, stderr=slave, env=launch.env, cwd=launch.cwd,
+                    user=launch.uid, group=launch.uid, extra_groups=[] if launch.uid is not None else None,
+                    start_new_session=True, preexec_fn=launch.preexec(True),
+                )
+            finally:
+                os.close(slave)
+            reader = asyncio.StreamReader()
+            loop = asyncio.get_running_loop()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(master), "rb", 0))
+            pumps = [self._pump(reader, chan.write)]
+        else:
+            self._proc = await asyncio.create_subprocess_exec(
+                *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=launch.env, cwd=launch.cwd,
+                user=launch.uid, group=launch.uid, extra_groups=[] if launch.uid is not None else None,
+                start_new_session=True, preexec_fn=launch.preexec(False),
+            )
+            assert self._proc.stdout is not None and self._proc.stderr is not None
+            pumps = [self._pump(self._proc.stdout, chan.write), self._pump(self._proc.stderr, chan.write_stderr)]
+        for data in self._pending_input:
+            self._write_input(data)
+        self._pending_input.clear()
+        if self._stdin_eof:
+            self.eof_received()
+        await asyncio.gather(*pumps)
+        code = await self._proc.wait()
+        if self._master is not None:
+            os.close(self._master)
+            self._master = None
+        return code if code >= 0 else 128 - code
+
+    async def _pump(self, reader: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
+        while True:
+            try:
+                data = await reader.read(_READ_CHUNK)
+            except OSError:  # EIO from a PTY master once the last slave closes
+                return
+            if not data:
+                return
+            await self._writable.wait()
+            try:
+                write(data)
+            except (OSError, asyncssh.Error, BrokenPipeError):
+                self.kill()
+                return
+
+
+class _SandboxServer(asyncssh.SSHServer):
+    """Authenticates `sandbox-id@` with the provider's client key and hands out sandbox sessions."""
+
+    def __init__(self, owner: LocalSshServer) -> None:
+        self._owner = owner
+        self._tree: SandboxTree | None = None
+        self._conn: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._conn = conn
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._conn is not None:
+            self._owner._connections.discard(self._conn)
+
+    def begin_auth(self, username: str) -> bool:
+        self._tree = self._owner.trees.get(username)
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        ok = self._tree is not None and key.public_data == self._owner.client_key.public_data
+        if ok and self._conn is not None:
+            self._owner._connections.add(self._conn)
+        return ok
+
+    def session_requested(self) -> asyncssh.SSHServerSession[bytes] | bool:
+        if self._tree is None:
+            return False
+        return _SandboxSession(self._tree, self._owner._track_session)
+
+
+class LocalSshServer:
+    """The embedded server: one host key, one client key, a registry of sandbox trees."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise ValueError(f"the embedded SSH server listens on loopback only, got host {host!r}")
+        self.host, self._port = host, port
+        self.host_key = asyncssh.generate_private_key("ssh-ed25519")
+        self.client_key = asyncssh.generate_private_key("ssh-ed25519")
+        self.trees: dict[str, SandboxTree] = {}
+        self._server: asyncssh.SSHAcceptor | None = None
+        self._connections: set[asyncssh.SSHServerConnection] = set()
+        self._sessions: set[_SandboxSession] = set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("server not started")
+        return int(self._server.get_port())
+
+    async def start(self) -> None:
+        self._server = await asyncssh.create_server(
+            lambda: _SandboxServer(self), self.host, self._port,
+            server_host_keys=[self.host_key], encoding=None, allow_scp=False, line_editor=False,
+            x509_trusted_certs=None, agent_forwarding=False, x11_forwarding=False,
+            keepalive_interval=30, keepalive_count_max=4,
+        )
+
+    def _track_session(self, session: _SandboxSession, alive: bool) -> None:
+        (self._sessions.add if alive else self._sessions.discard)(session)
+
+    def drop_connections(self, sandbox_id: str) -> int:
+        """Abort every connection logged in as `sandbox_id` (fault injection and destroy)."""
+        victims = [c for c in self._connections if c.get_extra_info("username") == sandbox_id]
+        for conn in victims:
+            conn.abort()
+        return len(victims)
+
+    async def end_sandbox(self, sandbox_id: str) -> None:
+        """Drop the sandbox's connections and wait until all its session processes are gone."""
+        self.drop_connections(sandbox_id)
+        sessions = [s for s in self._sessions if s.sandbox_id == sandbox_id]
+        for session in sessions:
+            session.kill()
+        await asyncio.gather(*(s.finished() for s in sessions))
+
+    async def close(self) -> None:
+        sessions = list(self._sessions)
+        for conn in list(self._connections):
+            conn.abort()
+        for session in sessions:
+            session.kill()
+        await asyncio.gather(*(s.finished() for s in sessions))
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None

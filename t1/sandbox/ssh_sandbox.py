@@ -1,0 +1,169 @@
+"""SshSandbox: one SSH connection to a sandbox (any provider), its shells and SFTP transfers.
+
+A sandbox holds exactly one `asyncssh` connection with keepalives; every shell it opens is a
+channel on that connection. When the connection dies, shells raise `SandboxLost` and
+`SshSandbox.alive` turns False, which the pool uses to drop the sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+
+from t1.config.sandbox import ShellConfig
+from t1.sandbox.ssh_shell import SshShell
+from t1.sandbox.terminal import TerminalShell
+from t1.sandbox.types import SandboxLost, Shell
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SshEndpoint:
+    """Where and how to reach a sandbox's SSH server."""
+
+    host: str
+    port: int
+    user: str
+    client_keys: tuple[asyncssh.SSHKey, ...] | tuple[str, ...] = ()
+    known_hosts: str | None = None
+    """Path of a known_hosts file; None with `insecure=False` uses ~/.ssh/known_hosts."""
+    host_keys: tuple[asyncssh.SSHKey, ...] = ()
+    """Trusted host keys given directly (the local provider's own server key)."""
+    insecure: bool = False
+    """Skip host-key verification; only when a config says so explicitly."""
+
+
+class _LossWatcher(asyncssh.SSHClient):
+    def __init__(self) -> None:
+        self.lost: Exception | None = None
+        self.closed = False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.lost = exc
+
+
+async def connect(endpoint: SshEndpoint, shell_cfg: ShellConfig) -> tuple[asyncssh.SSHClientConnection, _LossWatcher]:
+    """Open the sandbox's SSH connection with keepalives and the endpoint's host verification."""
+    if endpoint.insecure:
+        known_hosts: object = None
+    elif endpoint.host_keys:
+        known_hosts = (list(endpoint.host_keys), [], [])
+    elif endpoint.known_hosts is not None:
+        known_hosts = endpoint.known_hosts
+    else:
+        known_hosts = ()  # asyncssh default: ~/.ssh/known_hosts
+    watcher = _LossWatcher()
+    try:
+        conn, _ = await asyncssh.create_connection(
+            lambda: watcher,
+            endpoint.host,
+            endpoint.port,
+            username=endpoint.user,
+            client_keys=list(endpoint.client_keys) or (),
+            known_hosts=known_hosts,
+            agent_path=None,
+            keepalive_interval=shell_cfg.keepalive_s,
+            keepalive_count_max=shell_cfg.keepalive_count_max,
+            connect_timeout=CONNECT_TIMEOUT_S,
+        )
+    except (OSError, asyncssh.Error, TimeoutError) as exc:
+        raise SandboxLost(f"cannot connect to {endpoint.user}@{endpoint.host}:{endpoint.port}: {exc}") from exc
+    return conn, watcher
+
+
+class SshSandbox:
+    """A sandbox reached over one SSH connection; implements the `Sandbox` protocol."""
+
+    def __init__(
+        self,
+        sandbox_id: str,
+        conn: asyncssh.SSHClientConnection,
+        watcher: _LossWatcher,
+        shell_cfg: ShellConfig,
+        endpoint: SshEndpoint,
+    ) -> None:
+        self._id = sandbox_id
+        self.conn = conn
+        self._watcher = watcher
+        self._shell_cfg = shell_cfg
+        self.endpoint = endpoint
+        self._shells: list[SshShell | TerminalShell] = []
+
+    @classmethod
+    async def connect(cls, sandbox_id: str, endpoint: SshEndpoint, shell_cfg: ShellConfig) -> SshSandbox:
+        conn, watcher = await connect(endpoint, shell_cfg)
+        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint)
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def alive(self) -> bool:
+        return not self._watcher.closed and not self.conn.is_closed()
+
+    def _check(self) -> None:
+        if not self.alive:
+            raise SandboxLost(f"sandbox {self._id}: SSH connection lost: {self._watcher.lost or 'closed'}")
+
+    async def open_shell(self, *, terminal: bool = False) -> Shell:
+        """A new persistent shell (framed bash, or a PTY shell rendered by a terminal emulator)."""
+        self._check()
+        shell: SshShell | TerminalShell
+        if terminal:
+            shell = await TerminalShell.open(self.conn, default_timeout_s=self._shell_cfg.command_timeout_s)
+        else:
+            shell = await SshShell.open(
+                self.conn,
+                output_cap_bytes=self._shell_cfg.output_cap_bytes,
+                default_timeout_s=self._shell_cfg.command_timeout_s,
+                interrupt_grace_s=self._shell_cfg.interrupt_grace_s,
+            )
+        self._shells.append(shell)
+        return shell
+
+    async def exec(self, command: str, timeout_s: float = 60.0) -> asyncssh.SSHCompletedProcess:
+        """One-off command on its own channel (health checks, reset commands)."""
+        self._check()
+        try:
+            return await self.conn.run(command, check=False, timeout=timeout_s)
+        except (OSError, asyncssh.Error) as exc:
+            self._check()
+            raise SandboxLost(f"sandbox {self._id}: exec failed: {exc}") from exc
+
+    async def upload(self, local_path: str, remote_path: str) -> None:
+        """Copy a local file or directory (recursively) into the sandbox."""
+        self._check()
+        recurse = Path(local_path).is_dir()
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                await sftp.put(local_path, remote_path, recurse=recurse, preserve=True)
+        except (OSError, asyncssh.Error):
+            self._check()
+            raise
+
+    async def download(self, remote_path: str, local_path: str) -> None:
+        """Copy a file or directory (recursively) out of the sandbox."""
+        self._check()
+        async with self.conn.start_sftp_client() as sftp:
+            recurse = await sftp.isdir(remote_path)
+            await sftp.get(remote_path, local_path, recurse=recurse, preserve=True)
+
+    async def close(self) -> None:
+        for shell in self._shells:
+            try:
+                await shell.close()
+            except (OSError, asyncssh.Error) as exc:
+                log.debug("closing shell of %s: %s", self._id, exc)
+        self._shells.clear()
+        self.conn.close()
+        with contextlib.suppress(OSError, asyncssh.Error):
+            await self.conn.wait_closed()

@@ -1,0 +1,103 @@
+"""Local sandboxes are isolated: their own tree, a read-only system, no network, limits, clean destroy."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+
+import pytest
+
+from t1.config.sandbox import LimitsConfig, LocalProviderConfig
+from t1.sandbox.local import LocalProvider
+from t1.sandbox.types import SandboxRequest
+
+from .conftest import SHELL_CFG, sandbox_tmp_root
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+@pytest.fixture
+async def limited_provider() -> AsyncIterator[LocalProvider]:
+    root = sandbox_tmp_root()
+    limits = LimitsConfig(max_processes=64, max_file_mb=1, max_memory_mb=2048)
+    provider = LocalProvider(LocalProviderConfig(root=root / "trees", limits=limits), SHELL_CFG)
+    try:
+        yield provider
+    finally:
+        await provider.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_writes_stay_inside_the_tree(local_provider: LocalProvider) -> None:
+    box = await local_provider.create(SandboxRequest())
+    shell = await box.open_shell()
+    for path in ["/usr/t1-x", "/etc/t1-x", "/t1-x", "/var/t1-x"]:
+        result = await shell.run(f"touch {path}")
+        assert result.exit_code != 0 and "Read-only file system" in result.output, (path, result)
+    ok = await shell.run("echo data > /app/a; echo log > /logs/l; echo t > /tests/t; echo h > ~/h; echo x > /tmp/x; id -u")
+    assert ok.exit_code == 0 and ok.output.strip() == "0"
+    tree = local_provider.tree(box.id)
+    assert (tree.host_path("app") / "a").read_text() == "data\n"
+    assert (tree.host_path("home") / "h").read_text() == "h\n"
+    assert not os.path.exists("/t1-x")
+
+
+async def test_sandboxes_cannot_see_each_other(local_provider: LocalProvider) -> None:
+    first = await local_provider.create(SandboxRequest())
+    second = await local_provider.create(SandboxRequest())
+    one, two = await first.open_shell(), await second.open_shell()
+    await one.run("echo secret > /app/secret; echo tmp > /tmp/secret; sleep 300 &")
+    other_root = local_provider.tree(first.id).root
+    listing = await two.run("ls -A /app /tmp /root")
+    assert listing.exit_code == 0 and "secret" not in listing.output
+    for path in [f"{other_root}/app/secret", f"{local_provider.root}"]:
+        probe = await two.run(f"ls {path}")
+        assert probe.exit_code != 0 and "No such file or directory" in probe.output
+    procs = await two.run("ps -eo pid,args | grep -c 'sleep 300'")
+    assert procs.output.strip() == "1"  # only the grep itself: the other sandbox's PID namespace is invisible
+
+
+async def test_no_network_unless_allowed(local_provider: LocalProvider) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello-from-host\n")
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    probe = f"timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}; head -1 <&3'"
+    try:
+        closed = await (await (await local_provider.create(SandboxRequest())).open_shell()).run(probe)
+        assert closed.exit_code != 0 and "hello-from-host" not in closed.output
+        routes = await (await (await local_provider.create(SandboxRequest())).open_shell()).run("cat /proc/net/dev | grep -c :")
+        assert routes.output.strip() == "1"  # loopback only
+        opened = await (await (await local_provider.create(SandboxRequest(allow_network=True))).open_shell()).run(probe)
+        assert opened.exit_code == 0 and "hello-from-host" in opened.output
+    finally:
+        listener.close()
+
+
+async def test_resource_limits_apply(limited_provider: LocalProvider) -> None:
+    shell = await (await limited_provider.create(SandboxRequest())).open_shell()
+    limits = await shell.run("ulimit -f; ulimit -u; ulimit -v")
+    assert limits.output.split() == ["1024", "64", str(2048 * 1024)]  # bash counts KiB
+    big = await shell.run("head -c 3000000 /dev/zero > /app/big; echo rc=$?; stat -c %s /app/big")
+    assert "rc=0" not in big.output and big.output.strip().endswith("1048576")
+
+
+async def test_destroy_kills_processes_and_removes_the_tree(local_provider: LocalProvider) -> None:
+    box = await local_provider.create(SandboxRequest())
+    shell = await box.open_shell()
+    await shell.run("sleep 600 & echo started")
+    tree = local_provider.tree(box.id)
+    assert tree.uid is not None
+    alive = subprocess.run(["pgrep", "-u", str(tree.uid), "-f", "sleep 600"], capture_output=True, text=True)
+    assert alive.stdout.strip(), "the sandbox process should run under the sandbox's own uid"
+    await local_provider.destroy(box)
+    await asyncio.sleep(0.5)
+    ps = subprocess.run(["ps", "-o", "stat=,args=", "-u", str(tree.uid)], capture_output=True, text=True)
+    running = [line for line in ps.stdout.splitlines() if not line.strip().startswith("Z")]  # zombies await init
+    assert running == [] and not tree.root.exists()
