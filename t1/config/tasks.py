@@ -27,6 +27,9 @@ class DecontamConfig(Section):
     ngram_overlap: float = Field(0.5, ge=0, le=1, description="Share of shared n-grams that flags a pair.")
     minhash_threshold: float = Field(0.7, ge=0, le=1, description="Estimated Jaccard that flags a pair.")
     num_perm: int = Field(128, ge=16, description="MinHash permutations.")
+    max_doc_freq: float = Field(
+        0.05, gt=0, le=1, description="N-grams in more than this share of train tasks (and > 2) count as boilerplate."
+    )
 
 
 class TasksConfig(Section):

@@ -1,0 +1,16 @@
+"""Tasks, verifiers and rewards.
+
+- `spec`: TaskSpec (instruction, environment, verifier, solution, steps, metadata) and its parts.
+- `load_tb1`, `load_harbor`, `dataset`: read Terminal-Bench 1 and Harbor / TB 2.x folders, datasets, named sets.
+- `provision`: prepare a sandbox for a task (SandboxRequest, Dockerfile replay on local sandboxes, files,
+  workdir/env/user, healthchecks); `transfer`: uploads through the Shell protocol.
+- `verifier`: run the tests after the agent (or every K turns with cleanup=True for process rewards);
+  `toolchain`: pytest and installer shims for offline sandboxes; `report`: VerifierReport and parsers.
+- `rewards`: count / fraction / binary rewards, multi-step combination, process rewards (pure).
+- `oracle`: run reference solutions (oracle) or nothing (verify) in fresh sandboxes.
+- `synth`: the OOD training corpus; `decontam`: n-gram and MinHash decontamination.
+
+Typical episode use (the rollout worker): `req = sandbox_request(spec)`; after creating the sandbox and a
+shell, `prov = await provision(shell, spec)`; start the agent's shell with `prov.prefix()`; at the end
+`report = await run_verifier(shell, phase.verifier, prov)` and `episode_reward(report, cfg.reward.mode)`.
+"""

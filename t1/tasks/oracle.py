@@ -1,0 +1,190 @@
+"""Run a task without a model: the reference solution then the verifiers (oracle), or the verifiers alone (verify).
+
+`oracle` shows that a task is solvable and its verifiers accept the solution;
+`verify` on an untouched sandbox shows that they reject doing nothing (a task
+whose verifiers pass without work is flagged). Each task gets a fresh sandbox,
+destroyed afterwards. Multi-step tasks run step by step in the same sandbox and
+stop at a step that falls below its min_reward. Setup failures and lost
+sandboxes become a status, so one bad task does not stop a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell
+from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
+from t1.tasks.report import FailureMode, VerifierReport
+from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
+from t1.tasks.transfer import SetupError, upload_dir_contents
+from t1.tasks.verifier import run_verifier
+
+log = logging.getLogger(__name__)
+SOLUTION_DIRS = ("/solution", "/tmp/solution")  # local sandboxes have a read-only root: fall back to /tmp
+
+
+class RunMode(StrEnum):
+    ORACLE = "oracle"
+    VERIFY = "verify"
+
+
+class RunStatus(StrEnum):
+    OK = "ok"
+    SOLUTION_FAILED = "solution_failed"  # the oracle script exited non-zero or timed out
+    PASSES_WITHOUT_WORK = "passes_without_work"  # verify: resolved on an untouched sandbox
+    VERIFIER_ERROR = "verifier_error"
+    SETUP_FAILED = "setup_failed"
+    NEEDS_IMAGE = "needs_image"
+    NO_SOLUTION = "no_solution"
+    INFRA_ERROR = "infra_error"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """The outcome of running one task in oracle or verify mode."""
+
+    task: str
+    mode: RunMode
+    status: RunStatus
+    report: VerifierReport
+    reward: float
+    detail: str = ""
+
+    @property
+    def resolved(self) -> bool:
+        return self.report.resolved
+
+    def as_json(self) -> dict[str, object]:
+        return {"task": self.task, "resolved": self.resolved, "reward": self.reward, "passed": self.report.passed,
+                "total": self.report.total, "status": str(self.status), "failure_mode": str(self.report.failure_mode),
+                "detail": self.detail or self.report.detail, "shims_used": list(self.report.shims_used)}
+
+
+async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provisioned, timeout_s: float) -> str:
+    """Upload and run a reference solution; returns '' on success, else why it failed."""
+    probe = await shell.run(f"for d in {' '.join(SOLUTION_DIRS)}; do rm -rf $d 2>/dev/null; "
+                            "mkdir -p $d 2>/dev/null && [ -w $d ] && echo $d && break; done", 60)
+    if not probe.output.strip():
+        raise SetupError(f"cannot create a solution folder (tried {', '.join(SOLUTION_DIRS)})")
+    sol_dir = probe.output.strip().splitlines()[-1]
+    env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in solution.env)
+    if solution.commands:
+        script = "\n".join(solution.commands) + "\n"
+        await shell.write_file(f"{sol_dir}/solution.sh", script.encode(), 0o755)
+        command = f"bash {sol_dir}/solution.sh"
+    elif solution.files_dir is not None:
+        await upload_dir_contents(shell, solution.files_dir, sol_dir)
+        command = f"bash {sol_dir}/{solution.script.name}"
+    else:
+        await shell.write_file(f"{sol_dir}/{solution.script.name}", solution.script.read_bytes(), 0o755)
+        command = f"bash {sol_dir}/{solution.script.name}"
+    inner = f"{provisioned.prefix()}{env}{command}"
+    result = await shell.run(f"( {as_user(inner, provisioned.user)} ) < /dev/null 2>&1", timeout_s=timeout_s)
+    if result.timed_out:
+        return f"solution timed out after {timeout_s:.0f}s"
+    if result.exit_code != 0:
+        return f"solution exited {result.exit_code}: {result.output[-500:].strip()}"
+    return ""
+
+
+async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bool) -> tuple[VerifierReport, str]:
+    shell = await sandbox.open_shell()
+    try:
+        provisioned = await provision(shell, spec, local=local)
+        offline = local or not spec.environment.allow_internet
+        done: list[tuple[StepSpec, VerifierReport]] = []
+        solution_problem = ""
+        phases = spec.phases()
+        for phase in phases:
+            if spec.is_multi_step:
+                await enter_step(shell, phase, provisioned)
+            if mode is RunMode.ORACLE and phase.solution is not None:
+                problem = await run_solution(shell, phase.solution, provisioned,
+                                             phase.agent_timeout_sec or spec.agent_timeout_sec)
+                solution_problem = solution_problem or (f"{phase.name}: {problem}" if problem else "")
+            # Local sandboxes give each shell its own PID and network namespace, so a service the solution
+            # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
+            share = phase.verifier.same_shell or local
+            verifier_shell = shell if share else await sandbox.open_shell()
+            try:
+                report = await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
+            finally:
+                if verifier_shell is not shell:
+                    await verifier_shell.close()
+            done.append((phase, report))
+            if not passes_gate(report, phase.min_reward):
+                break
+        if not spec.is_multi_step:
+            return done[0][1], solution_problem
+        return combine_steps(done, spec.multi_step_strategy, len(phases)), solution_problem
+    finally:
+        await shell.close()
+
+
+def _status(mode: RunMode, spec: TaskSpec, report: VerifierReport, solution_problem: str) -> RunStatus:
+    if report.failure_mode not in (FailureMode.NONE, FailureMode.STEP_GATE):
+        return RunStatus.VERIFIER_ERROR
+    if mode is RunMode.VERIFY:
+        return RunStatus.PASSES_WITHOUT_WORK if report.resolved else RunStatus.OK
+    if solution_problem:
+        return RunStatus.SOLUTION_FAILED
+    if any(p.solution is None for p in spec.phases()):
+        return RunStatus.NO_SOLUTION
+    return RunStatus.OK
+
+
+async def run_task(
+    provider: SandboxProvider, spec: TaskSpec, mode: RunMode, *, local: bool = True,
+    reward_mode: RewardMode = RewardMode.COUNT,
+) -> TaskRun:
+    """Run one task in a fresh sandbox (oracle: solution then verifiers; verify: verifiers only)."""
+    status: RunStatus | None = None
+    detail = ""
+    report = VerifierReport()
+    try:
+        sandbox = await provider.create(sandbox_request(spec))
+    except SandboxLost as exc:
+        log.warning("task %s: sandbox create failed: %s", spec.id, exc)
+        return TaskRun(spec.id, mode, RunStatus.INFRA_ERROR, VerifierReport(failure_mode=FailureMode.INFRA_ERROR),
+                       0.0, str(exc))
+    try:
+        report, detail = await _run_phases(sandbox, spec, mode, local)
+    except NeedsImageError as exc:
+        status, detail, report = RunStatus.NEEDS_IMAGE, str(exc), VerifierReport(failure_mode=FailureMode.NEEDS_IMAGE)
+    except SetupError as exc:
+        status, detail, report = RunStatus.SETUP_FAILED, str(exc), VerifierReport(failure_mode=FailureMode.SETUP_FAILED)
+    except SandboxLost as exc:
+        log.warning("task %s: sandbox lost: %s", spec.id, exc)
+        status, detail, report = RunStatus.INFRA_ERROR, str(exc), VerifierReport(failure_mode=FailureMode.INFRA_ERROR)
+    finally:
+        await provider.destroy(sandbox)
+    if status is None:
+        status = _status(mode, spec, report, detail)
+    return TaskRun(spec.id, mode, status, report, episode_reward(report, reward_mode), detail)
+
+
+async def run_tasks(
+    provider: SandboxProvider, specs: Sequence[TaskSpec], mode: RunMode, *, local: bool = True,
+    concurrency: int = 2, reward_mode: RewardMode = RewardMode.COUNT,
+    on_result: Callable[[TaskRun], None] | None = None,
+) -> list[TaskRun]:
+    """Run many tasks, at most `concurrency` at a time; `on_result` sees each as it finishes; returns input order."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(spec: TaskSpec) -> TaskRun:
+        async with gate:
+            run = await run_task(provider, spec, mode, local=local, reward_mode=reward_mode)
+        if on_result is not None:
+            on_result(run)
+        return run
+
+    async with asyncio.TaskGroup() as tg:
+        futures = [tg.create_task(one(s)) for s in specs]
+    return [f.result() for f in futures]

@@ -1,0 +1,206 @@
+"""VerifierReport and the parsers that fill it: pytest -rA output, CTRF JSON, JUnit XML, reward files.
+
+Parsers are pure: text in, values out. A verifier that did not produce readable
+results yields a report with a FailureMode saying why, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class TestStatus(StrEnum):
+    """How one test case ended."""
+
+    __test__ = False  # not a pytest class
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    XFAIL = "xfail"
+    XPASS = "xpass"
+
+
+class FailureMode(StrEnum):
+    """Why a verifier run did not give a clean result (NONE: it did; tests may still have failed)."""
+
+    NONE = "none"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    VERIFIER_CRASHED = "verifier_crashed"  # non-zero exit and no test results or reward
+    REWARD_FILE_MISSING = "reward_file_missing"
+    REWARD_FILE_INVALID = "reward_file_invalid"
+    UNPARSABLE_OUTPUT = "unparsable_output"
+    NO_TESTS = "no_tests"
+    SETUP_FAILED = "setup_failed"
+    NEEDS_IMAGE = "needs_image"
+    STEP_GATE = "step_gate"  # a multi-step task stopped: a step fell below its min_reward
+    INFRA_ERROR = "infra_error"
+
+
+_PASSING = (TestStatus.PASSED, TestStatus.XFAIL)
+
+
+@dataclass(frozen=True, slots=True)
+class TestResult:
+    """One verifier (test case) and how it ended."""
+
+    __test__ = False  # not a pytest class
+    name: str
+    status: TestStatus
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierReport:
+    """What one verifier run found: per-test status, reward file values, timing and failure mode."""
+
+    tests: tuple[TestResult, ...] = ()
+    reward_values: tuple[tuple[str, float], ...] = ()
+    duration_s: float = 0.0
+    timed_out: bool = False
+    exit_code: int | None = None
+    failure_mode: FailureMode = FailureMode.NONE
+    detail: str = ""
+    output_tail: str = ""
+    shims_used: tuple[str, ...] = ()
+    steps: tuple[tuple[str, VerifierReport], ...] = field(default=())
+
+    @property
+    def passed(self) -> int:
+        if self.tests:
+            return sum(t.status in _PASSING for t in self.tests)
+        reward = self.reward
+        return 1 if reward is not None and reward >= 1.0 else 0
+
+    @property
+    def failed(self) -> int:
+        return sum(t.status in (TestStatus.FAILED, TestStatus.XPASS) for t in self.tests)
+
+    @property
+    def errors(self) -> int:
+        return sum(t.status is TestStatus.ERROR for t in self.tests)
+
+    @property
+    def total(self) -> int:
+        if self.tests:
+            return sum(t.status is not TestStatus.SKIPPED for t in self.tests)
+        return 1 if self.reward_values else 0
+
+    @property
+    def reward(self) -> float | None:
+        """The reward file's `reward` value (reward.txt, or reward.json's 'reward' key), if any."""
+        return dict(self.reward_values).get("reward")
+
+    @property
+    def resolved(self) -> bool:
+        """The benchmark metric: a clean run, every verifier passes, and any reward file says 1."""
+        if self.failure_mode is not FailureMode.NONE or self.total == 0:
+            return False
+        reward = self.reward
+        return self.passed == self.total and (reward is None or reward >= 1.0)
+
+
+_SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+\s*$")
+_SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(.*)$")
+_FINAL_LINE = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|no tests ran)\b.* in [\d.]+s.*=+\s*$")
+
+
+def parse_pytest_output(text: str) -> tuple[TestResult, ...] | None:
+    """Per-test results from pytest `-rA` output; None when the output has no readable summary."""
+    results: dict[str, TestStatus] = {}
+    in_summary = False
+    saw_final = False
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if _SUMMARY_HEADER.match(line):
+            in_summary = True
+            continue
+        if _FINAL_LINE.match(line):
+            saw_final = True
+            in_summary = False
+            continue
+        if not in_summary:
+            continue
+        m = _SUMMARY_LINE.match(line)
+        if not m:
+            continue
+        status = TestStatus(m.group(1).lower())
+        rest = m.group(2)
+        if status is TestStatus.SKIPPED:
+            rest = re.sub(r"^\[\d+\]\s*", "", rest)
+        name = rest.split(" - ", 1)[0].strip()
+        if name:
+            results[name] = status
+    if not results and not saw_final:
+        return None
+    return tuple(TestResult(n, s) for n, s in results.items())
+
+
+_CTRF_STATUS = {"passed": TestStatus.PASSED, "failed": TestStatus.FAILED, "skipped": TestStatus.SKIPPED,
+                "pending": TestStatus.SKIPPED, "other": TestStatus.ERROR}
+
+
+def parse_ctrf(text: str) -> tuple[TestResult, ...] | None:
+    """Per-test results from a CTRF JSON report (results.tests[].name/status); None if unreadable."""
+    try:
+        tests = json.loads(text)["results"]["tests"]
+        return tuple(TestResult(str(t["name"]), _CTRF_STATUS.get(str(t["status"]), TestStatus.ERROR))
+                     for t in tests)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def parse_junit(text: str) -> tuple[TestResult, ...] | None:
+    """Per-test results from JUnit XML (<testcase> with <failure>/<error>/<skipped>); None if unreadable."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError:
+        return None
+    results = []
+    for case in root.iter("testcase"):
+        name = "::".join(p for p in (case.get("classname", ""), case.get("name", "")) if p)
+        if case.find("error") is not None:
+            status = TestStatus.ERROR
+        elif case.find("failure") is not None:
+            status = TestStatus.FAILED
+        elif case.find("skipped") is not None:
+            status = TestStatus.SKIPPED
+        else:
+            status = TestStatus.PASSED
+        results.append(TestResult(name, status))
+    return tuple(results)
+
+
+class RewardFileError(ValueError):
+    """A reward file that exists but does not hold a number (reward.txt) or a table of numbers (reward.json)."""
+
+
+def parse_reward_txt(text: str) -> tuple[tuple[str, float], ...]:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise RewardFileError(f"reward.txt holds {text.strip()[:80]!r}, not a number") from None
+    if not math.isfinite(value):
+        raise RewardFileError(f"reward.txt holds {value}, not a finite number")
+    return (("reward", value),)
+
+
+def parse_reward_json(text: str) -> tuple[tuple[str, float], ...]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RewardFileError(f"reward.json is not JSON ({exc})") from None
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        data = {"reward": data}
+    if not isinstance(data, dict):
+        raise RewardFileError("reward.json must be an object of name -> number")
+    out = []
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise RewardFileError(f"reward.json key {k!r} is {v!r}, not a finite number")
+        out.append((str(k), float(v)))
+    return tuple(sorted(out))

@@ -1,0 +1,170 @@
+"""The verifier toolchain for offline sandboxes: pytest from the host plus shims for installers.
+
+Benchmark test scripts install their tools from the internet (`pip install
+pytest`, `curl -LsSf https://astral.sh/uv/install.sh | sh`, `uvx -w pytest
+pytest ...`, `apt-get install curl`). Offline sandboxes cannot, so before the
+verifier runs T1 uploads, under TOOLCHAIN_DIR:
+- site/: the host's pytest and its pure-Python dependencies (only if the sandbox's
+  python3 cannot import pytest already), a shadow `pip` module, and a small
+  pytest plugin that honours `--ctrf FILE` (pytest-json-ctrf's option);
+- bin/: shims for pip, pip3, uv, uvx, pytest, python, curl and apt-get that
+  succeed offline when what they would install is already usable, and fail with
+  a clear message otherwise. Each use is logged, and the report lists them.
+"""
+
+from __future__ import annotations
+
+import compileall
+import importlib.metadata as md
+import io
+import shutil
+import tarfile
+import tempfile
+from functools import cache
+from pathlib import Path
+
+TOOLCHAIN_DIR = "/tmp/.t1-verifier"
+SHIM_LOG = f"{TOOLCHAIN_DIR}/shims.log"
+PYTEST_DISTS = ("pytest", "pluggy", "iniconfig", "packaging")  # pygments: only for colour on a tty
+
+_LOG = f'echo "$(basename "$0") $*" >> {SHIM_LOG}'
+_PIP = f"""#!/bin/bash
+{_LOG}
+case "$1" in
+  install)
+    shift; missing=""
+    for a in "$@"; do
+      case "$a" in -*|*.txt) continue;; esac
+      n=$(printf '%s' "$a" | sed -E 's/[<>=!~;\\[].*//' | tr 'A-Z-' 'a-z_')
+      case "$n" in pytest_json_ctrf|pytest_ctrf) continue;; esac
+      python3 -c "import $n" 2>/dev/null || missing="$missing $a"
+    done
+    if [ -n "$missing" ]; then echo "t1 offline pip shim: cannot install$missing (sandbox is offline)" >&2; exit 1; fi
+    echo "t1 offline pip shim: requirements already satisfied"; exit 0;;
+  --version|-V) echo "pip (t1 offline shim)"; exit 0;;
+  *) exit 0;;
+esac
+"""
+_UV = f"""#!/bin/bash
+{_LOG}
+strip_opts() {{ while [ $# -gt 0 ]; do case "$1" in
+  -p|--python|-w|--with|--from|--with-requirements|--project|--directory) shift 2;;
+  --*=*|-q|--quiet|--no-project|--isolated|--frozen|--locked|--no-sync|-v) shift;;
+  *) break;; esac; done; printf '%s\\0' "$@"; }}
+run_tool() {{ if [ "$1" = pytest ] || [ "$1" = py.test ]; then shift; exec python3 -m pytest "$@"; fi
+  if [ "$1" = python ] || [ "$1" = python3 ]; then shift; exec python3 "$@"; fi; exec "$@"; }}
+name=$(basename "$0")
+if [ "$name" = uvx ]; then mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}"; fi
+case "$1" in
+  run) shift; mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}";;
+  tool) shift; [ "$1" = run ] && shift; mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}";;
+  pip) shift; exec pip "$@";;
+  --version|version) echo "uv (t1 offline shim)";;
+  *) exit 0;;
+esac
+"""
+_PYTEST = f"""#!/bin/bash
+{_LOG}
+exec python3 -m pytest "$@"
+"""
+_PYTHON = """#!/bin/bash
+exec python3 "$@"
+"""
+_CURL = f"""#!/bin/bash
+for a in "$@"; do case "$a" in
+  *astral.sh/uv*|*get-pip.py*|*install.python-poetry*)
+    {_LOG}
+    echo 'mkdir -p "$HOME/.local/bin" 2>/dev/null; : > "$HOME/.local/bin/env" 2>/dev/null; echo "t1 offline shim: installer skipped"'
+    exit 0;;
+esac; done
+PATH="${{PATH#{TOOLCHAIN_DIR}/bin:}}" exec curl "$@"
+"""
+_APT = f"""#!/bin/bash
+{_LOG}
+case " $* " in *" install "*) ;; *) exit 0;; esac
+missing=""
+for a in "$@"; do case "$a" in -*|install) continue;; esac
+  n="${{a%%=*}}"; command -v "$n" >/dev/null 2>&1 || dpkg -s "$n" >/dev/null 2>&1 || missing="$missing $n"; done
+if [ -n "$missing" ]; then echo "t1 offline apt shim: cannot install$missing (sandbox is offline)" >&2; exit 100; fi
+exit 0
+"""
+_PIP_MODULE = """import os, sys
+os.execvp("pip", ["pip", *sys.argv[1:]])
+"""
+_CTRF_PLUGIN = '''"""--ctrf FILE: write a CTRF JSON report (results.tests[].name/status), as pytest-json-ctrf does."""
+import json, time
+
+def pytest_addoption(parser):
+    parser.getgroup("ctrf").addoption("--ctrf", default=None, help="write a CTRF JSON report")
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = config.getoption("ctrf")
+    if not path:
+        return
+    tests = []
+    for status in ("passed", "failed", "error", "skipped", "xfailed", "xpassed"):
+        for rep in terminalreporter.stats.get(status, []):
+            if getattr(rep, "when", "call") not in ("call", "setup", "teardown") or not hasattr(rep, "nodeid"):
+                continue
+            s = {"error": "other", "xfailed": "passed", "xpassed": "failed"}.get(status, status)
+            tests.append({"name": rep.nodeid, "status": s, "duration": getattr(rep, "duration", 0.0)})
+    summary = {"tests": len(tests), "passed": sum(t["status"] == "passed" for t in tests),
+               "failed": sum(t["status"] == "failed" for t in tests), "start": 0, "stop": int(time.time() * 1000)}
+    with open(path, "w") as f:
+        json.dump({"results": {"tool": {"name": "pytest"}, "summary": summary, "tests": tests}}, f)
+'''
+_CTRF_DIST = {"METADATA": "Metadata-Version: 2.1\nName: t1-ctrf\nVersion: 0.0\n",
+              "entry_points.txt": "[pytest11]\nt1_ctrf = t1_ctrf_plugin\n"}
+SHIMS = {"pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON,
+         "curl": _CURL, "apt-get": _APT, "apt": _APT}
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), mode
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _copy_dists(site: Path) -> None:
+    for dist_name in PYTEST_DISTS:
+        dist = md.distribution(dist_name)
+        for f in dist.files or ():
+            if "__pycache__" in f.parts or f.parts[0].startswith(".."):
+                continue
+            src = Path(str(dist.locate_file(f)))
+            if src.is_file():
+                dest = site / f.as_posix()
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dest)
+
+
+@cache
+def toolchain_archive(with_pytest: bool) -> bytes:
+    """A gzipped tar of bin/ (shims) and site/ (plugin, pip shadow, and optionally the host's pytest).
+
+    The pytest files ship with bytecode compiled by the host interpreter; a sandbox python of the same
+    minor version uses it (no compile on every verifier run), any other ignores it.
+    """
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
+        for name, text in SHIMS.items():
+            _add(tar, f"bin/{name}", text.encode(), 0o755)
+        _add(tar, "site/t1_ctrf_plugin.py", _CTRF_PLUGIN.encode())
+        _add(tar, "site/pip/__init__.py", b"")
+        _add(tar, "site/pip/__main__.py", _PIP_MODULE.encode())
+        for fname, text in _CTRF_DIST.items():
+            _add(tar, f"site/t1_ctrf-0.0.dist-info/{fname}", text.encode())
+        if with_pytest:
+            with tempfile.TemporaryDirectory() as tmp:
+                site = Path(tmp)
+                _copy_dists(site)
+                compileall.compile_dir(str(site), quiet=2, workers=1)
+                for child in sorted(site.iterdir()):
+                    tar.add(str(child), arcname=f"site/{child.name}")
+    return buf.getvalue()
+
+
+def toolchain_prefix() -> str:
+    """Shell prefix that puts the toolchain first (keeps the sandbox's own PATH and PYTHONPATH after it)."""
+    return (f'export PATH="{TOOLCHAIN_DIR}/bin:$PATH" '
+            f'PYTHONPATH="{TOOLCHAIN_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}}"; ')

@@ -1,0 +1,81 @@
+"""Move files into a sandbox through the Shell protocol alone: one tar.gz write and one `tar -x` per upload.
+
+Only `Shell.write_file` and `Shell.run` are used, so this works over SSH/SFTP, on
+any provider, and keeps file modes (executable scripts stay executable).
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import tarfile
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+from t1.sandbox.types import CommandResult, Shell
+
+STAGING_DIR = "/tmp"
+
+
+class SetupError(RuntimeError):
+    """Preparing the sandbox failed (a command exited non-zero, a file could not be placed)."""
+
+
+async def check(shell: Shell, command: str, what: str, timeout_s: float = 120.0) -> CommandResult:
+    """Run a command that must succeed; SetupError with the output tail otherwise."""
+    result = await shell.run(command, timeout_s=timeout_s)
+    if result.timed_out:
+        raise SetupError(f"{what}: timed out after {timeout_s:.0f}s")
+    if result.exit_code != 0:
+        raise SetupError(f"{what}: exit code {result.exit_code}: {result.output[-800:].strip()}")
+    return result
+
+
+def tar_entries(entries: Iterable[tuple[Path, str]]) -> bytes:
+    """A tar.gz whose members are the given local files/folders at the given archive names (recursively)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for local, arcname in entries:
+            tar.add(str(local), arcname=arcname, recursive=True, filter=_clean)
+    return buf.getvalue()
+
+
+def _clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    if "__pycache__" in info.name.split("/"):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+async def upload_archive(shell: Shell, archive: bytes, remote_dir: str, what: str) -> None:
+    """Unpack a tar.gz into `remote_dir` (created if missing)."""
+    staged = f"{STAGING_DIR}/.t1-upload-{uuid.uuid4().hex}.tgz"
+    await shell.write_file(staged, archive, 0o600)
+    dest = shlex.quote(remote_dir)
+    await check(shell, f"( mkdir -p {dest} && tar -xzf {staged} -C {dest} --no-same-owner; s=$?; rm -f {staged}; exit $s )",
+                f"upload {what} to {remote_dir}")
+
+
+async def upload_dir_contents(shell: Shell, local_dir: Path, remote_dir: str, exclude: tuple[str, ...] = ()) -> None:
+    """Copy the contents of a local folder into a sandbox folder."""
+    entries = [(p, p.name) for p in sorted(local_dir.iterdir()) if p.name not in exclude]
+    if entries:
+        await upload_archive(shell, tar_entries(entries), remote_dir, str(local_dir))
+    else:
+        await check(shell, f"mkdir -p {shlex.quote(remote_dir)}", f"create {remote_dir}")
+
+
+async def path_kind(shell: Shell, path: str) -> str:
+    """'dir', 'file' or 'none' for a path in the sandbox."""
+    q = shlex.quote(path)
+    result = await shell.run(f"if [ -d {q} ]; then echo dir; elif [ -e {q} ]; then echo file; else echo none; fi", 30)
+    return result.output.strip().splitlines()[-1] if result.output.strip() else "none"
+
+
+async def read_if_exists(shell: Shell, path: str) -> bytes | None:
+    """The file's bytes, or None when it does not exist."""
+    if await path_kind(shell, path) != "file":
+        return None
+    return await shell.read_file(path)

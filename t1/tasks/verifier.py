@@ -1,0 +1,148 @@
+"""Run a task's verifiers in its sandbox after the agent finishes, and read what they found.
+
+Tests are uploaded to /tests only now (the agent never sees them), /logs/verifier
+is emptied, the verifier command runs with the task's timeout, env and user, its
+output goes to a file in the sandbox (so a timeout still leaves output to parse),
+and the report is read from CTRF JSON, JUnit XML or pytest -rA output, plus
+/logs/verifier/reward.txt or reward.json. Offline sandboxes get the verifier
+toolchain first (see t1.tasks.toolchain). Whatever the verifier does, the result
+is a VerifierReport with a FailureMode; only a lost sandbox raises.
+
+Process rewards run the same verifiers mid-episode (`cleanup=True`): in a
+subshell of a separate shell, so the agent's cwd, env and jobs are untouched,
+and /tests and /logs/verifier are removed afterwards so the agent never sees them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from t1.sandbox.types import Shell
+from t1.tasks.provision import Provisioned, as_user
+from t1.tasks.report import (
+    FailureMode,
+    RewardFileError,
+    VerifierReport,
+    parse_ctrf,
+    parse_junit,
+    parse_pytest_output,
+    parse_reward_json,
+    parse_reward_txt,
+)
+from t1.tasks.spec import VerifierKind, VerifierSpec
+from t1.tasks.toolchain import SHIM_LOG, TOOLCHAIN_DIR, toolchain_archive, toolchain_prefix
+from t1.tasks.transfer import check, read_if_exists, upload_archive, upload_dir_contents
+
+TESTS_DIR = "/tests"
+LOGS_DIR = "/logs/verifier"
+OUTPUT_FILE = f"{LOGS_DIR}/.t1-verifier-output.txt"
+CTRF_FILES = ("ctrf.json", "ctrf-report.json")
+JUNIT_FILES = ("junit.xml", "results.xml", "report.xml")
+_OUTPUT_TAIL = 4000
+# /tests and /logs may be mount points (local sandboxes): empty them rather than remove them
+_EMPTY = f"find {TESTS_DIR} {LOGS_DIR} -mindepth 1 -delete"
+
+_COMMANDS = {
+    VerifierKind.TEST_SH: f"bash {TESTS_DIR}/test.sh",
+    VerifierKind.RUN_TESTS_SH: f"bash {TESTS_DIR}/run-tests.sh",
+    VerifierKind.PYTEST: f"python3 -m pytest {TESTS_DIR}/test_outputs.py -rA",
+}
+
+
+async def install_toolchain(shell: Shell) -> None:
+    """Put the offline verifier toolchain into the sandbox (pytest only if python3 lacks it)."""
+    probe = await shell.run("python3 -c 'import pytest' 2>/dev/null && echo have-pytest", 60)
+    archive = toolchain_archive(with_pytest="have-pytest" not in probe.output)
+    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "clear verifier toolchain")
+    await upload_archive(shell, archive, TOOLCHAIN_DIR, "verifier toolchain")
+
+
+async def _upload_tests(shell: Shell, spec: VerifierSpec) -> None:
+    await check(shell, f"mkdir -p {TESTS_DIR} {LOGS_DIR} && {_EMPTY} && chmod 777 {LOGS_DIR}",
+                "prepare /tests and /logs/verifier")
+    await upload_dir_contents(shell, spec.tests_dir, TESTS_DIR)
+    if spec.run_tests_sh is not None:
+        await shell.write_file(f"{TESTS_DIR}/run-tests.sh", spec.run_tests_sh.read_bytes(), 0o755)
+
+
+async def _read_text(shell: Shell, path: str) -> str | None:
+    data = await read_if_exists(shell, path)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+async def run_verifier(
+    shell: Shell,
+    spec: VerifierSpec,
+    provisioned: Provisioned,
+    *,
+    offline: bool = True,
+    cleanup: bool = False,
+) -> VerifierReport:
+    """Run the verifiers once and report; see the module docstring."""
+    start = time.monotonic()
+    await _upload_tests(shell, spec)
+    prefix = ""
+    if offline:
+        await install_toolchain(shell)
+        prefix = toolchain_prefix()
+    env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in spec.env)
+    inner = f"{prefix}{provisioned.prefix()}{env}{_COMMANDS[spec.kind]}"
+    command = f"( {as_user(inner, spec.user)} ) > {OUTPUT_FILE} 2>&1 < /dev/null"
+    result = await shell.run(command, timeout_s=spec.timeout_sec)
+    output = await _read_text(shell, OUTPUT_FILE) or ""
+    files = {name: await _read_text(shell, f"{LOGS_DIR}/{name}")
+             for name in ("reward.txt", "reward.json", *CTRF_FILES, *JUNIT_FILES)}
+    shims = await _read_text(shell, SHIM_LOG) if offline else None
+    if cleanup:
+        await shell.run(_EMPTY, 60)
+    report = build_report(spec.kind, output, files, exit_code=result.exit_code, timed_out=result.timed_out)
+    return VerifierReport(
+        tests=report.tests, reward_values=report.reward_values, duration_s=time.monotonic() - start,
+        timed_out=report.timed_out, exit_code=report.exit_code, failure_mode=report.failure_mode,
+        detail=report.detail, output_tail=output[-_OUTPUT_TAIL:],
+        shims_used=tuple(dict.fromkeys(line.split()[0] for line in (shims or "").splitlines() if line.strip())),
+    )
+
+
+def build_report(
+    kind: VerifierKind, output: str, files: dict[str, str | None], *, exit_code: int | None, timed_out: bool
+) -> VerifierReport:
+    """Classify one verifier run from its output and the files it left (pure)."""
+    tests = None
+    for name in CTRF_FILES:
+        if tests is None and files.get(name) is not None:
+            tests = parse_ctrf(files[name] or "")
+    for name in JUNIT_FILES:
+        if tests is None and files.get(name) is not None:
+            tests = parse_junit(files[name] or "")
+    if tests is None:
+        tests = parse_pytest_output(output)
+    rewards: tuple[tuple[str, float], ...] = ()
+    reward_error = ""
+    try:
+        if files.get("reward.json") is not None:
+            rewards = parse_reward_json(files["reward.json"] or "")
+        elif files.get("reward.txt") is not None:
+            rewards = parse_reward_txt(files["reward.txt"] or "")
+    except RewardFileError as exc:
+        reward_error = str(exc)
+    mode, detail = FailureMode.NONE, ""
+    if timed_out:
+        mode, detail = FailureMode.VERIFIER_TIMEOUT, "the verifier ran past its timeout and was killed"
+    elif reward_error:
+        mode, detail = FailureMode.REWARD_FILE_INVALID, reward_error
+    elif kind is VerifierKind.TEST_SH and not rewards:
+        if exit_code not in (0, None) and not tests:
+            mode, detail = FailureMode.VERIFIER_CRASHED, f"tests/test.sh exited {exit_code} without writing a reward"
+        else:
+            mode, detail = FailureMode.REWARD_FILE_MISSING, f"tests/test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json"
+    elif kind is not VerifierKind.TEST_SH and tests is None:
+        if exit_code == 0:
+            mode, detail = FailureMode.UNPARSABLE_OUTPUT, "the verifier output has no pytest -rA summary"
+        else:
+            mode, detail = FailureMode.VERIFIER_CRASHED, f"the verifier exited {exit_code} with no pytest -rA summary"
+    elif kind is not VerifierKind.TEST_SH and not tests:
+        mode, detail = FailureMode.NO_TESTS, "pytest collected no tests"
+    return VerifierReport(tests=tests or (), reward_values=rewards, timed_out=timed_out, exit_code=exit_code,
+                          failure_mode=mode, detail=detail)

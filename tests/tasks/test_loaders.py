@@ -1,0 +1,138 @@
+"""Loading Terminal-Bench 1 and Harbor task folders: fields, defaults, datasets, and errors naming file and field."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from t1.config.tasks import TasksConfig
+from t1.tasks.dataset import load_dataset, load_named_set, load_task, validate_task
+from t1.tasks.dockerfile import NeedsImageError, parse_dockerfile
+from t1.tasks.spec import MultiStepStrategy, TaskFormat, TaskParseError, VerifierKind
+
+
+def test_tb1_with_only_test_outputs(fixtures: Path) -> None:
+    spec = load_task(fixtures / "tb1-word-count")
+    assert spec.format is TaskFormat.TB1 and spec.id == "tb1-word-count"
+    assert spec.instruction.startswith("The file /app/words.txt")
+    assert spec.verifier.kind is VerifierKind.PYTEST and spec.verifier.run_tests_sh is None
+    assert spec.verifier.timeout_sec == 60.0 and spec.agent_timeout_sec == 120.0
+    assert spec.metadata.difficulty == "easy" and spec.metadata.tags == ("coreutils", "sorting")
+    assert spec.environment.dockerfile is not None and spec.environment.compose_file is not None
+    assert spec.solution is not None and spec.solution.script.name == "solution.sh"
+    assert ("TEST_DIR", "/tests") in spec.verifier.env
+
+
+def test_tb1_defaults_descriptions_and_solution_yaml(fixtures: Path) -> None:
+    spec = load_task(fixtures / "tb1-run-tests")
+    assert spec.instruction.startswith("Create /app/hello.txt")
+    assert spec.verifier.kind is VerifierKind.RUN_TESTS_SH
+    assert spec.agent_timeout_sec == 360.0 and spec.verifier.timeout_sec == 60.0  # Terminal-Bench 1 defaults
+    assert spec.solution is not None and spec.solution.commands == ("echo 'hello, terminal' > /app/hello.txt",)
+
+
+def test_harbor_fields(fixtures: Path) -> None:
+    spec = load_task(fixtures / "harbor-csv-report")
+    env = spec.environment
+    assert spec.format is TaskFormat.HARBOR and spec.verifier.kind is VerifierKind.TEST_SH
+    assert env.workdir == "/app" and env.allow_internet is False and env.memory_mb == 1024 and env.cpus == 1
+    assert env.docker_image == "ghcr.io/t1-fixtures/csv-report:1" and env.files_dir is None
+    assert env.env == (("REPORT_NAME", "totals"),) and env.healthcheck is not None
+    assert env.healthcheck.command == "test -f /app/sales.csv" and env.healthcheck.retries == 3
+    assert spec.verifier.env == (("EXPECTED_ROWS", "3"),) and spec.verifier.timeout_sec == 120.0
+    assert spec.solution is not None and spec.solution.env == (("ROUNDING", "2"),)
+    assert spec.metadata.category == "data-processing" and spec.metadata.difficulty == "medium"
+
+
+def test_harbor_multistep(fixtures: Path) -> None:
+    spec = load_task(fixtures / "harbor-multistep")
+    assert spec.id == "t1-fixtures__notes-multistep" and spec.multi_step_strategy is MultiStepStrategy.MEAN
+    assert [s.name for s in spec.steps] == ["init", "extend"]
+    init, extend = spec.steps
+    assert init.min_reward == (("reward", 1.0),) and extend.min_reward == (("reward", 0.5),)
+    assert extend.agent_timeout_sec == 60.0 and extend.healthcheck is not None
+    assert extend.workdir_files is not None and (extend.workdir_files / "seed.txt").is_file()
+    assert init.verifier.tests_dir.parts[-3:] == ("steps", "init", "tests")
+    assert init.verifier.timeout_sec == 60.0 and init.solution is not None
+    assert spec.environment.workdir is None and spec.environment.allow_internet is False
+
+
+def _copy(fixtures: Path, name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(fixtures / name, tmp_path / name))
+
+
+@pytest.mark.parametrize(("edit", "field", "problem"), [
+    ("[agent]\ntimeout_sec = 'soon'\n", "agent.timeout_sec", "expected a number"),
+    ("[environment]\nallow_internet = 'no'\n", "environment.allow_internet", "expected true or false"),
+    ("[environment]\nmemory = 'lots'\n", "environment.memory", "expected a size"),
+    ("multi_step_reward_strategy = 'max'\n", "multi_step_reward_strategy", "expected 'mean' or 'final'"),
+    ("[verifier]\nenv = ['A=1']\n", "verifier.env", "expected a table"),
+    ("[[steps]]\nname = 'ghost'\n", "steps[0].name", "folder steps/<name>/ is missing"),
+])
+def test_harbor_errors_name_file_and_field(fixtures: Path, tmp_path: Path, edit: str, field: str, problem: str) -> None:
+    root = tmp_path / "bad"
+    root.mkdir()
+    (root / "instruction.md").write_text("do it\n")
+    shutil.copytree(fixtures / "harbor-csv-report" / "tests", root / "tests")
+    (root / "task.toml").write_text(edit)
+    with pytest.raises(TaskParseError) as err:
+        load_task(root)
+    assert err.value.file == str(root / "task.toml") and err.value.field_name == field
+    assert problem in err.value.problem and str(root / "task.toml") in str(err.value)
+
+
+def test_tb1_errors(fixtures: Path, tmp_path: Path) -> None:
+    root = _copy(fixtures, "tb1-word-count", tmp_path)
+    (root / "task.yaml").write_text("difficulty: easy\n")
+    with pytest.raises(TaskParseError, match=r"task.yaml: instruction: required field is missing"):
+        load_task(root)
+    (root / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: -1\n")
+    with pytest.raises(TaskParseError, match=r"max_test_timeout_sec: must be > 0"):
+        load_task(root)
+    (root / "task.yaml").write_text("instruction: [unclosed\n")
+    with pytest.raises(TaskParseError, match=r"line \d+, column \d+: invalid YAML"):
+        load_task(root)
+    (root / "task.yaml").write_text("instruction: x\n")
+    (root / "tests" / "test_outputs.py").unlink()
+    with pytest.raises(TaskParseError, match=r"test_outputs.py: tests: file is missing"):
+        load_task(root)
+
+
+def test_missing_pieces(fixtures: Path, tmp_path: Path) -> None:
+    with pytest.raises(TaskParseError, match="not a task folder"):
+        load_task(tmp_path)
+    root = _copy(fixtures, "harbor-csv-report", tmp_path)
+    (root / "tests" / "test.sh").unlink()
+    with pytest.raises(TaskParseError, match=r"test.sh: tests: file is missing"):
+        load_task(root)
+
+
+def test_dataset_and_named_set(fixtures: Path, tmp_path: Path) -> None:
+    specs = load_dataset([fixtures])
+    assert [s.root.name for s in specs] == sorted(p.name for p in fixtures.iterdir() if p.is_dir())
+    assert all(validate_task(s) == [] for s in specs)
+    cfg = TasksConfig.model_validate({"sets": {"fx": {"path": str(fixtures), "limit": 2},
+                                               "gen": {"path": str(tmp_path / "gen"), "synth": 3, "split": "eval"}}})
+    assert len(load_named_set(cfg, "fx")) == 2
+    generated = load_named_set(cfg, "gen")
+    assert len(generated) == 3 and {s.metadata.split for s in generated} == {"eval"}
+    with pytest.raises(KeyError, match=r"not in tasks\.sets"):
+        load_named_set(cfg, "nope")
+
+
+def test_dockerfile_local_subset(tmp_path: Path) -> None:
+    ok = tmp_path / "Dockerfile"
+    ok.write_text("# comment\nFROM debian:12 AS base\nWORKDIR /app\nENV A=1 B=\"two words\"\nENV C 3\n"
+                  "COPY --chown=root a.txt b/ /app/\nRUN echo one \\\n  && echo two\nRUN [\"echo\", \"x y\"]\n")
+    steps = parse_dockerfile(ok)
+    assert [s.keyword for s in steps] == ["FROM", "WORKDIR", "ENV", "ENV", "COPY", "RUN", "RUN"]
+    assert steps[2].args == ("A", "1", "B", "two words") and steps[3].args == ("C", "3")
+    assert steps[4].args == ("a.txt", "b/", "/app/") and steps[5].args == ("echo one  && echo two",)
+    assert steps[6].args == ("echo 'x y'",) and steps[5].line == 7
+    for bad, why in (("USER nobody", "USER cannot be replayed"), ("COPY --from=build /x /y", "--from"),
+                     ("ADD https://x.example/a.tgz /a", "URL"), ("EXPOSE 80", "needs an image")):
+        ok.write_text(f"FROM debian:12\n{bad}\n")
+        with pytest.raises(NeedsImageError, match=why):
+            parse_dockerfile(ok)
