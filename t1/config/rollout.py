@@ -31,6 +31,8 @@ class RolloutConfig(Section):
     """One episode's shape and the scheduler around it."""
 
     agent_format: Literal["tool_calls", "terminus2"] = Field("tool_calls", description="How actions are written.")
+    policy: Literal["model", "oracle_script"] = Field(
+        "model", description="Where actions come from: the model, or each task's reference solution typed as actions.")
     max_turns: int = Field(400, ge=1, description="Turn limit per episode.")
     max_context_tokens: int = Field(32768, ge=64, description="Context limit of one segment.")
     group_size: int = Field(8, ge=1, description="Attempts per task (G) for group-relative statistics.")

@@ -1,0 +1,43 @@
+"""Context compaction as a pure function: keep the opening, a note of what was done, and the last turns verbatim.
+
+The compacted conversation starts a new TITO segment (DESIGN.md). Older observations are
+trimmed to a list of the commands that ran and their exit codes, so the policy keeps the
+thread of the work without the bulk of old outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Message = dict[str, Any]
+MAX_NOTE_CHARS = 4000
+
+
+def compact_messages(messages: Sequence[Message], num_opening: int, keep_last_turns: int,
+                     commands_run: Sequence[tuple[str, int | None]]) -> list[Message]:
+    """A shorter conversation ending where `messages` ends (after an observation).
+
+    messages: the current segment's conversation, opening messages first.
+    num_opening: how many leading messages are the opening (system + instruction), kept as is.
+    commands_run: (command, exit code) of every command of the episode so far, oldest first.
+    """
+    if num_opening < 1 or num_opening > len(messages):
+        raise ValueError(f"num_opening must be in 1..{len(messages)}, got {num_opening}")
+    opening = list(messages[:num_opening])
+    body = list(messages[num_opening:])
+    starts = [i for i, m in enumerate(body) if m.get("role") == "assistant"]
+    kept = body[starts[-keep_last_turns]:] if keep_last_turns and len(starts) >= keep_last_turns else \
+        (body[starts[0]:] if keep_last_turns and starts else [])
+    lines = [f"$ {cmd.strip().splitlines()[0][:160] if cmd.strip() else ''}  -> exit {code}"
+             for cmd, code in commands_run]
+    note = "\n".join(lines)
+    if len(note) > MAX_NOTE_CHARS:
+        note = "...\n" + note[-MAX_NOTE_CHARS:]
+    summary = ("[Earlier turns were compacted to fit the context. Commands run so far:]\n" + (note or "(none)") +
+               "\n[Continue the task from the current state of the machine.]")
+    if kept:
+        # The note goes into the opening user message so roles keep alternating.
+        opening[-1] = {**opening[-1], "content": f"{opening[-1]['content']}\n\n{summary}"}
+        return opening + kept
+    return [*opening[:-1], {**opening[-1], "content": f"{opening[-1]['content']}\n\n{summary}"}]

@@ -1,0 +1,356 @@
+"""The episode: one task attempt from sandbox to trajectory.
+
+    sandbox + shell -> provision -> TokenBuffer(opening)
+    loop: limits? -> generate (session affinity; retried) -> parse -> run commands -> observation
+          (every K turns: verifiers -> process reward; context full: compact -> new segment)
+    end:  verifiers -> reward -> Trajectory (+ transcript)
+
+Statuses: ok (done or turn limit), timeout (task wall clock), context_limit, infra_error
+(lost sandbox, inference failing past retries, setup failure). Infra errors never get a
+reward: their trajectory carries reward 0 and status infra_error, and the trainer drops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from t1.agent.compaction import compact_messages
+from t1.agent.formats import AgentFormat, format_output
+from t1.agent.transcript import Transcript
+from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
+from t1.metrics import registry as m
+from t1.sandbox.remote import SandboxCreateError
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell
+from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
+from t1.tasks.report import FailureMode, VerifierReport
+from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.spec import StepSpec, TaskSpec
+from t1.tasks.transfer import SetupError
+from t1.tasks.verifier import run_verifier
+from t1.tito import ChatRenderer, TokenBuffer
+from t1.tito.diagnostics import retokenize_mismatch, segment_drift
+from t1.trajectory.types import EpisodeStatus, Trajectory, VerifierSummary
+
+log = logging.getLogger(__name__)
+
+
+class InferenceFailed(Exception):
+    """Generation failed on every try: the episode ends as infra_error."""
+
+
+SandboxAcquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
+# Failures of the machinery around the policy: never a reward.
+INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsImageError, InferenceFailed, OSError, TimeoutError)
+
+
+def acquire_from(provider: SandboxProvider) -> SandboxAcquire:
+    """A sandbox per episode straight from a provider (the SandboxPool's `acquire` adds limits and retries)."""
+
+    @contextlib.asynccontextmanager
+    async def acquire(request: SandboxRequest) -> AsyncIterator[Sandbox]:
+        sandbox = await provider.create(request)
+        try:
+            yield sandbox
+        finally:
+            with contextlib.suppress(SandboxLost, OSError):
+                await provider.destroy(sandbox)
+
+    return acquire
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeLimits:
+    max_turns: int = 400
+    max_context_tokens: int = 32768
+    timeout_multiplier: float = 1.0
+    compaction: bool = True
+    compaction_trigger: float = 0.85
+    keep_last_turns: int = 2
+    max_segments: int = 8
+    process_every_k: int | None = None
+    turn_retries: int = 2
+    setup_retries: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSpec:
+    """Everything that identifies one attempt."""
+
+    episode_id: str
+    task: TaskSpec
+    group_id: str
+    attempt: int
+    fmt: AgentFormat
+    sampling: SamplingParams
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    reward_mode: RewardMode = RewardMode.COUNT
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeResult:
+    trajectory: Trajectory
+    report: VerifierReport
+    turns: int
+    duration_s: float
+    failure_mode: str = ""
+    transcript: str = ""
+    drift_tokens: int = 0          # loss-region ids that differ from the sampler's own record (must be 0)
+    retokenize_changed: int = 0    # sampled ids a decode-then-re-tokenize pipeline would change
+    retokenize_total: int = 0
+
+    @property
+    def status(self) -> EpisodeStatus:
+        return self.trajectory.status
+
+
+class _End(Exception):
+    def __init__(self, status: EpisodeStatus, why: str) -> None:
+        super().__init__(why)
+        self.status, self.why = status, why
+
+
+class Episode:
+    """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
+
+    def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
+                 transcript: Transcript, *, local: bool = True) -> None:
+        self.spec = spec
+        self._generate = generate
+        self._acquire = acquire
+        self._renderer = renderer
+        self._local = local
+        self.tx = transcript
+        opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
+        self._num_opening = len(opening)
+        self.buf = TokenBuffer(renderer, opening)
+        self.turns = 0
+        self._segments = 1
+        self._turn_rewards: dict[int, float] = {}
+        self._commands: list[tuple[str, int | None]] = []
+        self._passed_so_far = 0
+        self._pending_obs: list[dict] = []
+        # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids).
+        self._sampled: list[tuple[int, int, np.ndarray]] = []
+
+    async def run(self) -> EpisodeResult:
+        t0 = time.monotonic()
+        spec, task = self.spec, self.spec.task
+        deadline = t0 + task.agent_timeout_sec * spec.limits.timeout_multiplier
+        self.tx.header(task.id, spec.episode_id, spec.fmt.name.value, task.phases()[0].instruction,
+                       len(self.buf.prompt_ids()))
+        status, why, report = EpisodeStatus.OK, "", VerifierReport()
+        m.ACTIVE_EPISODES.inc()
+        try:
+            for setup_try in range(spec.limits.setup_retries + 1):
+                try:
+                    status, why, report = await self._in_sandbox(deadline)
+                    break
+                except SandboxLost as exc:
+                    # Lost before the agent acted: a fresh sandbox changes nothing the policy saw.
+                    if self.turns > 0 or setup_try == spec.limits.setup_retries:
+                        raise
+                    m.INFRA_FAILURES.labels(kind="sandbox_setup_retried").inc()
+                    log.warning("episode %s: sandbox lost during setup (%s); retrying on a fresh one",
+                                spec.episode_id, exc)
+        except Exception as exc:  # the fault-tolerance point: the episode fails, the run goes on
+            kind = type(exc).__name__
+            if not isinstance(exc, INFRA_ERRORS):  # a bug, not the policy's doing: logged loudly, never scored
+                log.exception("episode %s (%s) crashed", spec.episode_id, task.id)
+                kind = f"crash:{kind}"
+            m.INFRA_FAILURES.labels(kind=kind).inc()
+            log.warning("episode %s (%s): infra error: %s: %s", spec.episode_id, task.id, kind, exc)
+            status, why, report = EpisodeStatus.INFRA_ERROR, f"{kind}: {exc}", VerifierReport(
+                failure_mode=FailureMode.INFRA_ERROR, detail=str(exc))
+        finally:
+            m.ACTIVE_EPISODES.dec()
+        return self._finish(status, why, report, time.monotonic() - t0)
+
+    async def _in_sandbox(self, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
+        task = self.spec.task
+        async with self._acquire(sandbox_request(task)) as sandbox:
+            shell = await sandbox.open_shell()
+            try:
+                provisioned = await provision(shell, task, local=self._local)
+                await shell.run(provisioned.prefix(), 30)
+                return await self._phases(sandbox, shell, provisioned, deadline)
+            finally:
+                with contextlib.suppress(SandboxLost, OSError):
+                    await shell.close()
+
+    async def _phases(self, sandbox: Sandbox, shell: Shell, provisioned: Provisioned, deadline: float
+                      ) -> tuple[EpisodeStatus, str, VerifierReport]:
+        task = self.spec.task
+        if self.spec.limits.process_every_k:
+            self._passed_so_far = (await self._verify(sandbox, task.phases()[0], provisioned, "baseline")).passed
+        done: list[tuple[StepSpec, VerifierReport]] = []
+        status, why = EpisodeStatus.OK, ""
+        for i, phase in enumerate(task.phases()):
+            if i > 0:
+                await enter_step(shell, phase, provisioned)
+                self._pending_obs.append({"role": "user", "content": phase.instruction})
+            try:
+                await self._loop(sandbox, shell, provisioned, phase, deadline)
+            except _End as end:
+                status, why = end.status, end.why
+                self.tx.note(f"episode ends: {why}")
+            report = await self._verify(sandbox, phase, provisioned, "final")
+            done.append((phase, report))
+            if status is not EpisodeStatus.OK or not passes_gate(report, phase.min_reward):
+                break
+        if not task.is_multi_step:
+            return status, why, done[0][1]
+        return status, why, combine_steps(done, task.multi_step_strategy, len(task.phases()))
+
+    async def _loop(self, sandbox: Sandbox, shell: Shell, provisioned: Provisioned, phase: StepSpec,
+                    deadline: float) -> None:
+        limits = self.spec.limits
+        while True:
+            if self.turns >= limits.max_turns:
+                self.tx.note(f"turn limit {limits.max_turns} reached")
+                return
+            if time.monotonic() >= deadline:
+                raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout")
+            if self._pending_obs:
+                self.buf.append_observation(self._pending_obs)
+                self._pending_obs = []
+            self._fit_context()
+            t_gen = time.monotonic()
+            result = await self._generate_turn(deadline)
+            m.TURN_LATENCY.labels(part="generate").observe(time.monotonic() - t_gen)
+            ids = result.token_ids.tolist()
+            eot = self._renderer.end_of_turn_ids
+            text = self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
+            self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
+                                  np.array(result.token_ids, np.int64)))
+            self.buf.append_generation(result)
+            self.tx.turn(self.turns, text, len(ids), len(self.buf.prompt_ids()), result.policy_version,
+                         str(result.finish_reason))
+            parsed = self.spec.fmt.parse(text)
+            outputs: list[str] = []
+            if parsed.error is not None:
+                m.BAD_REPLIES.labels(format=self.spec.fmt.name.value).inc()
+                self.tx.note(f"bad reply: {parsed.error}")
+            t_cmd = time.monotonic()
+            for cmd in parsed.commands:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                timeout = min(cmd.timeout_s or remaining, remaining)
+                res = await shell.run(cmd.text, timeout)
+                self._commands.append((cmd.text, res.exit_code))
+                self.tx.command(cmd.text, res.output, res.exit_code, res.duration_s, res.timed_out)
+                outputs.append(format_output(cmd.text, res.output, res.exit_code, res.timed_out, res.truncated))
+            m.TURN_LATENCY.labels(part="commands").observe(time.monotonic() - t_cmd)
+            self.turns += 1
+            m.ROLLOUT_TURNS.inc()
+            k = limits.process_every_k
+            if k and self.turns % k == 0 and not parsed.done:
+                report = await self._verify(sandbox, phase, provisioned, f"turn {self.turns}")
+                self._turn_rewards[self.turns - 1] = float(report.passed - self._passed_so_far)
+                self._passed_so_far = report.passed
+            if parsed.done and parsed.error is None:
+                return
+            # Appended before the next generation, so a next phase's instruction can join it.
+            self._pending_obs = self.spec.fmt.observation(outputs, parsed.error)
+
+    def _fit_context(self) -> None:
+        """Compact (new segment) when the next turn might not fit; context_limit when it cannot."""
+        limits = self.spec.limits
+        need = len(self.buf.prompt_ids()) + self.spec.sampling.max_tokens
+        if need <= limits.max_context_tokens * limits.compaction_trigger:
+            return
+        if limits.compaction and self._segments < limits.max_segments:
+            compacted = compact_messages(self.buf.messages, self._num_opening, limits.keep_last_turns,
+                                         self._commands)
+            self.buf.compact(compacted)
+            self._segments += 1
+            self.tx.note(f"context compacted: new segment {self._segments} starts with "
+                         f"{len(self.buf.prompt_ids())} tokens")
+            if len(self.buf.prompt_ids()) + self.spec.sampling.max_tokens <= limits.max_context_tokens:
+                return
+        if need > limits.max_context_tokens:
+            raise _End(EpisodeStatus.CONTEXT_LIMIT, f"context {need} tokens > {limits.max_context_tokens}")
+
+    async def _generate_turn(self, deadline: float) -> GenerateResult:
+        """One generation; failures are retried (the pool moves the session to a healthy replica)."""
+        prompt = self.buf.prompt_ids()
+        budget = self.spec.limits.max_context_tokens - len(prompt)
+        sampling = self.spec.sampling
+        if budget < sampling.max_tokens:
+            sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed,
+                                      sampling.stop_token_ids, max(1, budget))
+        req = GenerateRequest(f"{self.spec.episode_id}/s{self._segments}", np.asarray(prompt, np.int32), sampling)
+        last: BaseException | None = None
+        for attempt in range(self.spec.limits.turn_retries + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation")
+            try:
+                async with asyncio.timeout(remaining):
+                    return await self._generate(req)
+            except TimeoutError:
+                raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation") from None
+            except (ValueError, TypeError):
+                raise  # a malformed request is a bug, not an infra failure
+            except Exception as exc:  # the fault-tolerance point: retry the exact same context
+                last = exc
+                m.INFERENCE_RETRIES.inc()
+                log.warning("episode %s turn %d: generate failed (try %d): %s", self.spec.episode_id, self.turns,
+                            attempt + 1, exc)
+        raise InferenceFailed(f"generate failed {self.spec.limits.turn_retries + 1} times: {last}")
+
+    async def _verify(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned, label: str
+                      ) -> VerifierReport:
+        t = time.monotonic()
+        vshell = await sandbox.open_shell()
+        try:
+            report = await run_verifier(vshell, phase.verifier, provisioned,
+                                        offline=self._local or not self.spec.task.environment.allow_internet)
+        finally:
+            with contextlib.suppress(SandboxLost, OSError):
+                await vshell.close()
+        m.TURN_LATENCY.labels(part="verifier").observe(time.monotonic() - t)
+        self.tx.verifier(label, report.passed, report.total, report.failure_mode.value
+                         if report.failure_mode is not FailureMode.NONE else "")
+        return report
+
+    def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float) -> EpisodeResult:
+        spec = self.spec
+        infra = status is EpisodeStatus.INFRA_ERROR
+        reward = 0.0 if infra else episode_reward(report, spec.reward_mode)
+        if spec.limits.process_every_k and not infra and self.turns:
+            last = self.turns - 1
+            self._turn_rewards[last] = self._turn_rewards.get(last, 0.0) + report.passed - self._passed_so_far
+        turn_rewards = {} if infra else self._turn_rewards
+        traj = self.buf.export(
+            id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id, attempt=spec.attempt, reward=reward,
+            status=status, verifier=VerifierSummary(report.passed, report.total,
+                                                    tuple((t.name, t.status.value) for t in report.tests)),
+            timings=(("episode_s", duration),), turn_rewards=turn_rewards)
+        m.EPISODES.labels(status=status.value).inc()
+        if not infra:
+            m.EPISODE_REWARD.observe(reward)
+        failure = why or ("" if report.failure_mode is FailureMode.NONE else report.failure_mode.value)
+        self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
+        self.tx.close()
+        drift, changed, total = self._tito_checks(traj)
+        return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
+                             total)
+
+    def _tito_checks(self, traj: Trajectory) -> tuple[int, int, int]:
+        """Drift of the exported segments against the sampler's record, and the re-tokenization diagnostic."""
+        drift = changed = total = 0
+        for i, seg in enumerate(traj.segments):
+            drift += segment_drift(seg, [(start, ids) for s, start, ids in self._sampled if s == i])
+            c, t = retokenize_mismatch(seg, self._renderer.encode, self._renderer.decode)
+            changed, total = changed + c, total + t
+        return drift, changed, total

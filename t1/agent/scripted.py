@@ -1,0 +1,102 @@
+"""A scripted policy: a GenerateFn that types a task's reference solution as the agent's actions.
+
+It stands in for the model where a test needs known behaviour through the real episode path
+(real tokenizer and chat template, real TITO buffer, real shell, real verifier): per phase it
+replies with one action that writes the solution files and runs the solution script, then
+with `finish`. Replies are tokenized with the real tokenizer and end with the end-of-turn
+token, exactly as a sampler's would; logprobs are 0 (the script is deterministic).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from t1.agent.formats import AgentFormat, FormatName
+from t1.inference.types import FinishReason, GenerateRequest, GenerateResult
+from t1.tasks.spec import SolutionSpec, TaskSpec
+from t1.tito import ChatRenderer
+
+SOLUTION_DIRS = ("/solution", "/tmp/solution")
+
+
+def solution_command(solution: SolutionSpec) -> str:
+    """One shell command that recreates the solution folder and runs it like the oracle runner.
+
+    The folder is /solution, or /tmp/solution where the sandbox root is read-only (local sandboxes).
+    """
+    if solution.commands:
+        files = {"solution.sh": ("\n".join(solution.commands) + "\n").encode()}
+        script = "solution.sh"
+    elif solution.files_dir is not None:
+        files = {str(p.relative_to(solution.files_dir)): p.read_bytes()
+                 for p in sorted(solution.files_dir.rglob("*")) if p.is_file()}
+        script = solution.script.name
+    else:
+        files = {solution.script.name: solution.script.read_bytes()}
+        script = solution.script.name
+    parts = [f'S={SOLUTION_DIRS[0]}; {{ rm -rf "$S" && mkdir -p "$S"; }} 2>/dev/null || '
+             f'{{ S={SOLUTION_DIRS[1]}; rm -rf "$S"; mkdir -p "$S"; }}']
+    for rel, data in files.items():
+        target = '"$S"/' + shlex.quote(rel)
+        encoded = base64.b64encode(data).decode()
+        parts.append(f'mkdir -p "$(dirname {target})"; echo {encoded} | base64 -d > {target}')
+    env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in solution.env)
+    parts.append(f'( {env}bash "$S"/{shlex.quote(script)} ) < /dev/null 2>&1')
+    return "; ".join(parts)
+
+
+def oracle_actions(task: TaskSpec) -> list[str | None]:
+    """Per phase: the solution command, then None (finish)."""
+    actions: list[str | None] = []
+    for phase in task.phases():
+        if phase.solution is not None:
+            actions.append(solution_command(phase.solution))
+        actions.append(None)
+    return actions
+
+
+def render_action(fmt: AgentFormat, command: str | None) -> str:
+    if fmt.name is FormatName.TOOL_CALLS:
+        call = {"name": "finish", "arguments": {}} if command is None else \
+            {"name": "bash", "arguments": {"command": command}}
+        return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+    return json.dumps({"analysis": "scripted", "plan": "run the reference solution",
+                       "commands": [] if command is None else [{"keystrokes": command + "\n", "duration": 30}],
+                       "task_complete": command is None})
+
+
+@dataclass
+class ScriptedPolicy:
+    """`plan(episode_id, task, fmt)` before the episode; then it serves that episode's sessions."""
+
+    renderer: ChatRenderer
+    policy_version: int = 0
+    _plans: dict[str, tuple[AgentFormat, list[str | None]]] = field(default_factory=dict)
+    _turn: dict[str, int] = field(default_factory=dict)
+    calls: int = 0
+
+    def plan(self, episode_id: str, task: TaskSpec, fmt: AgentFormat) -> None:
+        self._plans[episode_id] = (fmt, oracle_actions(task))
+        self._turn[episode_id] = 0
+
+    async def __call__(self, request: GenerateRequest) -> GenerateResult:
+        self.calls += 1
+        episode_id = request.session_id.rsplit("/s", 1)[0]
+        if episode_id not in self._plans:
+            raise ValueError(f"session_id: no scripted plan for episode {episode_id!r}")
+        fmt, actions = self._plans[episode_id]
+        turn = self._turn[episode_id]
+        self._turn[episode_id] = turn + 1
+        action = actions[turn] if turn < len(actions) else None
+        ids = np.asarray(self.renderer.encode(render_action(fmt, action)) + list(self.renderer.end_of_turn_ids),
+                         np.int32)
+        n = len(ids)
+        return GenerateResult(token_ids=ids, logprobs=np.zeros(n, np.float32), finish_reason=FinishReason.STOP,
+                              policy_version=self.policy_version,
+                              token_versions=np.full(n, self.policy_version, np.int32), routing=None,
+                              prompt_tokens=len(request.prompt_ids))

@@ -1,0 +1,143 @@
+"""The t1-coordinator process: how its actors connect, in what order they start, and how they stop.
+
+   t1 eval ... ──gRPC──► CoordinatorService ──► EvalJobs (SQLite: jobs + finished attempts)
+                                                    │ attempts, job concurrency
+   TaskSource ──► Scheduler ──[spool room? staleness bound?]──► RolloutRunner xN ◄─┘ (global limit)
+                     ▲                                        │  Episode: SandboxPool ─SSH─► shells
+                     │ version changed                        │           InferencePool ─► t1-inference xM
+                 WeightSync ◄── WatchVersions ─┐              ▼
+                     └── UpdateWeights ──► t1-inference   Spool (msgpack WAL, bounded)
+                                               │              │ cursor, acks by id
+                                          t1-trainer ◄── TrainerLink (PushTrajectories)
+   TrainerStatusPoller (GetStatus ─► metrics, run log) · /metrics · run.jsonl · LagWatchdog
+
+Start: run dir, metrics, run log, watchdog -> local stack (model, task sets, demos, children)
+-> sandbox pool, generate router -> spool, job store -> gRPC server -> trainer link, weight sync,
+status poller -> stages (eval before, training, eval after, report) or serve eval jobs only.
+
+Stop (end of run or SIGTERM/SIGINT): 1. the scheduler stops admitting; 2. in-flight episodes
+get coordinator.shutdown_grace_s to finish, then are cancelled (eval attempts resume after a
+restart; unfinished training episodes are abandoned); 3. the gRPC server stops with its grace;
+4. eval jobs are closed (finished attempts are already in SQLite); 5. the trainer link and weight
+sync stop and the spool is closed (ack log flushed; unacknowledged records stay for the next
+run); 6. pools, sandboxes and child services stop; 7. metrics and the run log close. Exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from t1.config.schema import T1Config
+from t1.coordinator import stages
+from t1.coordinator.local import LocalStack
+from t1.coordinator.parts import Parts
+from t1.coordinator.report import print_report
+from t1.metrics.watchdog import LagWatchdog
+from t1.tasks.spec import TaskSpec
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    """`await Coordinator(cfg, config_file, overrides).run()` -> exit code."""
+
+    def __init__(self, cfg: T1Config, config_file: str | None = None, overrides: list[str] | None = None) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.coordinator.run_dir)
+        self.local = LocalStack(cfg, config_file, list(overrides or []), self.run_dir)
+        self.parts: Parts | None = None
+        self.stop_requested = asyncio.Event()
+        self.report: dict[str, Any] | None = None
+
+    def request_stop(self) -> None:
+        if not self.stop_requested.is_set():
+            log.info("stop requested: no new episodes; in-flight ones get %.0fs", self.cfg.coordinator.shutdown_grace_s)
+        self.stop_requested.set()
+        if self.parts is not None and self.parts.scheduler is not None:
+            self.parts.scheduler.stop()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        watchdog = LagWatchdog(warn_s=self.cfg.coordinator.loop_lag_warn_ms / 1000)
+        watchdog.start()
+        try:
+            sets = await self.local.prepare()
+            # Inference servers start while the parts are built (and, when training, while the oracle
+            # demonstrations run, which need no model); eval-only serving waits for them first.
+            endpoints = asyncio.ensure_future(self.local.inference_endpoints())
+            early = await endpoints if not self.cfg.coordinator.train else []
+            self.parts = parts = await Parts.build(self.cfg, self.run_dir, early)
+            try:
+                await parts.start_services()
+                parts.show_progress()
+                log.info("coordinator serving on %s (run dir %s)", parts.address, self.run_dir)
+                await self._until_stopped(self._work(parts, sets, endpoints))
+            finally:
+                await _discard(endpoints)
+                await parts.close(self.cfg.coordinator.shutdown_grace_s)
+        finally:
+            await self.local.stop()
+            await watchdog.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(ValueError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+        return 0
+
+    async def _work(self, parts: Parts, sets: dict[str, list[TaskSpec]], endpoints: asyncio.Future[list[str]]
+                    ) -> None:
+        cfg = self.cfg
+        if not cfg.coordinator.train:
+            parts.stage = "serving"
+            await self.stop_requested.wait()
+            return
+        ws = cfg.trainer.warm_start
+        if ws.sft_steps > 0 and ws.demos_path is not None and not ws.demos_path.exists():
+            parts.stage = "warm-start-demos"
+            await stages.write_demos(parts, [t for n in cfg.tasks.train for t in sets[n]], ws.demos_path)
+        # The trainer starts (and warm-starts) while the inference servers come up and the first eval runs.
+        trainer = asyncio.ensure_future(self.local.trainer_endpoint())
+        try:
+            parts.stage = "starting-services"
+            if eps := await endpoints:
+                parts.router.connect(eps)
+            self.report = await stages.train_run(parts, self.stop_requested, cfg, sets, trainer)
+        finally:
+            await _discard(trainer)
+        await parts.hide_progress()
+        print_report(self.report)
+
+    async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work`; on a stop request give it the grace period (training drains itself), then cancel it."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self.stop_requested.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                grace = self.cfg.coordinator.shutdown_grace_s + 5.0
+                done, _ = await asyncio.wait({task}, timeout=grace)
+                if not done:
+                    log.warning("stage %s did not end within %.0fs: abandoning it", self.parts and self.parts.stage,
+                                grace)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    return
+            task.result()
+        finally:
+            stopped.cancel()
+
+
+async def _discard(fut: asyncio.Future[Any]) -> None:
+    """Cancel a start-up future that is no longer wanted; its failure has been or will be reported elsewhere."""
+    if not fut.done():
+        fut.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await fut

@@ -1,0 +1,69 @@
+"""The local stack of a one-command run: the model, the task sets, and child t1-inference / t1-trainer services.
+
+What is configured remotely (inference.pool.endpoints, trainer.endpoint) is used as is; what
+is not is started here as a child process with the coordinator's own config file and overrides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from t1.config.schema import T1Config
+from t1.coordinator.children import Child, service_argv
+from t1.coordinator.runtime import ensure_model
+from t1.tasks.dataset import load_named_set
+from t1.tasks.spec import TaskSpec
+
+log = logging.getLogger(__name__)
+
+CHILD_START_TIMEOUT_S = 600.0
+
+
+class LocalStack:
+    def __init__(self, cfg: T1Config, config_file: str | None, overrides: list[str], run_dir: Path) -> None:
+        self.cfg = cfg
+        self.config_file = config_file
+        self.overrides = overrides
+        self.run_dir = run_dir
+        self.children: list[Child] = []
+
+    async def prepare(self) -> dict[str, list[TaskSpec]]:
+        """Make the model if missing and load (synthesizing if configured) every task set in use."""
+        await asyncio.to_thread(ensure_model, self.cfg)
+        names = list(dict.fromkeys([*self.cfg.tasks.train, *self.cfg.tasks.eval]))
+        sets = {}
+        for name in names:
+            sets[name] = await asyncio.to_thread(load_named_set, self.cfg.tasks, name)
+            log.info("task set %s: %d tasks", name, len(sets[name]))
+        return sets
+
+    async def inference_endpoints(self) -> list[str]:
+        pool = self.cfg.inference.pool
+        if pool.endpoints or self.cfg.rollout.policy != "model":
+            return list(pool.endpoints)
+        starts = [self._start(f"inference-{i}", "t1.cli.inference", ["--port", "0"]) for i in range(pool.num_local_servers)]
+        return list(await asyncio.gather(*starts))
+
+    async def trainer_endpoint(self) -> str:
+        if self.cfg.trainer.endpoint:
+            return self.cfg.trainer.endpoint
+        return await self._start("trainer", "t1.cli.trainer", ["--port", "0"])
+
+    async def _start(self, name: str, module: str, extra: list[str]) -> str:
+        child = Child(name, service_argv(module, self.config_file, self.overrides, extra),
+                      self.run_dir / "logs" / f"{name}.log")
+        self.children.append(child)
+        log.info("starting %s", name)
+        return await child.start(CHILD_START_TIMEOUT_S)
+
+    def child(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
+
+    async def stop(self, grace_s: float = 30.0) -> None:
+        """Trainer first (it checkpoints), then inference servers."""
+        for child in sorted(self.children, key=lambda c: c.name != "trainer"):
+            code = await child.stop(grace_s)
+            log.info("%s stopped (exit %s)", child.name, code)
+        self.children.clear()

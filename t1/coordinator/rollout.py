@@ -1,0 +1,142 @@
+"""Rollout workers: build an Episode from config and a task, run it, and hand on the result.
+
+`RolloutRunner.run_episode` is shared by training (the trajectory goes to the spool) and eval
+jobs (`as_attempt_runner` turns the result into an AttemptOutcome; nothing is spooled).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from t1.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeSpec, SandboxAcquire
+from t1.agent.formats import AgentFormat, FormatName, get_format
+from t1.agent.transcript import Transcript
+from t1.config.schema import T1Config
+from t1.coordinator.evals import EvalAttempt
+from t1.coordinator.results import AttemptOutcome
+from t1.coordinator.spool import Spool
+from t1.inference.types import GenerateFn, SamplingParams
+from t1.metrics import registry as m
+from t1.tasks.rewards import RewardMode
+from t1.tasks.spec import TaskSpec
+from t1.tito import ChatRenderer
+from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.types import EpisodeStatus
+
+log = logging.getLogger(__name__)
+
+
+def limits_from_config(cfg: T1Config, timeout_multiplier: float | None = None) -> EpisodeLimits:
+    r = cfg.rollout
+    return EpisodeLimits(
+        max_turns=r.max_turns, max_context_tokens=r.max_context_tokens,
+        timeout_multiplier=timeout_multiplier or r.timeout_multiplier, compaction=r.compaction.enabled,
+        compaction_trigger=r.compaction.trigger_fraction, keep_last_turns=r.compaction.keep_last_turns,
+        max_segments=r.compaction.max_segments, process_every_k=cfg.reward.process_every_k_turns)
+
+
+def sampling_from_config(cfg: T1Config) -> SamplingParams:
+    s = cfg.rollout.sampling
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=s.max_tokens)
+
+
+@dataclass(slots=True)
+class RolloutStats:
+    finished: int = 0
+    infra_errors: int = 0
+    turns: int = 0
+    drift_tokens: int = 0
+    retokenize_changed: int = 0
+    retokenize_total: int = 0
+    versions: set[int] = field(default_factory=set)  # policy versions that sampled tokens of training episodes
+
+    @property
+    def retokenize_mismatch_rate(self) -> float:
+        return self.retokenize_changed / self.retokenize_total if self.retokenize_total else 0.0
+
+
+class RolloutRunner:
+    """Runs episodes; `generate_for` picks the generate function (the pool, a job's pool, a script)."""
+
+    def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
+                 generate_for: Callable[[EvalAttempt | None, str], GenerateFn], transcripts_dir: Path | None,
+                 local: bool = True, reward_mode: RewardMode | None = None,
+                 plan: Callable[[str, TaskSpec, AgentFormat], None] | None = None) -> None:
+        self.cfg = cfg
+        self.renderers = renderers
+        self._acquire = acquire
+        self._generate_for = generate_for
+        self._transcripts = transcripts_dir if cfg.rollout.transcripts else None
+        self._local = local
+        self._reward_mode = RewardMode(reward_mode or cfg.reward.mode)
+        self._plan = plan  # the scripted policy learns each episode's task here
+        self.stats = RolloutStats()
+
+    async def run_episode(self, task: TaskSpec, group_id: str, attempt: int, *, fmt_name: str = "",
+                          timeout_multiplier: float | None = None, job: EvalAttempt | None = None,
+                          reward_mode: RewardMode | None = None, subdir: str = "train",
+                          generate: GenerateFn | None = None) -> EpisodeResult:
+        fmt = get_format(fmt_name or self.cfg.rollout.agent_format)
+        # Eval attempts may run again after a restart: each run gets its own id (and transcript).
+        episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
+        spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg),
+                           limits_from_config(self.cfg, timeout_multiplier), reward_mode or self._reward_mode)
+        if self._plan is not None and generate is None:
+            self._plan(episode_id, task, fmt)
+        tx_dir = self._transcripts / subdir if self._transcripts is not None else None
+        episode = Episode(spec, generate or self._generate_for(job, episode_id), self._acquire, self.renderers[fmt.name],
+                          Transcript(tx_dir, task.id, episode_id), local=self._local)
+        result = await episode.run()
+        self.stats.finished += 1
+        self.stats.turns += result.turns
+        self.stats.infra_errors += result.status is EpisodeStatus.INFRA_ERROR
+        m.INFRA_FAILURE_RATE.set(self.stats.infra_errors / self.stats.finished)
+        self.stats.drift_tokens += result.drift_tokens
+        self.stats.retokenize_changed += result.retokenize_changed
+        self.stats.retokenize_total += result.retokenize_total
+        m.TITO_DRIFT_TOKENS.set(self.stats.drift_tokens)
+        m.RETOKENIZE_MISMATCH_RATE.set(self.stats.retokenize_mismatch_rate)
+        if result.drift_tokens:
+            log.error("episode %s: %d tokens of TITO drift in the loss region", episode_id, result.drift_tokens)
+        log.info("episode %s (%s): %s, reward %g, %d turns, %.1fs", episode_id, task.id, result.status.value,
+                 result.trajectory.reward, result.turns, result.duration_s)
+        return result
+
+    async def train_episode(self, task: TaskSpec, group_id: str, attempt: int, spool: Spool) -> EpisodeResult:
+        """One training attempt; its trajectory (infra errors too, so the group completes) is spooled."""
+        result = await self.run_episode(task, group_id, attempt)
+        traj = result.trajectory
+        for seg in traj.segments:
+            self.stats.versions.update(int(v) for v in np.unique(seg.policy_versions[seg.loss_mask]))
+        await spool.append(traj.id, encode_trajectory(traj))
+        return result
+
+    def as_attempt_runner(self):  # -> AttemptRunner
+        async def run(a: EvalAttempt) -> AttemptOutcome:
+            group = f"eval-{a.job_id}-{a.task.id}"
+            # Binary reward for evals: the benchmark's metric; counts stay in passed/total.
+            r = await self.run_episode(a.task, group, a.attempt, fmt_name=a.agent_format,
+                                       timeout_multiplier=a.timeout_multiplier * self.cfg.rollout.timeout_multiplier,
+                                       job=a, reward_mode=RewardMode.BINARY, subdir=f"eval/{a.job_id}")
+            return outcome_of(a.task.id, a.attempt, r)
+
+        return run
+
+
+def outcome_of(task_id: str, attempt: int, r: EpisodeResult) -> AttemptOutcome:
+    infra = r.status is EpisodeStatus.INFRA_ERROR
+    return AttemptOutcome(task_id=task_id, attempt=attempt, reward=r.trajectory.reward, passed=r.report.passed,
+                          total=r.report.total, status=r.status, turns=r.turns, tokens=r.trajectory.num_tokens,
+                          duration_s=r.duration_s, failure_mode=r.failure_mode,
+                          resolved=(not infra) and r.report.resolved)
+
+
+def new_group_id(task: TaskSpec) -> str:
+    """Unique across coordinator restarts: the trainer deduplicates by trajectory id."""
+    return f"{task.id}-{uuid.uuid4().hex[:10]}"

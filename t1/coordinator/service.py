@@ -1,0 +1,110 @@
+"""CoordinatorService: the gRPC face of eval jobs and run status; it adapts protos and delegates to EvalJobs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from t1.coordinator.evals import EvalJobs, JobUpdate
+from t1.coordinator.jobs import JobRecord, JobState
+from t1.coordinator.results import AttemptOutcome, JobSummaryValues
+from t1.rpc.errors import RequestError, rpc_errors
+from t1.rpc.server import ServiceBinding
+from t1.v1 import coordinator_pb2 as pb
+from t1.v1 import coordinator_pb2_grpc as pb_grpc
+
+STATE_TO_PB = {
+    JobState.QUEUED: pb.JOB_STATE_QUEUED,
+    JobState.RUNNING: pb.JOB_STATE_RUNNING,
+    JobState.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
+    JobState.FAILED: pb.JOB_STATE_FAILED,
+    JobState.CANCELLED: pb.JOB_STATE_CANCELLED,
+}
+PB_TO_STATE = {v: k for k, v in STATE_TO_PB.items()}
+
+
+def attempt_to_pb(o: AttemptOutcome) -> pb.AttemptResult:
+    return pb.AttemptResult(task_id=o.task_id, attempt=o.attempt, reward=o.reward, passed=o.passed, total=o.total,
+                            status=o.status.value, turns=o.turns, tokens=o.tokens, duration_s=o.duration_s,
+                            failure_mode=o.failure_mode, resolved=o.resolved)
+
+
+def summary_to_pb(s: JobSummaryValues) -> pb.JobSummary:
+    return pb.JobSummary(resolve_rate=s.resolve_rate, mean_reward=s.mean_reward, pass_at_k=s.pass_at_k,
+                         infra_errors=s.infra_errors, num_tasks=s.num_tasks)
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServiceServicer):
+    """Eval jobs from EvalJobs; run status from a callable the app provides."""
+
+    def __init__(self, jobs: EvalJobs, run_status: Callable[[], pb.RunStatus]) -> None:
+        self._jobs = jobs
+        self._run_status = run_status
+
+    def binding(self) -> ServiceBinding:
+        return ServiceBinding("t1.v1.CoordinatorService", pb_grpc.add_CoordinatorServiceServicer_to_server, self)
+
+    def _job_pb(self, record: JobRecord, include_attempts: bool = False) -> pb.EvalJob:
+        attempts = self._jobs.store.attempts(record.job_id)
+        msg = pb.EvalJob(
+            job_id=record.job_id, state=STATE_TO_PB[record.state],
+            request=pb.SubmitEvalRequest.FromString(record.request), total_attempts=record.total_attempts,
+            finished_attempts=len(attempts), running_attempts=self._jobs.running(record.job_id),
+            summary=summary_to_pb(self._jobs.summary(record)), created_unix=record.created,
+            updated_unix=record.updated, error=record.error)
+        if include_attempts:
+            msg.attempts.extend(attempt_to_pb(o) for o in attempts)
+        return msg
+
+    @rpc_errors
+    async def SubmitEval(self, request: pb.SubmitEvalRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
+        return self._job_pb(self._jobs.submit(request))
+
+    @rpc_errors
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
+        return self._job_pb(self._jobs.get(_job_id(request.job_id)), request.include_attempts)
+
+    @rpc_errors
+    async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[pb.JobEvent]:
+        async for update in self._jobs.watch(_job_id(request.job_id)):
+            yield _event_pb(update)
+
+    @rpc_errors
+    async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
+        return self._job_pb(self._jobs.cancel(_job_id(request.job_id)))
+
+    @rpc_errors
+    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
+        if request.limit < 0:
+            raise RequestError(f"limit: must be >= 0, got {request.limit}")
+        states = set()
+        for s in request.states:
+            if s not in PB_TO_STATE:
+                raise RequestError(f"states: unknown job state {s}")
+            states.add(PB_TO_STATE[s])
+        return pb.ListJobsResponse(jobs=[self._job_pb(r) for r in self._jobs.store.list_jobs(states, request.limit)])
+
+    @rpc_errors
+    async def GetRunStatus(self, request: pb.GetRunStatusRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.RunStatus:
+        return self._run_status()
+
+
+def _job_id(value: str) -> str:
+    if not value:
+        raise RequestError("job_id: required")
+    return value
+
+
+def _event_pb(u: JobUpdate) -> pb.JobEvent:
+    ev = pb.JobEvent(job_id=u.job.job_id, state=STATE_TO_PB[u.job.state], total_attempts=u.job.total_attempts,
+                     finished_attempts=u.finished, running_attempts=u.running)
+    if u.started is not None:
+        ev.attempt_started.CopyFrom(pb.AttemptStarted(task_id=u.started[0], attempt=u.started[1]))
+    elif u.outcome is not None:
+        ev.attempt_finished.CopyFrom(attempt_to_pb(u.outcome))
+    elif u.summary is not None:
+        ev.job_finished.CopyFrom(summary_to_pb(u.summary))
+    return ev

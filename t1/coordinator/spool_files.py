@@ -1,0 +1,149 @@
+"""On-disk frames of the spool: length-prefixed, CRC-checked records in segment files and an ack log.
+
+A frame is `u32 length | u32 crc32(body) | body` (little-endian). A spool record's body is
+msgpack `[trajectory_id, payload]`; an ack-log frame's body is the acknowledged id (UTF-8).
+A torn frame at the end of a file (a crash mid-write) is cut off when the file is reopened.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+
+_HEADER = struct.Struct("<II")
+MAX_FRAME_BYTES = 1 << 31
+SEGMENT_PREFIX = "seg-"
+SEGMENT_SUFFIX = ".spool"
+ACK_LOG = "acks.log"
+
+
+class SpoolCorrupt(Exception):
+    """A frame in the middle of a spool file fails its checksum: the file was damaged on disk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One spooled trajectory: its id, the exact msgpack payload, and where it lives."""
+
+    trajectory_id: str
+    payload: bytes
+    segment: int
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
+
+def encode_frame(body: bytes) -> bytes:
+    return _HEADER.pack(len(body), zlib.crc32(body)) + body
+
+
+def encode_record(trajectory_id: str, payload: bytes) -> bytes:
+    return encode_frame(msgpack.packb([trajectory_id, payload], use_bin_type=True))
+
+
+def read_frames(path: Path) -> tuple[list[bytes], int]:
+    """Every intact frame body of a file, and the byte offset where the intact prefix ends.
+
+    A short or checksum-failing frame is accepted only as the file's tail (a torn write);
+    anywhere else it is corruption.
+    """
+    data = path.read_bytes()
+    bodies: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        if pos + _HEADER.size > len(data):
+            break
+        length, crc = _HEADER.unpack_from(data, pos)
+        end = pos + _HEADER.size + length
+        if end > len(data):
+            break
+        body = data[pos + _HEADER.size : end]
+        if zlib.crc32(body) != crc:
+            if _later_frame_is_valid(data, end):
+                raise SpoolCorrupt(f"{path}: checksum mismatch in the frame at byte {pos}")
+            break
+        bodies.append(body)
+        pos = end
+    return bodies, pos
+
+
+def _later_frame_is_valid(data: bytes, pos: int) -> bool:
+    if pos + _HEADER.size > len(data):
+        return False
+    length, crc = _HEADER.unpack_from(data, pos)
+    end = pos + _HEADER.size + length
+    return end <= len(data) and zlib.crc32(data[pos + _HEADER.size : end]) == crc
+
+
+def decode_record(body: bytes, path: Path) -> tuple[str, bytes]:
+    try:
+        tid, payload = msgpack.unpackb(body, raw=False)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise SpoolCorrupt(f"{path}: record is not msgpack [id, payload] ({exc})") from None
+    if not isinstance(tid, str) or not isinstance(payload, bytes):
+        raise SpoolCorrupt(f"{path}: record is not [str id, bytes payload]")
+    return tid, payload
+
+
+def segment_path(directory: Path, index: int) -> Path:
+    return directory / f"{SEGMENT_PREFIX}{index:08d}{SEGMENT_SUFFIX}"
+
+
+def list_segments(directory: Path) -> list[int]:
+    found = []
+    for p in directory.glob(f"{SEGMENT_PREFIX}*{SEGMENT_SUFFIX}"):
+        stem = p.name[len(SEGMENT_PREFIX) : -len(SEGMENT_SUFFIX)]
+        if stem.isdigit():
+            found.append(int(stem))
+    return sorted(found)
+
+
+def load_segment(directory: Path, index: int) -> Iterator[Record]:
+    """Records of one segment; a torn tail is truncated away on disk."""
+    path = segment_path(directory, index)
+    bodies, good = read_frames(path)
+    if good < path.stat().st_size:
+        with path.open("r+b") as f:
+            f.truncate(good)
+            os.fsync(f.fileno())
+    for body in bodies:
+        tid, payload = decode_record(body, path)
+        yield Record(tid, payload, index)
+
+
+def load_acks(directory: Path) -> set[str]:
+    path = directory / ACK_LOG
+    if not path.exists():
+        return set()
+    bodies, good = read_frames(path)
+    if good < path.stat().st_size:
+        with path.open("r+b") as f:
+            f.truncate(good)
+    return {b.decode("utf-8") for b in bodies}
+
+
+def rewrite_acks(directory: Path, ids: set[str]) -> None:
+    """Atomically replace the ack log with only `ids` (compaction after whole segments are gone)."""
+    tmp = directory / (ACK_LOG + ".tmp")
+    with tmp.open("wb") as f:
+        for tid in sorted(ids):
+            f.write(encode_frame(tid.encode("utf-8")))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / ACK_LOG)
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

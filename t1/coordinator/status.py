@@ -1,0 +1,97 @@
+"""Run status: polls the trainer's GetStatus into metrics and the run log, and answers GetRunStatus."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from t1.config.service import AuthConfig
+from t1.metrics import registry as m
+from t1.metrics.runlog import RunLog
+from t1.rpc.client import call_options, make_channel
+from t1.v1 import coordinator_pb2 as cpb
+from t1.v1 import trainer_pb2 as pb
+from t1.v1 import trainer_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+
+class TrainerStatusPoller:
+    """Every `interval_s`: GetStatus -> gauges, a 'trainer' run-log record when the step moves; `done` when DONE."""
+
+    def __init__(self, target: str, runlog: RunLog | None, auth: AuthConfig | None = None,
+                 interval_s: float = 2.0) -> None:
+        self.target = target
+        self._runlog = runlog
+        self._auth = auth or AuthConfig()
+        self.interval_s = interval_s
+        self.last: pb.TrainerStatus | None = None
+        self.done = asyncio.Event()
+        self.last_metrics: dict[str, float] = {}
+
+    async def run(self) -> None:
+        channel = make_channel(self.target, self._auth)
+        stub = pb_grpc.TrainerServiceStub(channel)
+        opts = call_options(self._auth, 10.0)
+        try:
+            while True:
+                try:
+                    self._apply(await stub.GetStatus(pb.GetStatusRequest(), **opts.kw()))
+                except grpc.aio.AioRpcError as err:
+                    log.debug("trainer GetStatus: %s", err.code().name)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await channel.close()
+
+    def _apply(self, st: pb.TrainerStatus) -> None:
+        moved = self.last is None or st.step != self.last.step or st.stage != self.last.stage
+        self.last = st
+        if st.last_metrics:
+            self.last_metrics = dict(st.last_metrics)
+            m.set_trainer_metrics(self.last_metrics)
+        m.TRAINER_STEP.set(st.step)
+        if moved and self._runlog is not None:
+            self._runlog.write("trainer", step=st.step, stage=pb.TrainerStage.Name(st.stage), version=st.policy_version,
+                               buffered=st.buffered_trajectories, metrics=self.last_metrics)
+        if st.stage == pb.TRAINER_STAGE_DONE:
+            self.done.set()
+
+    @property
+    def stage_name(self) -> str:
+        if self.last is None:
+            return "unknown"
+        return pb.TrainerStage.Name(self.last.stage).removeprefix("TRAINER_STAGE_").lower()
+
+
+class TurnRate:
+    """Turns per second over a sliding window, from the rollout turn counter."""
+
+    def __init__(self, read_turns: Callable[[], int], window_s: float = 30.0) -> None:
+        self._read = read_turns
+        self._window_s = window_s
+        self._points: list[tuple[float, int]] = []
+
+    def sample(self) -> float:
+        now, turns = time.monotonic(), self._read()
+        self._points.append((now, turns))
+        while len(self._points) > 2 and now - self._points[0][0] > self._window_s:
+            self._points.pop(0)
+        t0, n0 = self._points[0]
+        rate = (turns - n0) / (now - t0) if now > t0 else 0.0
+        m.ROLLOUT_TURNS_PER_SECOND.set(rate)
+        return rate
+
+
+def run_status(*, name: str, stage: str, version: int, trainer: TrainerStatusPoller | None, active: int,
+               finished: int, spool_pending: int, spool_bytes: int, trainer_connected: bool, healthy_servers: int,
+               infra_rate: float, turns_per_s: float) -> cpb.RunStatus:
+    return cpb.RunStatus(run_name=name, policy_version=version,
+                         trainer_step=trainer.last.step if trainer and trainer.last else 0,
+                         active_episodes=active, finished_episodes=finished, spool_pending=spool_pending,
+                         spool_bytes=spool_bytes, trainer_connected=trainer_connected,
+                         healthy_inference_servers=healthy_servers, infra_failure_rate=infra_rate,
+                         turns_per_second=turns_per_s, stage=stage)

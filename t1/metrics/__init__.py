@@ -1,0 +1,1 @@
+"""Observability of the coordinator: the Prometheus registry, its HTTP endpoint, the JSONL run log, the loop-lag watchdog."""

@@ -1,0 +1,112 @@
+"""The episode loop through real parts: local sandbox over SSH, the tiny model's chat template, TITO, verifiers.
+
+The policy is the scripted one (the task's reference solution typed as actions), so outcomes
+are known: a solvable task resolves, and the tokens in the loss region are exactly the replies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
+from t1.agent.formats import FormatName, get_format
+from t1.agent.scripted import ScriptedPolicy
+from t1.agent.transcript import Transcript
+from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, SamplingParams
+from t1.tasks.dataset import load_task
+from t1.trajectory.types import EpisodeStatus
+
+
+def _task(root: Path, name: str, word: str) -> Path:
+    d = root / name
+    (d / "tests").mkdir(parents=True)
+    (d / "solution").mkdir()
+    (d / "task.toml").write_text(f'[task]\nname = "{name}"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n')
+    (d / "instruction.md").write_text(f"Write {word} into /app/answer.txt\n")
+    (d / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nmkdir -p /logs/verifier\n'
+        f'if [ "$(cat /app/answer.txt 2>/dev/null)" = "{word}" ]; then echo 1 > /logs/verifier/reward.txt; '
+        'else echo 0 > /logs/verifier/reward.txt; fi\n')
+    (d / "solution" / "solve.sh").write_text(f"#!/bin/bash\necho {word} > /app/answer.txt\n")
+    return d
+
+
+@pytest.mark.parametrize("fmt_name", [FormatName.TOOL_CALLS, FormatName.TERMINUS2])
+async def test_scripted_episode_resolves_with_exact_tokens(tmp_path: Path, provider, renderers, fmt_name) -> None:
+    task = load_task(_task(tmp_path, "echo-task", "hello"))
+    renderer = renderers[fmt_name]
+    policy = ScriptedPolicy(renderer, policy_version=3)
+    fmt = get_format(fmt_name)
+    spec = EpisodeSpec("ep-1", task, "g-1", 0, fmt, SamplingParams(max_tokens=400))
+    policy.plan("ep-1", task, fmt)
+    replies: list[np.ndarray] = []
+
+    async def recording(req: GenerateRequest) -> GenerateResult:
+        res = await policy(req)
+        replies.append(res.token_ids)
+        return res
+
+    result = await Episode(spec, recording, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-1")).run()
+    assert result.status is EpisodeStatus.OK, result.failure_mode
+    assert result.report.resolved and result.trajectory.reward == 1.0
+    assert result.turns == 2
+    seg = result.trajectory.segments[0]
+    # The loss region is exactly the sampled replies, in order, with their versions.
+    assert np.array_equal(seg.token_ids[seg.loss_mask], np.concatenate(replies))
+    assert (seg.policy_versions[seg.loss_mask] == 3).all()
+    assert [(t.end - t.start) for t in seg.turns] == [len(r) for r in replies]
+    text = Path(result.transcript).read_text()
+    assert "base64 -d" in text and "## Result" in text and "- reward: 1" in text
+
+
+async def test_bad_replies_count_as_turns_and_unsolved_task_scores_zero(tmp_path: Path, provider, renderers) -> None:
+    task = load_task(_task(tmp_path, "t", "x"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    eot = list(renderer.end_of_turn_ids)
+
+    async def babbling(req: GenerateRequest) -> GenerateResult:
+        ids = np.asarray(renderer.encode("I will not use tools.") + eot, np.int32)
+        return GenerateResult(ids, np.full(len(ids), -1.0, np.float32), FinishReason.STOP, 0,
+                              np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
+
+    spec = EpisodeSpec("ep-2", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
+                       EpisodeLimits(max_turns=3))
+    result = await Episode(spec, babbling, acquire_from(provider), renderer, Transcript(None, task.id, "ep-2")).run()
+    assert result.status is EpisodeStatus.OK and result.turns == 3
+    assert result.trajectory.reward == 0.0 and not result.report.resolved
+    prompt = renderer.decode(result.trajectory.segments[0].token_ids.tolist())
+    assert prompt.count("ERROR: no tool call found") == 2  # the third turn hit the limit
+
+
+async def test_inference_failure_past_retries_is_infra_error(tmp_path: Path, provider, renderers) -> None:
+    task = load_task(_task(tmp_path, "t", "x"))
+    calls = 0
+
+    async def dead(req: GenerateRequest) -> GenerateResult:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("replica gone")
+
+    spec = EpisodeSpec("ep-3", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
+                       EpisodeLimits(turn_retries=2))
+    result = await Episode(spec, dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e")).run()
+    assert calls == 3
+    assert result.status is EpisodeStatus.INFRA_ERROR and result.trajectory.reward == 0.0
+    assert "InferenceFailed" in result.failure_mode
+
+
+async def test_process_rewards_sum_to_final_count(tmp_path: Path, provider, renderers) -> None:
+    task = load_task(_task(tmp_path, "t", "yes"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    fmt = get_format("tool_calls")
+    policy = ScriptedPolicy(renderer)
+    policy.plan("ep-4", task, fmt)
+    spec = EpisodeSpec("ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), EpisodeLimits(process_every_k=1))
+    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-4")).run()
+    rewards = [t.reward for t in result.trajectory.segments[0].turns]
+    assert rewards == [1.0, 0.0] and result.trajectory.reward == 1.0
+    assert json.dumps(rewards)

@@ -1,0 +1,126 @@
+"""The t1-coordinator process from outside: eval jobs over the generated stubs, the CLI, SIGTERM, kill -9.
+
+The policy is the scripted one (each task's reference solution typed as tool calls through the
+real episode path), so per-task results must equal the oracle runner's on the same tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from coordproc import CoordinatorProcess, eval_config, write_harbor_task
+
+from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.sandbox.local import LocalProvider
+from t1.tasks.dataset import load_dataset
+from t1.tasks.oracle import RunMode, run_tasks
+from t1.v1 import coordinator_pb2 as pb
+from t1.v1 import coordinator_pb2_grpc as pb_grpc
+
+
+@pytest.fixture()
+def sandbox_root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="t1-coord-test-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _oracle_resolved(tasks_dir: Path, sandbox_root: Path) -> dict[str, bool]:
+    async def go() -> dict[str, bool]:
+        provider = LocalProvider(LocalProviderConfig(root=sandbox_root / "oracle"), ShellConfig())
+        try:
+            runs = await run_tasks(provider, load_dataset([tasks_dir]), RunMode.ORACLE, concurrency=2)
+        finally:
+            await provider.close()
+        return {r.task: r.resolved for r in runs}
+
+    return asyncio.run(go())
+
+
+def test_eval_job_from_another_process_matches_oracle(tmp_path: Path, tiny_model_dir: Path, sandbox_root: Path) -> None:
+    tasks = tmp_path / "tasks"
+    write_harbor_task(tasks, "solvable", "alpha")
+    write_harbor_task(tasks, "broken-solution", "beta", answer="gamma")  # its oracle fails its own tests
+    coord = CoordinatorProcess(tmp_path, eval_config(tmp_path, tiny_model_dir, sandbox_root))
+    try:
+        address = coord.start()
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.CoordinatorServiceStub(channel)
+            job = stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(tasks), attempts=2, name="acceptance"), timeout=30)
+            events = list(stub.WatchJob(pb.WatchJobRequest(job_id=job.job_id), timeout=300))
+            assert events[-1].WhichOneof("event") == "job_finished"
+            full = stub.GetJob(pb.GetJobRequest(job_id=job.job_id, include_attempts=True), timeout=30)
+        got = {}
+        for a in full.attempts:
+            assert a.status == "ok" and a.turns == 2, (a, coord.log_text()[-3000:])
+            got.setdefault(a.task_id, set()).add(a.resolved)
+        expected = _oracle_resolved(tasks, sandbox_root)
+        assert expected == {"solvable": True, "broken-solution": False}
+        assert got == {t: {r} for t, r in expected.items()}
+        assert full.summary.resolve_rate == pytest.approx(0.5)
+
+        # The same through the CLI.
+        cli = subprocess.run([sys.executable, "-m", "t1.cli.main", "eval", "submit", "--tasks", str(tasks),
+                              "--attempts", "1", "--wait", "--address", address],
+                             capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 0, cli.stderr
+        assert "resolve rate 0.500" in cli.stdout
+        assert coord.terminate() == 0
+        assert '"event":"stop"' in (coord.run_dir / "run.jsonl").read_text()
+    finally:
+        coord.cleanup()
+
+
+def _finished(db: Path, job_id: str) -> set[tuple[str, int]]:
+    with sqlite3.connect(db) as con:
+        return {(r[0], r[1]) for r in con.execute("SELECT task_id, attempt FROM attempts WHERE job_id = ?", (job_id,))}
+
+
+def test_kill_9_mid_job_then_restart_reruns_nothing_finished(tmp_path: Path, tiny_model_dir: Path,
+                                                             sandbox_root: Path) -> None:
+    tasks = tmp_path / "tasks"
+    for i in range(3):
+        write_harbor_task(tasks, f"slow-{i}", f"w{i}", solve_delay_s=1.5)
+    coord = CoordinatorProcess(tmp_path, eval_config(tmp_path, tiny_model_dir, sandbox_root))
+    db = coord.run_dir / "jobs.db"
+    try:
+        address = coord.start()
+        with grpc.insecure_channel(address) as channel:
+            job = pb_grpc.CoordinatorServiceStub(channel).SubmitEval(
+                pb.SubmitEvalRequest(tasks=str(tasks), attempts=2, concurrency=2), timeout=30)
+        deadline = time.monotonic() + 120
+        while len(_finished(db, job.job_id)) < 2:
+            assert time.monotonic() < deadline, coord.log_text()[-2000:]
+            time.sleep(0.2)
+        coord.kill9()
+        before = _finished(db, job.job_id)
+        assert 2 <= len(before) < 6
+
+        address = coord.start()
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.CoordinatorServiceStub(channel)
+            events = list(stub.WatchJob(pb.WatchJobRequest(job_id=job.job_id), timeout=300))
+            final = stub.GetJob(pb.GetJobRequest(job_id=job.job_id, include_attempts=True), timeout=30)
+        assert events[-1].state == pb.JOB_STATE_SUCCEEDED
+        keys = [(a.task_id, a.attempt) for a in final.attempts]
+        assert sorted(keys) == sorted({(f"slow-{i}", a) for i in range(3) for a in range(2)}), "nothing lost"
+        assert all(a.resolved for a in final.attempts)
+        # Each run of an attempt leaves its own transcript: finished ones ran exactly once.
+        tx = coord.run_dir / "transcripts" / "eval" / job.job_id
+        for task_id, attempt in before:
+            runs = list((tx / task_id).glob(f"*-a{attempt}-*.md"))
+            assert len(runs) == 1, (task_id, attempt, runs)
+        assert coord.terminate() == 0
+    finally:
+        coord.cleanup()

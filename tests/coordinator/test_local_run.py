@@ -1,0 +1,132 @@
+"""The one-command local run at small scale: t1-coordinator starts the torch inference server and the
+DeepSpeed (CPU) trainer as children, synthesizes task sets, writes oracle demonstrations, evaluates,
+warm-starts, runs PPO, evaluates again and reports; and SIGTERM mid-training ends it cleanly with exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from t1.coordinator.spool import Spool
+
+
+@pytest.fixture()
+def root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="t1-local-run-"))
+    path.chmod(0o711)  # sandbox users must traverse to their trees
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def small_config(root: Path, model_dir: Path, max_steps: int = 1) -> dict:
+    return {
+        "name": "local-small",
+        "sandbox": {"provider": "local", "local": {"root": str(root / "sandboxes")}, "pool": {"max_sandboxes": 3}},
+        "tasks": {"sets": {"train": {"path": str(root / "tasks/train"), "split": "train", "synth": 2, "synth_seed": 1},
+                           "heldout": {"path": str(root / "tasks/heldout"), "split": "eval", "synth": 1,
+                                       "synth_seed": 4}},
+                  "train": ["train"], "eval": ["heldout"]},
+        "rollout": {"max_turns": 2, "max_context_tokens": 2048, "group_size": 2, "max_concurrent_episodes": 3,
+                    "sampling": {"max_tokens": 32}},
+        "reward": {"mode": "count"},
+        "inference": {"model": {"path": str(model_dir), "init_preset": "tiny"}, "server": {"max_batch": 4},
+                      "pool": {"num_local_servers": 1, "request_timeout_s": 120}},
+        "trainer": {"work_dir": str(root / "trainer"), "max_steps": max_steps,
+                    "rl": {"groups_per_step": 1, "max_policy_lag": 1, "token_budget": 4096},
+                    "warm_start": {"sft_steps": 1, "critic_warmup_steps": 1,
+                                   "demos_path": str(root / "run/demos.msgpack")}},
+        "coordinator": {"run_dir": str(root / "run"), "server": {"port": 0},
+                        "eval": {"attempts": 1, "concurrency": 2}, "shutdown_grace_s": 5},
+        "metrics": {"port": 0},
+    }
+
+
+def _start(root: Path, cfg: dict) -> tuple[subprocess.Popen[bytes], Path]:
+    path = root / "local.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    out = root / "coordinator.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "t1.cli.coordinator", "--config", str(path)], cwd=root,
+                            stdout=out.open("wb"), stderr=subprocess.STDOUT, env=env)
+    return proc, out
+
+
+def _events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
+
+
+def test_local_run_end_to_end_small(root: Path, tiny_model_dir: Path) -> None:
+    cfg = small_config(root, tiny_model_dir)
+    proc, out = _start(root, cfg)
+    try:
+        rc = proc.wait(600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = out.read_text(errors="replace")
+    assert rc == 0, log[-4000:]
+    report = json.loads((root / "run" / "report.json").read_text())
+    # Both evals ran on the held-out set through eval jobs; infra errors are counted, never scored.
+    for label in ("before", "after"):
+        assert report[label]["heldout"]["num_tasks"] == 1, report
+        assert 0.0 <= report[label]["heldout"]["resolve_rate"] <= 1.0
+    # Warm start (1 SFT + 1 critic step) and one PPO step; the trainer is done.
+    assert report["trainer"]["stage"] == "done" and report["trainer"]["step"] == 3, report["trainer"]
+    assert report["trainer"]["policy_version"] >= 1
+    fid = report["fidelity"]
+    assert fid["t1_tito_drift_tokens"] == 0
+    assert fid["t1_train_infer_logprob_abs_diff"] >= 0.0 and "t1_router_disagreement_rate" in fid
+    assert 0.0 <= fid["t1_retokenize_mismatch_rate"] <= 1.0
+    # Weight sync: each published version was loaded on the inference server before training rollouts
+    # used it, and the tokens of training rollouts carry those versions.
+    events = _events(root / "run")
+    loaded = [e["version"] for e in events if e["event"] == "weights"]
+    assert loaded == sorted(loaded) and loaded and loaded[-1] == report["trainer"]["policy_version"]
+    versions = report["rollouts"]["policy_versions"]
+    assert versions and set(versions) <= {0, *loaded}
+    assert (root / "run" / "demos.msgpack").stat().st_size > 0, "oracle demonstrations for SFT"
+    assert (root / "tasks" / "train").is_dir() and (root / "tasks" / "heldout").is_dir()
+    assert "held-out resolve rate" in log and "t1_train_infer_logprob_abs_diff" in log
+    assert events[-1]["event"] == "stop"
+    transcripts = list((root / "run" / "transcripts" / "train").rglob("*.md"))
+    assert transcripts, "readable per-episode transcripts"
+
+
+@pytest.mark.slow  # a second full stack start: about two minutes here
+def test_sigterm_during_training_drains_and_exits_0(root: Path, tiny_model_dir: Path) -> None:
+    cfg = small_config(root, tiny_model_dir, max_steps=50)
+    cfg["coordinator"]["eval"]["before_training"] = False
+    proc, out = _start(root, cfg)
+    try:
+        deadline = time.monotonic() + 480
+        run_log = root / "run" / "run.jsonl"
+        while not (run_log.is_file() and '"stage":"training"' in run_log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-4000:]
+            time.sleep(1)
+        time.sleep(10)  # episodes in flight
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(120)  # grace (5 s) + child stops; a hang fails here
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = out.read_text(errors="replace")
+    assert rc == 0, log[-4000:]
+    events = _events(root / "run")
+    assert events[-1]["event"] == "stop"
+    assert "trainer stopped (exit 0)" in log
+    # The spool was closed cleanly: it reopens with exactly what the coordinator said was still pending.
+    spool = Spool.open(root / "run" / "spool", 1 << 30, 1 << 20, fsync=False)
+    assert spool.pending_count == events[-1]["spool_pending"]
+    spool.close()
