@@ -5,7 +5,7 @@
 #
 # Build from the repository root:
 #   docker build -f deploy/docker/inference.Dockerfile -t t1-inference:0.1.0 .
-ARG VLLM_IMAGE=vllm/vllm-openai:v0.30.0
+ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0
 FROM ${VLLM_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -30,6 +30,9 @@ class InferenceServerConfig(Section):
     max_batch: int = Field(8, ge=1, description="Most sessions decoded together in one batch.")
     session_cache_mb: int = Field(512, ge=0, description="Memory bound of the per-session KV-cache LRU.")
     capture_routing: bool = Field(True, description="Record MoE routing for every processed position.")
+    num_threads: int = Field(0, ge=0, description="torch intra-op threads for the torch backend; 0 keeps torch's default.")
+    stream_chunk_tokens: int = Field(16, ge=1, description="Sampled tokens per streamed TokenChunk.")
+    prefill_chunk_tokens: int = Field(1024, ge=1, description="Most prompt tokens prefilled in one model step (torch backend).")
     server: ServerConfig = Field(default_factory=ServerConfig, description="Where the server listens.")
     vllm_args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra vLLM engine arguments (vllm backend only)."

@@ -1,7 +1,12 @@
-"""The seam of the inference plane: a generate request, its result, and the GenerateFn protocol."""
+"""The seam of the inference plane: a generate request, its result, and the GenerateFn protocol.
+
+Backends (torch, vllm) stream a request as TokenChunk values followed by one GenerateDone; the
+gRPC server forwards them as they come and `collect` folds them into a GenerateResult.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -55,3 +60,84 @@ class GenerateFn(Protocol):
     """Generate one turn; in-process or over gRPC, the caller does not care."""
 
     async def __call__(self, request: GenerateRequest) -> GenerateResult: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TokenChunk:
+    """Some sampled ids, in order, with their logprobs and the weight version that sampled them."""
+
+    token_ids: np.ndarray    # int32 [k]
+    logprobs: np.ndarray     # float32 [k]
+    policy_version: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GenerateDone:
+    """The end of one request's stream."""
+
+    finish_reason: FinishReason
+    policy_version: int
+    routing: RoutingBlock | None
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What GetModelInfo reports."""
+
+    model_name: str
+    backend: str
+    policy_version: int
+    vocab_size: int
+    max_context_tokens: int
+    num_moe_layers: int
+    num_experts: int
+    top_k: int
+    routing_dtype: str           # "uint8" | "uint16" | "" (dense)
+    eos_token_ids: tuple[int, ...]
+    logprob_distribution: str    # "sampling" (after temperature/top-k/top-p) or "raw"
+    dtype: str
+
+
+class Backend(Protocol):
+    """A generation engine behind InferenceService."""
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]: ...
+
+    def model_info(self) -> ModelInfo: ...
+
+    async def update_weights(self, path: str, version: int) -> float: ...
+
+    async def close(self) -> None: ...
+
+
+async def collect(events: AsyncIterator[TokenChunk | GenerateDone]) -> GenerateResult:
+    """Fold a backend stream into one GenerateResult (per-token versions from the chunks); closes the stream."""
+    try:
+        return await _fold(events)
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _fold(events: AsyncIterator[TokenChunk | GenerateDone]) -> GenerateResult:
+    ids: list[np.ndarray] = []
+    logps: list[np.ndarray] = []
+    versions: list[np.ndarray] = []
+    async for event in events:
+        if isinstance(event, TokenChunk):
+            ids.append(event.token_ids)
+            logps.append(event.logprobs)
+            versions.append(np.full(len(event.token_ids), event.policy_version, dtype=np.int32))
+            continue
+        return GenerateResult(
+            token_ids=np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32),
+            logprobs=np.concatenate(logps).astype(np.float32) if logps else np.zeros(0, np.float32),
+            finish_reason=event.finish_reason, policy_version=event.policy_version,
+            token_versions=np.concatenate(versions) if versions else np.zeros(0, np.int32),
+            routing=event.routing, prompt_tokens=event.prompt_tokens, cached_tokens=event.cached_tokens,
+        )
+    raise RuntimeError("generation stream ended without a GenerateDone")

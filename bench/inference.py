@@ -1,0 +1,137 @@
+"""Inference plane benchmark: decode and prefill tokens/s, routing capture on vs off, prefix reuse speedup.
+
+Runs the torch backend in process (the same code path as t1-inference) on a random-init model.
+
+    python bench/inference.py [--model DIR | --preset tiny|small] [--repeats 5] [--threads 1] [--out FILE]
+
+Prints a table of medians and writes JSON with --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _ids(n: int, seed: int, vocab: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(16, vocab, size=n).astype(np.int32)
+
+
+async def _time(backend, request) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    result = await backend(request)
+    return time.perf_counter() - t0, result
+
+
+async def run(args: argparse.Namespace) -> dict:
+    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.types import GenerateRequest, SamplingParams
+
+    backend = TorchBackend(args.model, capture_routing=True)
+    vocab = backend.vocab_size
+    # No EOS stop for the decode runs: every request generates exactly max_tokens.
+    backend.eos_ids = ()
+
+    def req(ids, session="", max_tokens=1, routing=True, seed=0):
+        return GenerateRequest(session, ids, SamplingParams(seed=seed, max_tokens=max_tokens), return_routing=routing)
+
+    await backend(req(_ids(32, 0, vocab), max_tokens=8))  # warm up
+    prefill, decode_on, decode_off = [], [], []
+    for r in range(args.repeats):
+        p = _ids(args.prefill_tokens, r, vocab)
+        seconds, _ = await _time(backend, req(p, max_tokens=1))
+        prefill.append(args.prefill_tokens / seconds)
+        short = _ids(args.decode_prompt, 100 + r, vocab)
+        first, _ = await _time(backend, req(short, max_tokens=1))
+        # Alternate the order so drift on a shared machine does not favour one side.
+        order = [(True, decode_on), (False, decode_off)] if r % 2 == 0 else [(False, decode_off), (True, decode_on)]
+        for routing, bucket in order:
+            seconds, res = await _time(backend, req(short, max_tokens=args.decode_tokens, routing=routing, seed=r))
+            bucket.append((len(res.token_ids) - 1) / max(seconds - first, 1e-9))
+    reuse_s, full_s = [], []
+    for r in range(args.repeats):
+        for use_session, bucket in ((True, reuse_s), (False, full_s)):
+            context = _ids(args.session_start, 200 + r, vocab)
+            session = f"bench-{r}" if use_session else ""
+            t0 = time.perf_counter()
+            for turn in range(args.turns):
+                res = await backend(req(context, session, max_tokens=args.turn_tokens, seed=turn))
+                context = np.concatenate([context, res.token_ids, _ids(args.turn_delta, 300 + turn, vocab)])
+            bucket.append(time.perf_counter() - t0)
+    await backend.close()
+    med = statistics.median
+    return {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
+                    "python": sys.version.split()[0],
+                    "load_avg_1m_at_end": os.getloadavg()[0]},
+        "model": str(args.model), "repeats": args.repeats,
+        "prefill_tokens_per_s": med(prefill), "prefill_tokens": args.prefill_tokens,
+        "decode_tokens_per_s_routing_on": med(decode_on), "decode_tokens_per_s_routing_off": med(decode_off),
+        # Paired: each repeat runs on and off back to back, so load drift cancels within a pair.
+        "routing_capture_cost": 1 - med([on / off for on, off in zip(decode_on, decode_off, strict=True)]),
+        "session_seconds_reuse": med(reuse_s), "session_seconds_no_reuse": med(full_s),
+        "prefix_reuse_speedup": med(full_s) / med(reuse_s),
+        "session": {"turns": args.turns, "start_tokens": args.session_start, "turn_tokens": args.turn_tokens,
+                    "delta_tokens": args.turn_delta},
+    }
+
+
+def print_table(r: dict) -> None:
+    rows = [
+        ("prefill tokens/s", f"{r['prefill_tokens_per_s']:.0f}", f"prompt {r['prefill_tokens']}"),
+        ("decode tokens/s, routing on", f"{r['decode_tokens_per_s_routing_on']:.1f}", ""),
+        ("decode tokens/s, routing off", f"{r['decode_tokens_per_s_routing_off']:.1f}", ""),
+        ("routing capture cost", f"{100 * r['routing_capture_cost']:.1f}%", "target < 5%"),
+        ("session s, prefix reuse", f"{r['session_seconds_reuse']:.2f}", f"{r['session']['turns']} turns"),
+        ("session s, full prefill", f"{r['session_seconds_no_reuse']:.2f}", ""),
+        ("prefix reuse speedup", f"{r['prefix_reuse_speedup']:.2f}x", ""),
+    ]
+    print(f"{'metric (median of ' + str(r['repeats']) + ')':34} {'value':>10}  note")
+    for name, value, note in rows:
+        print(f"{name:34} {value:>10}  {note}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, help="Model folder; default: a fresh random-init --preset model.")
+    parser.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prefill-tokens", type=int, default=1024)
+    parser.add_argument("--decode-prompt", type=int, default=64)
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--turns", type=int, default=12)
+    parser.add_argument("--session-start", type=int, default=1024)
+    parser.add_argument("--turn-tokens", type=int, default=16)
+    parser.add_argument("--turn-delta", type=int, default=256)
+    parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model is None:
+            from t1.model.init import init_model
+
+            args.model = init_model(Path(tmp) / args.preset, args.preset, seed=0)
+        results = asyncio.run(run(args))
+    results["preset"] = args.preset if results["model"].startswith(tempfile.gettempdir()) else None
+    print_table(results)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The inference plane: InferenceService backends (torch, vllm), the gRPC servicer, and the client pool.
+
+Modules, from the seam outwards:
+- types.py: GenerateRequest / GenerateResult / GenerateFn, the streamed TokenChunk / GenerateDone,
+  ModelInfo and the Backend protocol; `collect` folds a stream into a result.
+- torch_backend.py: `TorchBackend`, transformers model, KV-cache decoding, sampling, routing capture
+  (routing_capture.py), per-session prefix reuse (sessions.py), atomic weight swaps.
+- vllm_backend.py: `VllmBackend`, thin adapter over vLLM 0.32 AsyncLLM; routing validated by
+  routing_check.py.
+- server.py: the InferenceService servicer; factory.py builds the configured backend;
+  `t1-inference` (t1/cli/inference.py) serves it.
+- pool.py: `InferencePool`, affinity, least-outstanding placement, retries, failover, metrics.
+
+In-process use (the same code path as the server; e.g. for fidelity benches)::
+
+    backend = TorchBackend(model_dir, dtype="float32", capture_routing=True)
+    result = await backend.generate(GenerateRequest("session-1", prompt_ids_int32,
+                                                    SamplingParams(temperature=1.0, seed=0, max_tokens=64)))
+    # result.token_ids, result.logprobs, result.routing (RoutingBlock), result.cached_tokens
+    await backend.close()
+
+`backend` and `InferencePool` are both GenerateFn (`await fn(request)`).
+
+Semantics every backend keeps:
+- Logprobs are taken from the distribution actually sampled from: softmax(logits / temperature)
+  restricted to top_k then the top_p nucleus, renormalised (ModelInfo.logprob_distribution =
+  "sampling"), the behaviour policy of the PPO ratio. With temperature 0 (greedy) the raw
+  distribution's logprob is returned.
+- Routing: a RoutingBlock for positions start .. prompt_len + n - 2, where start is the first
+  position the request processed for the first time (cached_tokens for the torch backend). The
+  last sampled token has no row: it is first fed in the next request (DESIGN.md).
+- cached_tokens: prompt tokens served from the session cache; the rest were prefilled.
+- A request runs to its end on the weights it started with; every TokenChunk carries the version.
+- EOS ids (generation_config.json) and stop_token_ids end a turn; the stop token is the last token.
+
+Scheduling in the torch backend: concurrent requests advance in fair round-robin, one model step
+each (prefill chunks of prefill_chunk_tokens, or one decode token); sessions are not batched into
+one forward (each keeps its own DynamicCache).
+"""

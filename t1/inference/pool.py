@@ -1,0 +1,210 @@
+"""InferencePool: the client side of InferenceService over several replicas; a GenerateFn.
+
+- Session affinity: a session sticks to the replica that served it while that replica is healthy
+  (its KV cache holds the session's prefix there).
+- New sessions go to the healthy replica with the fewest outstanding requests.
+- UNAVAILABLE and DEADLINE_EXCEEDED are retried with exponential backoff; the failed replica is
+  avoided for `unhealthy_s`. A session whose replica failed moves to another one: every request
+  carries the full context, so the new replica simply prefills it (a failover). A failed attempt's
+  partial tokens are discarded; with a request seed the retry samples the same tokens.
+- Every call has a deadline (`request_timeout_s`); other errors (INVALID_ARGUMENT, ...) propagate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from t1.config.inference import InferencePoolConfig
+from t1.config.service import AuthConfig
+from t1.inference.convert import event_from_proto, info_from_proto, request_to_proto
+from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo, collect
+from t1.rpc.client import call_options, make_channel
+from t1.v1 import inference_pb2 as pb
+from t1.v1 import inference_pb2_grpc
+
+log = logging.getLogger(__name__)
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+MAX_AFFINITY_ENTRIES = 100_000
+
+
+class InferenceUnavailable(RuntimeError):
+    """Every attempt failed with a retryable error; the caller treats the turn as an infra failure."""
+
+
+class PoolMetrics:
+    """Prometheus metrics of one pool, on the given registry (the coordinator passes its own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.latency = Histogram("t1_inference_request_seconds", "Generate latency per request (all attempts).",
+                                 buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300), registry=r)
+        self.tokens_per_s = Histogram("t1_inference_tokens_per_second", "Completion tokens per second of a request.",
+                                      buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000), registry=r)
+        self.completion_tokens = Counter("t1_inference_completion_tokens", "Sampled tokens.", registry=r)
+        self.prefill_tokens = Counter("t1_inference_prefill_tokens", "Prompt tokens the servers prefilled.", registry=r)
+        self.cached_tokens = Counter("t1_inference_cached_tokens", "Prompt tokens served from session caches.",
+                                     registry=r)
+        self.retries = Counter("t1_inference_pool_retries", "Attempts retried after a retryable error.", registry=r)
+        self.failovers = Counter("t1_inference_failovers", "Sessions moved to another replica.", registry=r)
+        self.outstanding = Gauge("t1_inference_outstanding", "Requests in flight per replica.", ["replica"], registry=r)
+        self.healthy = Gauge("t1_inference_replica_healthy", "1 while a replica is not avoided.", ["replica"],
+                             registry=r)
+
+
+@dataclass(slots=True)
+class _Replica:
+    address: str
+    channel: grpc.aio.Channel
+    stub: inference_pb2_grpc.InferenceServiceStub
+    outstanding: int = 0
+    unhealthy_until: float = 0.0
+
+    def healthy(self, now: float) -> bool:
+        return now >= self.unhealthy_until
+
+
+class InferencePool:
+    """`await pool(request)` generates one turn on some replica, with affinity, retries and failover."""
+
+    def __init__(self, endpoints: Sequence[str], *, auth: AuthConfig | None = None, request_timeout_s: float = 300.0,
+                 retries: int = 3, backoff_s: float = 0.5, unhealthy_s: float = 10.0,
+                 registry: CollectorRegistry | None = None) -> None:
+        if not endpoints:
+            raise ValueError("InferencePool needs at least one endpoint")
+        self._auth = auth or AuthConfig()
+        self._opts = call_options(self._auth, request_timeout_s)
+        self.retries, self.backoff_s, self.unhealthy_s = retries, backoff_s, unhealthy_s
+        self._replicas = [self._connect(a) for a in endpoints]
+        self._affinity: OrderedDict[str, int] = OrderedDict()
+        self._ids = itertools.count()
+        self.metrics = PoolMetrics(registry)
+        for r in self._replicas:
+            self.metrics.healthy.labels(r.address).set(1)
+
+    @classmethod
+    def from_config(cls, cfg: InferencePoolConfig, auth: AuthConfig, endpoints: Sequence[str] | None = None,
+                    registry: CollectorRegistry | None = None) -> InferencePool:
+        return cls(list(endpoints if endpoints is not None else cfg.endpoints), auth=auth,
+                   request_timeout_s=cfg.request_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s,
+                   unhealthy_s=cfg.unhealthy_s, registry=registry)
+
+    def _connect(self, address: str) -> _Replica:
+        channel = make_channel(address, self._auth)
+        return _Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel))
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [r.address for r in self._replicas]
+
+    def replica_of(self, session_id: str) -> str | None:
+        idx = self._affinity.get(session_id)
+        return None if idx is None else self._replicas[idx].address
+
+    def end_session(self, session_id: str) -> None:
+        self._affinity.pop(session_id, None)
+
+    def _pick(self, session_id: str) -> int:
+        now = time.monotonic()
+        idx = self._affinity.get(session_id) if session_id else None
+        if idx is not None and self._replicas[idx].healthy(now):
+            return idx
+        healthy = [i for i, r in enumerate(self._replicas) if r.healthy(now)]
+        if not healthy:  # all avoided: try the one that failed longest ago
+            return min(range(len(self._replicas)), key=lambda i: self._replicas[i].unhealthy_until)
+        return min(healthy, key=lambda i: (self._replicas[i].outstanding, i))
+
+    def _bind(self, session_id: str, idx: int) -> None:
+        if not session_id:
+            return
+        previous = self._affinity.get(session_id)
+        if previous is not None and previous != idx:
+            self.metrics.failovers.inc()
+            log.info("session %s moved from %s to %s", session_id, self._replicas[previous].address,
+                     self._replicas[idx].address)
+        self._affinity[session_id] = idx
+        self._affinity.move_to_end(session_id)
+        while len(self._affinity) > MAX_AFFINITY_ENTRIES:
+            self._affinity.popitem(last=False)
+
+    async def __call__(self, request: GenerateRequest) -> GenerateResult:
+        t0 = time.perf_counter()
+        last_error: grpc.aio.AioRpcError | None = None
+        for attempt in range(self.retries + 1):
+            idx = self._pick(request.session_id)
+            replica = self._replicas[idx]
+            self._bind(request.session_id, idx)
+            try:
+                result = await self._attempt(replica, request)
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in RETRYABLE:
+                    raise
+                last_error = err
+                replica.unhealthy_until = time.monotonic() + self.unhealthy_s
+                self.metrics.healthy.labels(replica.address).set(0)
+                log.warning("generate on %s failed (%s: %s), attempt %d of %d", replica.address,
+                            err.code().name, err.details(), attempt + 1, self.retries + 1)
+                if attempt < self.retries:
+                    self.metrics.retries.inc()
+                    await asyncio.sleep(self.backoff_s * 2**attempt)
+                continue
+            self.metrics.healthy.labels(replica.address).set(1)
+            self._observe(result, time.perf_counter() - t0)
+            return result
+        assert last_error is not None
+        raise InferenceUnavailable(f"generate failed on every attempt ({self.retries + 1}): "
+                                   f"{last_error.code().name}: {last_error.details()}") from last_error
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await self(request)
+
+    async def _attempt(self, replica: _Replica, request: GenerateRequest) -> GenerateResult:
+        replica.outstanding += 1
+        self.metrics.outstanding.labels(replica.address).set(replica.outstanding)
+        call = replica.stub.Generate(request_to_proto(request, f"req-{next(self._ids)}"), **self._opts.kw())
+        try:
+            return await collect(event_from_proto(chunk) async for chunk in call)
+        finally:
+            call.cancel()
+            replica.outstanding -= 1
+            self.metrics.outstanding.labels(replica.address).set(replica.outstanding)
+
+    def _observe(self, result: GenerateResult, seconds: float) -> None:
+        m = self.metrics
+        n = len(result.token_ids)
+        m.latency.observe(seconds)
+        if seconds > 0:
+            m.tokens_per_s.observe(n / seconds)
+        m.completion_tokens.inc(n)
+        m.prefill_tokens.inc(result.prompt_tokens - result.cached_tokens)
+        m.cached_tokens.inc(result.cached_tokens)
+
+    async def model_info(self, timeout_s: float = 30.0) -> ModelInfo:
+        """GetModelInfo from the first replica that answers."""
+        last: grpc.aio.AioRpcError | None = None
+        for replica in self._replicas:
+            try:
+                return info_from_proto(await replica.stub.GetModelInfo(pb.GetModelInfoRequest(),
+                                                                       **self._opts.kw(timeout_s)))
+            except grpc.aio.AioRpcError as err:
+                last = err
+        raise InferenceUnavailable(f"no replica answered GetModelInfo: {last}")
+
+    async def update_weights(self, path: str, version: int, timeout_s: float = 600.0) -> list[int]:
+        """Load a weights folder on every replica; returns the versions they report."""
+        replies = await asyncio.gather(*(
+            r.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version), **self._opts.kw(timeout_s))
+            for r in self._replicas))
+        return [int(reply.policy_version) for reply in replies]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(r.channel.close() for r in self._replicas))

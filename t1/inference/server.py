@@ -1,0 +1,63 @@
+"""InferenceService servicer: streams a backend's chunks, reports model info, loads new weights.
+
+A client that goes away cancels its Generate handler; the cancellation reaches the backend stream
+at its next step and the request's session cache is dropped (it may be half-updated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from t1.inference.convert import event_to_proto, info_to_proto, request_from_proto
+from t1.inference.types import Backend
+from t1.rpc.errors import RequestError, rpc_errors
+from t1.rpc.server import ServiceBinding
+from t1.v1 import inference_pb2 as pb
+from t1.v1 import inference_pb2_grpc
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "t1.v1.InferenceService"
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.cancelled = 0
+
+    @rpc_errors
+    async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[pb.GenerateChunk]:
+        req = request_from_proto(request)
+        events = self.backend.stream(req)
+        try:
+            async for event in events:
+                yield event_to_proto(event)
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled += 1
+            log.info("generate %s (session %s) cancelled by the client", request.request_id, request.session_id)
+            raise
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+
+    @rpc_errors
+    async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.ModelInfo:
+        return info_to_proto(self.backend.model_info())
+
+    @rpc_errors
+    async def UpdateWeights(self, request: pb.UpdateWeightsRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.UpdateWeightsResponse:
+        if not request.path:
+            raise RequestError("path: required")
+        seconds = await self.backend.update_weights(request.path, request.version)
+        return pb.UpdateWeightsResponse(policy_version=self.backend.model_info().policy_version,
+                                        load_seconds=seconds)
+
+
+def inference_binding(backend: Backend) -> ServiceBinding:
+    return ServiceBinding(SERVICE_NAME, inference_pb2_grpc.add_InferenceServiceServicer_to_server,
+                          InferenceServicer(backend))

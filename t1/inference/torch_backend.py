@@ -1,0 +1,235 @@
+"""The torch backend: a transformers causal LM with KV-cache decoding, sampling, routing capture and prefix reuse.
+
+Scheduling: every request runs as its own coroutine; each model step (a prefill chunk, or one
+decode token) runs on one worker thread under a FIFO lock, so concurrent sessions advance in fair
+round-robin, one step each, and a long prefill is cut into chunks that cannot starve decoders.
+Steps are not batched across sessions (each session keeps its own DynamicCache).
+
+Weights: a request runs to its end on the model it started with; UpdateWeights loads the new
+folder on the side, then swaps it in and drops the session caches built with the old weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
+
+from t1.inference.routing_capture import MoeShape, RoutingRecorder
+from t1.inference.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_token
+from t1.inference.sessions import SessionEntry, SessionLRU, reusable_prefix
+from t1.inference.types import (
+    FinishReason,
+    GenerateDone,
+    GenerateRequest,
+    GenerateResult,
+    ModelInfo,
+    SamplingParams,
+    TokenChunk,
+    collect,
+)
+from t1.inference.validate import validate_request
+from t1.routing.block import RoutingBlock
+from t1.rpc.errors import RequestError
+
+log = logging.getLogger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """One weight version: the model, its routing hooks and its version number."""
+
+    model: Any  # a transformers PreTrainedModel
+    recorder: RoutingRecorder
+    version: int
+
+
+@dataclass(slots=True)
+class _Step:
+    token: int
+    logprob: float
+
+
+def _load(path: Path, dtype: str, device: str) -> Any:
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    model = model.to(device).eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _cache_nbytes(cache: Any) -> int:
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers if layer.keys is not None)
+
+
+def _crop(cache: Any, length: int) -> None:
+    for layer in cache.layers:
+        extra = layer.get_seq_length() - length
+        if extra > 0:
+            layer.crop(-extra)
+
+
+class TorchBackend:
+    """In-process generation on a Hugging Face model folder; also a GenerateFn (`await backend(request)`)."""
+
+    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", device: str = "cpu",
+                 capture_routing: bool = True, session_cache_mb: int = 512, chunk_tokens: int = 16,
+                 prefill_chunk: int = 1024, version: int = 0) -> None:
+        self.model_dir = Path(model_dir)
+        self.dtype, self.device = dtype, device
+        self.capture_routing = capture_routing
+        self.chunk_tokens, self.prefill_chunk = chunk_tokens, prefill_chunk
+        model = _load(self.model_dir, dtype, device)
+        self._loaded = _Loaded(model, RoutingRecorder(model), version)
+        self._config: Any = model.config
+        self.vocab_size = int(model.config.vocab_size)
+        self.max_context = int(model.config.max_position_embeddings)
+        self.eos_ids = self._eos_ids(model)
+        self.sessions = SessionLRU(session_cache_mb * 1024 * 1024)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="t1-torch-step")
+        self._step_lock: asyncio.Lock | None = None
+        self._update_lock: asyncio.Lock | None = None
+        self.num_steps = 0  # model steps run (prefill chunks and decode tokens), for tests and metrics
+
+    def _eos_ids(self, model: Any) -> tuple[int, ...]:
+        try:
+            eos = GenerationConfig.from_pretrained(str(self.model_dir)).eos_token_id
+        except OSError:
+            eos = model.config.eos_token_id
+        if eos is None:
+            return ()
+        return tuple(int(e) for e in (eos if isinstance(eos, list | tuple) else [eos]))
+
+    @property
+    def policy_version(self) -> int:
+        return self._loaded.version
+
+    @property
+    def moe(self) -> MoeShape | None:
+        return self._loaded.recorder.shape
+
+    def model_info(self) -> ModelInfo:
+        moe = self.moe
+        return ModelInfo(
+            model_name=self.model_dir.name, backend="torch", policy_version=self.policy_version,
+            vocab_size=self.vocab_size, max_context_tokens=self.max_context,
+            num_moe_layers=moe.num_layers if moe else 0, num_experts=moe.num_experts if moe else 0,
+            top_k=moe.top_k if moe else 0, routing_dtype=moe.dtype.name if moe else "",
+            eos_token_ids=self.eos_ids, logprob_distribution=LOGPROB_DISTRIBUTION, dtype=self.dtype,
+        )
+
+    async def __call__(self, request: GenerateRequest) -> GenerateResult:
+        return await collect(self.stream(request))
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await collect(self.stream(request))
+
+    async def _run(self, fn, *args):
+        if self._step_lock is None:
+            self._step_lock = asyncio.Lock()
+        async with self._step_lock:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _forward(self, loaded: _Loaded, cache: Any, ids: np.ndarray, sink: list | None,
+                 params: SamplingParams | None, gen: torch.Generator) -> _Step:
+        """Feed ids through the model (extending cache, routing into sink); sample when params is given."""
+        self.num_steps += 1
+        loaded.recorder.sink = sink
+        try:
+            with torch.inference_mode():
+                input_ids = torch.from_numpy(ids.astype(np.int64)).to(self.device)[None, :]
+                out = loaded.model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+        finally:
+            loaded.recorder.sink = None
+        if params is None:
+            return _Step(-1, 0.0)
+        token, logprob = sample_token(out.logits[0, -1], params, gen)
+        return _Step(token, logprob)
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
+        """Generate one turn, yielding TokenChunks then one GenerateDone; raises RequestError on bad input."""
+        loaded = self._loaded
+        validate_request(request, self.vocab_size, self.max_context)
+        prompt = np.asarray(request.prompt_ids, dtype=np.int32)
+        params = request.sampling
+        capture = request.return_routing and self.capture_routing and loaded.recorder.shape is not None
+        entry = self.sessions.take(request.session_id, loaded.version) if request.session_id else None
+        reuse = reusable_prefix(entry.ids, prompt) if entry is not None else 0
+        if entry is not None and reuse > 0:
+            cache = entry.cache
+            _crop(cache, reuse)
+        else:
+            cache, reuse = DynamicCache(config=loaded.model.config), 0
+        gen = make_generator(params.seed)
+        stops = set(self.eos_ids) | set(params.stop_token_ids)
+        sink = loaded.recorder.new_sink() if capture else None
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        sent = 0
+        new_ids = prompt[reuse:]
+        for begin in range(0, len(new_ids), self.prefill_chunk):
+            chunk = new_ids[begin:begin + self.prefill_chunk]
+            last = begin + self.prefill_chunk >= len(new_ids)
+            step = await self._run(self._forward, loaded, cache, chunk, sink, params if last else None, gen)
+        while True:
+            tokens.append(step.token)
+            logprobs.append(step.logprob)
+            if step.token in stops:
+                finish = FinishReason.STOP
+            elif len(tokens) >= params.max_tokens or len(prompt) + len(tokens) >= self.max_context:
+                finish = FinishReason.LENGTH
+            else:
+                finish = None
+            if finish is not None or len(tokens) - sent >= self.chunk_tokens:
+                yield self._chunk(tokens[sent:], logprobs[sent:], loaded.version)
+                sent = len(tokens)
+            if finish is not None:
+                break
+            step = await self._run(self._forward, loaded, cache, np.array([step.token], np.int32), sink, params, gen)
+        if request.session_id:
+            ids = np.concatenate([prompt, np.asarray(tokens[:-1], np.int32)])
+            self.sessions.put(request.session_id, SessionEntry(ids, cache, loaded.version, _cache_nbytes(cache)))
+        experts = loaded.recorder.to_array(sink) if sink is not None else None
+        routing = RoutingBlock(start=reuse, experts=experts) if experts is not None else None
+        yield GenerateDone(finish, loaded.version, routing, len(prompt), reuse, len(tokens))
+
+    @staticmethod
+    def _chunk(tokens: list[int], logprobs: list[float], version: int) -> TokenChunk:
+        return TokenChunk(np.asarray(tokens, np.int32), np.asarray(logprobs, np.float32), version)
+
+    async def update_weights(self, path: str | Path, version: int) -> float:
+        """Load a weights folder and swap it in atomically; returns the load time in seconds."""
+        folder = Path(path)
+        if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
+            raise RequestError(f"path: {folder} is not a model folder with config.json and *.safetensors")
+        if self._update_lock is None:
+            self._update_lock = asyncio.Lock()
+        async with self._update_lock:
+            t0 = time.perf_counter()
+            model = await asyncio.to_thread(_load, folder, self.dtype, self.device)
+            self._check_compatible(model, folder)
+            self._loaded = _Loaded(model, RoutingRecorder(model), int(version))
+            self.sessions.clear()
+            seconds = time.perf_counter() - t0
+        log.info("loaded weights version %d from %s in %.2fs", version, folder, seconds)
+        return seconds
+
+    def _check_compatible(self, model: Any, folder: Path) -> None:
+        new, old = model.config, self._config
+        for key in ("vocab_size", "num_hidden_layers", "hidden_size", "max_position_embeddings"):
+            if getattr(new, key, None) != getattr(old, key, None):
+                raise RequestError(f"path: {folder} has {key}={getattr(new, key, None)}, the served model "
+                                   f"has {getattr(old, key, None)}")
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.sessions.clear()

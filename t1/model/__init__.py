@@ -1,0 +1,20 @@
+"""Model creation: random-init Qwen3-MoE folders with a locally trained tokenizer (no downloads).
+
+Command line::
+
+    t1 model init --out .t1/models/tiny --preset tiny --seed 0
+
+In Python::
+
+    from t1.model.init import init_model
+    path = init_model(Path("/tmp/m"), preset="tiny", seed=0)   # corpus=None: task corpus or shell text
+
+The folder holds config.json (Qwen3MoeForCausalLM, every layer sparse MoE, norm_topk_prob true),
+model.safetensors (per-expert tensors, the layout vLLM and transformers both load),
+generation_config.json, tokenizer.json (byte-level BPE trained with `tokenizers`) and
+tokenizer_config.json (eos `<|im_end|>`, pad `<|endoftext|>`, a ChatML/Qwen3-style chat template with
+tools, `<tool_call>` and `<tool_response>`), plus t1_model.json (preset, seed, weights sha256).
+Presets live in t1/model/presets.py: `tiny` (3 layers, 8 experts, top-2, hidden 64, vocab 1024) for tests
+and `small` (6 layers, 16 experts, top-4, hidden 256, vocab 4096) for local runs. Same preset, seed and
+corpus give byte-identical files.
+"""

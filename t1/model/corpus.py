@@ -1,0 +1,81 @@
+"""Generated shell-session text (commands, outputs, paths, JSON, tool calls) to train a tokenizer on.
+
+Used by `init_model` when no task corpus is given; deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+
+_WORDS = ["build", "test", "run", "config", "data", "src", "lib", "main", "util", "server", "client", "model", "task", "result", "output", "error", "file", "path", "user", "home", "log", "cache", "tmp", "value", "index", "count", "total", "check", "parse", "read", "write", "list", "update", "delete", "create", "install", "package", "version", "report", "verify", "fix", "debug"]
+_EXTS = ("py", "txt", "json", "sh", "md", "yaml", "toml", "csv", "log", "c", "rs", "go")
+_CMDS = (
+    "ls -la {p}", "cat {p}", "grep -rn {w} {d}", "find {d} -name '*.{e}'", "python3 {p}",
+    "mkdir -p {d}", "cd {d} && make", "wc -l {p}", "head -n {n} {p}", "tail -n {n} {p}",
+    "echo '{w}' > {p}", "sed -i 's/{w}/{w2}/g' {p}", "pip install {w}", "git status",
+    "git diff {p}", "pytest -q {d}", "chmod +x {p}", "cp {p} {p2}", "mv {p} {p2}", "rm -f {p}",
+    "curl -s http://localhost:{port}/{w}", "jq '.{w}' {p}", "sort {p} | uniq -c", "du -sh {d}",
+)
+
+
+def _path(rng: random.Random) -> str:
+    parts = [rng.choice(_WORDS) for _ in range(rng.randint(1, 4))]
+    return "/" + "/".join(["app", *parts]) + "." + rng.choice(_EXTS)
+
+
+def _dir(rng: random.Random) -> str:
+    return "/" + "/".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
+
+
+def _command(rng: random.Random) -> str:
+    return rng.choice(_CMDS).format(
+        p=_path(rng), p2=_path(rng), d=_dir(rng), e=rng.choice(_EXTS), w=rng.choice(_WORDS),
+        w2=rng.choice(_WORDS), n=rng.randint(1, 100), port=rng.randint(1024, 9999),
+    )
+
+
+def _output(rng: random.Random) -> str:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return "\n".join(f"-rw-r--r-- 1 root root {rng.randint(0, 99999):>6} Jan {rng.randint(1, 28):>2} "
+                         f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} {_path(rng)}"
+                         for _ in range(rng.randint(1, 6)))
+    if kind == 1:
+        obj = {rng.choice(_WORDS): rng.choice([rng.randint(0, 1000), rng.choice(_WORDS), True, None])
+               for _ in range(rng.randint(1, 5))}
+        return json.dumps(obj, indent=rng.choice([None, 2]))
+    if kind == 2:
+        return (f"Traceback (most recent call last):\n  File \"{_path(rng)}\", line {rng.randint(1, 500)}\n"
+                f"{rng.choice(['KeyError', 'ValueError', 'FileNotFoundError'])}: {rng.choice(_WORDS)}")
+    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 20)))
+
+
+def _turn(rng: random.Random) -> str:
+    cmd = _command(rng)
+    call = json.dumps({"name": "bash", "arguments": {"command": cmd}})
+    return (f"<|im_start|>assistant\nI will run {cmd.split()[0]}.\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
+            f"<|im_start|>user\n<tool_response>\n{_output(rng)}\n</tool_response><|im_end|>\n")
+
+
+def shell_corpus(seed: int, num_docs: int = 2000) -> Iterator[str]:
+    """Yield num_docs short multi-turn shell sessions in ChatML with bash tool calls."""
+    rng = random.Random(seed)
+    for _ in range(num_docs):
+        head = f"<|im_start|>user\nPlease {rng.choice(_WORDS)} the {rng.choice(_WORDS)} in {_dir(rng)}.<|im_end|>\n"
+        yield head + "".join(_turn(rng) for _ in range(rng.randint(1, 4)))
+
+
+def default_corpus(seed: int) -> Iterator[str]:
+    """The synthetic task corpus when the tasks plane provides one (`t1.tasks.corpus.corpus_text`), else shell text."""
+    import importlib
+
+    try:
+        module = importlib.import_module("t1.tasks.corpus")
+    except ModuleNotFoundError:
+        return shell_corpus(seed)
+    corpus_text = getattr(module, "corpus_text", None)
+    if corpus_text is None:
+        return shell_corpus(seed)
+    return iter(corpus_text())

@@ -1,0 +1,48 @@
+"""Model presets for `t1 model init`: the Qwen3-MoE shapes of the tiny and small random-init models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+PresetName = Literal["tiny", "small"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPreset:
+    """Sizes of one random-init Qwen3-MoE; every decoder layer is a sparse MoE layer."""
+
+    tokenizer_vocab: int          # BPE vocabulary target, special tokens included
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    max_position_embeddings: int
+
+
+PRESETS: dict[str, ModelPreset] = {
+    # Fast on one CPU core: a forward over a few hundred tokens takes milliseconds. head_dim 32 is
+    # the smallest vLLM's CPU attention supports.
+    "tiny": ModelPreset(
+        tokenizer_vocab=1024, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=64, max_position_embeddings=8192,
+    ),
+    # Still CPU-feasible, closer to a real model's proportions (about 20M parameters).
+    "small": ModelPreset(
+        tokenizer_vocab=4096, hidden_size=256, num_hidden_layers=6, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=32, num_experts=16, num_experts_per_tok=4,
+        moe_intermediate_size=256, max_position_embeddings=16384,
+    ),
+}
+
+
+def get_preset(name: str) -> ModelPreset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}") from None

@@ -1,0 +1,125 @@
+"""InferencePool against real servers: affinity, least-outstanding placement, retries, deadlines, failover."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from inference_helpers import ServerProcess, prompt
+
+from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.pool import InferencePool, InferenceUnavailable
+from t1.inference.server import inference_binding
+from t1.inference.types import GenerateRequest, SamplingParams
+from t1.rpc.server import GrpcServer
+
+
+def req(ids: np.ndarray, session: str, seed: int, max_tokens: int = 8) -> GenerateRequest:
+    return GenerateRequest(session, ids.astype(np.int32), SamplingParams(seed=seed, max_tokens=max_tokens))
+
+
+def metric(pool: InferencePool, name: str) -> float:
+    return pool.metrics.registry.get_sample_value(name) or 0.0
+
+
+def closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+async def two_servers(tiny_model_dir: Path):
+    from t1.inference.torch_backend import TorchBackend
+
+    backends = [TorchBackend(tiny_model_dir) for _ in range(2)]
+    servers = [GrpcServer([inference_binding(b)], ServerConfig(port=0, grace_s=0.2), AuthConfig()) for b in backends]
+    for s in servers:
+        await s.start()
+    yield [s.address for s in servers], backends
+    for s, b in zip(servers, backends, strict=True):
+        await s.stop()
+        await b.close()
+
+
+async def test_sessions_stick_to_a_replica_and_new_ones_go_to_the_least_loaded(two_servers) -> None:
+    addresses, _ = two_servers
+    pool = InferencePool(addresses, backoff_s=0.01)
+    # Two sessions started together land on different replicas (one request outstanding on the first).
+    await asyncio.gather(pool(req(prompt(30), "s1", 1, 30)), pool(req(prompt(30, 1), "s2", 2, 30)))
+    assert {pool.replica_of("s1"), pool.replica_of("s2")} == set(addresses)
+    context = prompt(30)
+    home = pool.replica_of("s1")
+    for turn in range(4):
+        res = await pool(req(context, "s1", 10 + turn))
+        assert pool.replica_of("s1") == home
+        if turn > 0:
+            assert res.cached_tokens > 0, "affinity keeps the prefix cache warm"
+        context = np.concatenate([context, res.token_ids, prompt(4, turn)])
+    assert metric(pool, "t1_inference_cached_tokens_total") > 0
+    assert metric(pool, "t1_inference_failovers_total") == 0
+    await pool.close()
+
+
+async def test_bad_request_is_not_retried(two_servers) -> None:
+    addresses, _ = two_servers
+    pool = InferencePool(addresses, backoff_s=0.01)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await pool(req(np.zeros(0, np.int32), "bad", 1))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert metric(pool, "t1_inference_pool_retries_total") == 0
+    await pool.close()
+
+
+async def test_dead_endpoint_is_retried_on_a_live_one(two_servers) -> None:
+    addresses, _ = two_servers
+    pool = InferencePool([closed_port(), addresses[0]], backoff_s=0.01, retries=2)
+    res = await pool(req(prompt(10), "fresh", 3))
+    assert len(res.token_ids) == 8 and pool.replica_of("fresh") == addresses[0]
+    assert metric(pool, "t1_inference_pool_retries_total") >= 1
+    await pool.close()
+
+
+async def test_all_dead_raises_inference_unavailable_after_retries() -> None:
+    pool = InferencePool([closed_port(), closed_port()], backoff_s=0.01, retries=2)
+    with pytest.raises(InferenceUnavailable, match="UNAVAILABLE"):
+        await pool(req(prompt(10), "x", 1))
+    assert metric(pool, "t1_inference_pool_retries_total") == 2
+    await pool.close()
+
+
+async def test_deadline_exceeded_is_retried_then_reported(two_servers) -> None:
+    addresses, _ = two_servers
+    pool = InferencePool(addresses[:1], request_timeout_s=0.001, backoff_s=0.01, retries=1)
+    with pytest.raises(InferenceUnavailable, match="DEADLINE_EXCEEDED"):
+        await pool(req(prompt(200), "slow", 1, max_tokens=500))
+    await pool.close()
+
+
+async def test_failover_when_a_server_dies_mid_session_keeps_exact_tokens(backend, tiny_model_dir, server_processes):
+    """Two t1-inference processes; the session's replica is killed during a turn; tokens match a one-server run."""
+    server_processes += [ServerProcess(tiny_model_dir), ServerProcess(tiny_model_dir)]
+    by_address = {s.address: s for s in server_processes}
+    pool = InferencePool(list(by_address), backoff_s=0.05, retries=3, unhealthy_s=60)
+    context = reference = prompt(40, seed=31)
+    for turn in range(6):
+        seed, extra = 500 + turn, prompt(5, seed=turn)
+        task = asyncio.create_task(pool(req(context, "long", seed, max_tokens=40)))
+        if turn == 3:
+            await asyncio.sleep(0.05)
+            by_address[pool.replica_of("long")].kill()
+        res = await task
+        expected = await backend(req(reference, "", seed, max_tokens=40))
+        assert res.token_ids.tolist() == expected.token_ids.tolist(), f"turn {turn}"
+        np.testing.assert_allclose(res.logprobs, expected.logprobs, atol=1e-4)
+        context = np.concatenate([context, res.token_ids, extra])
+        reference = np.concatenate([reference, expected.token_ids, extra])
+    assert metric(pool, "t1_inference_failovers_total") == 1
+    assert metric(pool, "t1_inference_pool_retries_total") >= 1
+    survivor = pool.replica_of("long")
+    assert by_address[survivor].proc.poll() is None
+    await pool.close()

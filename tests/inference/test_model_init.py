@@ -1,0 +1,71 @@
+"""`t1 model init`: a loadable Qwen3-MoE folder, byte-identical for a seed, with a working chat template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from t1.cli.main import main as t1_main
+from t1.model.tokenizer import SPECIAL_TOKENS
+
+BASH_TOOL = {"type": "function", "function": {
+    "name": "bash", "description": "Run a shell command.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+
+
+def test_tiny_model_loads_and_is_moe(tiny_model_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = json.loads((tiny_model_dir / "config.json").read_text())
+    assert cfg["model_type"] == "qwen3_moe" and cfg["norm_topk_prob"] is True
+    assert cfg["num_experts"] == 8 and cfg["num_experts_per_tok"] == 2 and cfg["mlp_only_layers"] == []
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert all(type(layer.mlp).__name__ == "Qwen3MoeSparseMoeBlock" for layer in model.model.layers)
+    out = model(torch.tensor([[1, 5, 9]]))
+    assert out.logits.shape == (1, 3, cfg["vocab_size"])
+
+
+def test_tokenizer_specials_and_chat_template(tiny_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for special in SPECIAL_TOKENS:
+        assert tok.convert_tokens_to_ids(special) is not None
+        assert len(tok.encode(special, add_special_tokens=False)) == 1, special
+    assert tok.eos_token == "<|im_end|>"
+    messages = [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "bash", "arguments": {"command": "ls -la /app"}}}]},
+        {"role": "tool", "content": "total 0"},
+    ]
+    text = tok.apply_chat_template(messages, tools=[BASH_TOOL], tokenize=False, add_generation_prompt=True)
+    system = text.split("<|im_start|>user")[0]
+    assert '{"type": "function", "function": {"name": "bash"' in system
+    assert '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la /app"}}\n</tool_call><|im_end|>' in text
+    assert "<|im_start|>user\n<tool_response>\ntotal 0\n</tool_response><|im_end|>\n" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+
+
+def test_same_seed_gives_identical_files(tmp_path: Path, tiny_model_dir: Path) -> None:
+    assert t1_main(["model", "init", "--out", str(tmp_path / "again"), "--preset", "tiny", "--seed", "0"]) == 0
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (tiny_model_dir / name).read_bytes(), name
+
+
+def test_other_seed_gives_other_weights(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from t1.model.init import init_model
+
+    other = init_model(tmp_path / "seed1", "tiny", seed=1)
+    assert (other / "model.safetensors").read_bytes() != (tiny_model_dir / "model.safetensors").read_bytes()
+
+
+def test_refuses_to_overwrite_a_non_model_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    assert t1_main(["model", "init", "--out", str(tmp_path), "--preset", "tiny"]) == 2
+    assert "refusing" in capsys.readouterr().out and (tmp_path / "keep.txt").exists()
