@@ -1,0 +1,306 @@
+"""Load test of the coordinator's rollout path: thousands of concurrent episodes over real SSH, gRPC, TITO, spool.
+
+    bench/load.py process (measured: "coordinator")              child processes (measured apart)
+    +---------------------------------------------------+        +-------------------------------+
+    | Scheduler (groups, limit N) -> RolloutRunner      |        | bench.sim_inference           |
+    |   -> Episode: TokenBuffer, tool_calls, transcript |--gRPC->|  InferenceService, 48 x top-8 |
+    |   InferencePool (MeasuredGenerate)                |        |  routing, simulated latency   |
+    |   SandboxPool -> SshSandbox -> SshShell           |--SSH-->| bench.sandbox_host            |
+    |   codec -> Spool (fsync) -> acking cursor         |        |  embedded sshd + bubblewrap   |
+    | LagSampler, ProcessMeter, TurnClock               |        |  + one bash per episode       |
+    +---------------------------------------------------+        +-------------------------------+
+
+Per scale: the scheduler keeps N episodes running (a finished one is replaced). Each acquires a
+sandbox and opens its shell; first turns wait until all N are provisioned, so the ramp-up spends
+its CPU on sandboxes. After a warm-up the window measures turns/s, CPU per turn of each process,
+turn overhead (turn wall minus model and command time), event-loop lag, and RSS per live episode
+without its trajectory arrays. Then every episode is stopped (it ends as infra_error and is
+spooled like any other), which gives trajectory bytes per token and spool throughput.
+
+    .venv/bin/python bench/load.py --quick
+    .venv/bin/python bench/load.py --scales 100,1000,4000 --window-s 60 --out bench/results/load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import logging
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.load_metrics import LagSampler, ProcessMeter, TurnClock, machine
+from bench.load_report import print_table, scale_result
+from bench.sim_inference import Latency
+
+log = logging.getLogger("bench.load")
+PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -> "
+        "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
+        "format, compaction, transcript, verifier) with t1.inference.pool.InferencePool over gRPC to "
+        "bench.sim_inference (child process) and t1.sandbox.pool.SandboxPool -> SshSandbox/SshShell to the embedded "
+        "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.codec into "
+        "t1.coordinator.spool.Spool (fsync), acknowledged by a cursor consumer standing in for the trainer")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scales", default="100,1000,4000", help="comma-separated concurrent episode counts")
+    p.add_argument("--turns", type=int, default=300, help="turns per episode")
+    p.add_argument("--group-size", type=int, default=8, help="attempts per task (the scheduler's G)")
+    p.add_argument("--window-s", type=float, default=60.0, help="measurement window per scale (not with --once)")
+    p.add_argument("--timeline-s", type=float, default=10.0, help="interval of the CPU-per-turn timeline")
+    p.add_argument("--warmup-s", type=float, default=10.0, help="time after every episode is live, before measuring")
+    p.add_argument("--shell", choices=["fast", "bash"], default="fast",
+                   help="fast: the model runs `true`; bash: a mix of real commands")
+    p.add_argument("--per-request-ms", type=float, default=50.0)
+    p.add_argument("--per-token-ms", type=float, default=20.0)
+    p.add_argument("--per-prefill-token-ms", type=float, default=0.02)
+    p.add_argument("--chunk-tokens", type=int, default=64, help="tokens per streamed chunk; 0: one chunk per reply")
+    p.add_argument("--min-tokens", type=int, default=50)
+    p.add_argument("--max-tokens", type=int, default=400)
+    p.add_argument("--max-context-tokens", type=int, default=32768)
+    p.add_argument("--layers", type=int, default=48)
+    p.add_argument("--experts", type=int, default=128)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--model", type=Path, default=Path(".t1/bench/tiny"),
+                   help="model folder whose tokenizer both sides use (made with the tiny preset if missing)")
+    p.add_argument("--creates-per-s", type=float, default=100.0, help="sandbox creation rate during ramp-up")
+    p.add_argument("--no-bubblewrap", action="store_true", help="sandbox sessions without bubblewrap")
+    p.add_argument("--no-transcripts", action="store_true", help="do not write per-episode transcripts")
+    p.add_argument("--once", action="store_true",
+                   help="run each of the N episodes to its turn limit (no replacement); measure until the last ends")
+    p.add_argument("--quick", action="store_true",
+                   help="10 episodes x 5 turns, fast latencies, measured from launch to the last episode's end")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.scales, args.turns, args.warmup_s = "10", 5, 0.0
+        args.per_request_ms, args.per_token_ms = 5.0, 0.1
+    args.scale_list = [int(s) for s in str(args.scales).split(",") if s.strip()]
+    if not args.scale_list or min(args.scale_list) < 1:
+        p.error(f"--scales needs positive integers, got {args.scales!r}")
+    return args
+
+
+def ensure_model(path: Path) -> Path:
+    if not (path / "tokenizer.json").is_file():
+        from t1.model.init import init_model
+
+        init_model(path, "tiny", seed=0)
+    return path
+
+
+async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.subprocess.Process, int]:
+    ready = workdir / "sim.port"
+    argv = [sys.executable, "-m", "bench.sim_inference", "--tokenizer", str(args.model / "tokenizer.json"),
+            "--ready-file", str(ready), "--commands", args.shell, "--min-tokens", str(args.min_tokens),
+            "--max-tokens", str(args.max_tokens), "--per-request-ms", str(args.per_request_ms),
+            "--per-token-ms", str(args.per_token_ms), "--per-prefill-token-ms", str(args.per_prefill_token_ms),
+            "--chunk-tokens", str(args.chunk_tokens), "--layers", str(args.layers), "--experts", str(args.experts), "--top-k", str(args.top_k)]
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=str(Path(__file__).resolve().parents[1]))
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.returncode is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"simulated inference server did not start (code {proc.returncode})")
+        await asyncio.sleep(0.05)
+    return proc, int(ready.read_text())
+
+
+def rollout_config(args: argparse.Namespace) -> Any:
+    """The coordinator's config for these episodes (rollout limits and sampling; everything else default)."""
+    from t1.config.loader import validate
+
+    return validate({"rollout": {
+        "max_turns": args.turns, "max_context_tokens": args.max_context_tokens, "group_size": args.group_size,
+        "sampling": {"max_tokens": args.max_tokens + 16}, "transcripts": not args.no_transcripts}})
+
+
+async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> dict[str, Any]:
+    from bench.load_episode import (
+        LiveState,
+        LoadRun,
+        MeasuredGenerate,
+        MeasuredProvider,
+        TimedSpool,
+        ack_everything,
+        write_task,
+    )
+    from bench.sandbox_host import HostedProvider
+    from t1.config.sandbox import PoolConfig, ShellConfig
+    from t1.coordinator.rollout import RolloutRunner, new_group_id
+    from t1.coordinator.runtime import make_renderers
+    from t1.coordinator.scheduler import Scheduler
+    from t1.coordinator.spool import Spool
+    from t1.inference.pool import InferencePool
+    from t1.sandbox.pool import SandboxPool
+    from t1.tasks.dataset import load_task
+
+    sim, port = await start_sim(args, workdir)
+    host = HostedProvider(workdir / "sandboxes", ShellConfig(), bubblewrap=not args.no_bubblewrap,
+                          log_file=workdir / "sandbox_host.log")
+    await host.start()
+    spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
+    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0)
+    latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
+    clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
+    gate = None if args.quick else asyncio.Event()
+    generate = MeasuredGenerate(pool, latency, clock, live, stop, gate)
+    sandboxes = SandboxPool(MeasuredProvider(host, clock), PoolConfig(
+        max_sandboxes=episodes, max_creates_per_s=args.creates_per_s, acquire_timeout_s=3600))
+    cfg = rollout_config(args)
+    runner = RolloutRunner(cfg, make_renderers(args.model), sandboxes.acquire, lambda job, episode_id: generate,
+                           None if args.no_transcripts else workdir / "transcripts")
+    task = load_task(write_task(workdir / "task"))
+    scheduler = Scheduler(itertools.repeat(task), cfg.rollout.group_size, asyncio.Semaphore(episodes), spool,
+                          weights=None, max_policy_lag=0, groups_per_step=1 << 40, new_group_id=new_group_id)
+    finite = args.quick or args.once
+    run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
+                  on_stop_after=scheduler.stop)
+    meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pid})
+    lag = LagSampler()
+    lag.start()
+    acker = asyncio.create_task(ack_everything(spool))
+    rss_base = meter.rss("coordinator")
+    t_start = time.monotonic()
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(scheduler.run(tg, run.attempt))
+            last_log = t_start
+            while gate is not None and len(live.started | live.finished) < episodes:
+                await asyncio.sleep(0.2)
+                if time.monotonic() - last_log > 15:
+                    last_log = time.monotonic()
+                    log.warning("ramp-up: %d of %d episodes have a provisioned sandbox", len(live.started), episodes)
+            ramp_s = time.monotonic() - t_start
+            # Every episode holds its sandbox, shell and opening prompt and has not generated yet:
+            # the growth since the start is the per-episode cost without trajectory arrays.
+            rss_ramp, live_ramp = meter.rss("coordinator"), len(live.started - live.finished)
+            if gate is not None:
+                gate.set()
+            await asyncio.sleep(args.warmup_s)
+            live_at_start = live.live
+            clock.reset_samples()
+            cpu0 = await asyncio.to_thread(meter.cpu, True)
+            # Our own CPU is read here and before the end scan: scanning thousands of shell processes
+            # with psutil takes seconds of this process's CPU and must not count as coordinator work.
+            cpu0["coordinator"] = time.process_time()
+            w0 = time.monotonic()
+            lag.recording = True
+            deadline = float("inf") if finite else w0 + args.window_s
+            timeline: list[dict[str, float]] = []
+            mark = (w0, 0, time.process_time())
+            while time.monotonic() < deadline and not (finite and scheduler.stopping and not scheduler.running):
+                await asyncio.sleep(0.1)
+                if time.monotonic() - mark[0] >= args.timeline_s:
+                    mark = timeline_point(timeline, mark, w0, clock.generations, live.turn_of)
+            lag.recording = False
+            window = time.monotonic() - w0
+            turns = clock.generations
+            live_at_end = live.live
+            rss_end = meter.rss("coordinator")
+            live_traj_bytes = live.trajectory_bytes(routing_bytes_per_token(args))
+            own_cpu = time.process_time()
+            cpu1 = await asyncio.to_thread(meter.cpu, True)
+            cpu1["coordinator"] = own_cpu
+            t_stop = time.monotonic()
+            stop.set()
+            scheduler.stop()
+        stop_s = time.monotonic() - t_stop
+    finally:
+        stop.set()
+        scheduler.stop()
+        await lag.stop()
+        acker.cancel()
+        await pool.close()
+        await sandboxes.close()
+        await host.close()
+        spool.close()
+        sim.terminate()
+        await sim.wait()
+    out = scale_result(
+        episodes=episodes, live_at_start=live_at_start, live_at_end=live_at_end, ramp_s=ramp_s, window_s=window,
+        turns=turns, cpu0=cpu0, cpu1=cpu1, clock=clock, lag_s=lag.samples, rss_base=rss_base, rss_end=rss_end,
+        live_traj_bytes=live_traj_bytes, spooled=run.spooled(), stop_s=stop_s, errors=run.errors,
+        raw_bytes_per_token=4 + 4 + routing_bytes_per_token(args))
+    out["rss_mb"]["ramp_end"] = round(rss_ramp / 2**20, 1)
+    out["rss_per_episode_at_ramp_end_kb"] = (
+        round((rss_ramp - rss_base) / live_ramp / 1024, 1) if gate is not None and live_ramp else None)
+    if out["rss_per_episode_at_ramp_end_kb"] is not None:  # the clean figure: no trajectory arrays yet
+        out["targets"]["rss_per_live_episode_under_200kb"] = out["rss_per_episode_at_ramp_end_kb"] < 200
+    out["episode_statuses"] = dict(run.statuses)
+    out["timeline"] = timeline
+    out["episodes_launched"] = run.launched
+    return out
+
+
+def timeline_point(timeline: list[dict[str, float]], mark: tuple[float, int, float], w0: float, generations: int,
+                   turn_of: dict[str, int]) -> tuple[float, int, float]:
+    """Append CPU per turn of this process since `mark`, and how deep the live episodes are; returns the new mark."""
+    now, cpu = time.monotonic(), time.process_time()
+    turns = generations - mark[1]
+    timeline.append({"t_s": round(now - w0, 1), "turns": turns, "turns_per_s": round(turns / (now - mark[0]), 1),
+                     "coordinator_cpu_ms_per_turn": round((cpu - mark[2]) * 1e3 / max(turns, 1), 3),
+                     "mean_turn_index": round(sum(turn_of.values()) / max(len(turn_of), 1), 1)})
+    return now, generations, cpu
+
+
+def routing_bytes_per_token(args: argparse.Namespace) -> int:
+    return args.layers * args.top_k * (1 if args.experts <= 256 else 2)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    ensure_model(args.model)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k not in ("out",)}
+    out: dict[str, Any] = {"benchmark": "load", "machine": machine(), "path": PATH, "settings": settings,
+                           "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scales": []}
+    for n in args.scale_list:
+        with tempfile.TemporaryDirectory(prefix=f"t1-load-{n}-") as tmp:
+            log.warning("scale %d: starting", n)
+            out["scales"].append(await run_scale(args, n, Path(tmp)))
+            print_table(out["scales"][-1:], title=f"load: {n} concurrent episodes")
+    return out
+
+
+def strict_json(value: Any) -> Any:
+    """NaN (a figure that could not be measured, e.g. RSS with no live episode) becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    return main_from_args(parse_args(argv))
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    # Every stopped episode logs its (deliberate) generate failure; keep the output readable.
+    logging.getLogger("t1.agent.episode").setLevel(logging.ERROR)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from t1.rpc.loop import run
+
+    out = run(main_async(args))
+    if len(out["scales"]) > 1:
+        print_table(out["scales"], title="load: all scales")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(strict_json(out), indent=2, allow_nan=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Measurements of the load benchmark: event-loop lag, process CPU and RSS, per-turn overhead, machine facts.
+
+Turn overhead is everything in a turn that is neither model time nor command time: for each
+episode, the wall time from the start of one generate call to the start of the next, minus the
+model time the simulated server spent on that request (its latency formula applied to the
+request's own token counts) and minus the round trips of the turn's commands through the shell.
+What remains is the coordinator's own work plus the gRPC and event-loop queueing it causes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import psutil
+
+
+def percentiles(values: list[float] | np.ndarray, qs: tuple[float, ...] = (50, 99)) -> dict[str, float]:
+    """{'p50': ..., 'p99': ..., 'max': ...}; NaN for an empty list."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return {**{f"p{q:g}": float("nan") for q in qs}, "max": float("nan")}
+    return {**{f"p{q:g}": float(np.percentile(arr, q)) for q in qs}, "max": float(arr.max())}
+
+
+class LagSampler:
+    """Sleeps `interval_s` in a loop and records how late each wake-up was (seconds)."""
+
+    def __init__(self, interval_s: float = 0.02) -> None:
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+        self.recording = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="bench-lag-sampler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            if self.recording:
+                self.samples.append(max(0.0, loop.time() - expected))
+
+
+class ProcessMeter:
+    """CPU time and RSS of named processes (this one, the sim server, the sandbox server and its shells)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+
+    def cpu(self, with_children: bool = False) -> dict[str, float]:
+        out = {}
+        for name, proc in self.procs.items():
+            try:
+                t = proc.cpu_times()
+                total = t.user + t.system
+                if with_children:
+                    total += t.children_user + t.children_system
+                    for child in proc.children(recursive=True):
+                        try:
+                            ct = child.cpu_times()
+                            total += ct.user + ct.system
+                        except psutil.Error:
+                            continue
+                out[name] = total
+            except psutil.Error:
+                out[name] = float("nan")
+        return out
+
+    def rss(self, name: str) -> int:
+        return int(self.procs[name].memory_info().rss)
+
+
+@dataclass(slots=True)
+class TurnClock:
+    """Per-episode timestamps that turn model and command timings into per-turn overhead samples.
+
+    A turn runs from the start of one generate call to the start of the next in the same
+    episode; its overhead is that wall time minus the turn's model time and command time.
+    """
+
+    overhead_s: list[float] = field(default_factory=list)
+    model_s: list[float] = field(default_factory=list)
+    command_s: list[float] = field(default_factory=list)
+    generations: int = 0
+    _last_start: dict[str, float] = field(default_factory=dict)
+    _pending_model: dict[str, float] = field(default_factory=dict)
+    _pending_cmd: dict[str, float] = field(default_factory=dict)
+
+    def generate_started(self, episode: str) -> None:
+        now = time.monotonic()
+        last = self._last_start.get(episode)
+        if last is not None:
+            model = self._pending_model.pop(episode, 0.0)
+            cmd = self._pending_cmd.pop(episode, 0.0)
+            self.overhead_s.append(max(0.0, now - last - model - cmd))
+        self._last_start[episode] = now
+
+    def model(self, episode: str, simulated_s: float) -> None:
+        self.generations += 1
+        self.model_s.append(simulated_s)
+        self._pending_model[episode] = self._pending_model.get(episode, 0.0) + simulated_s
+
+    def command(self, episode: str, wall_s: float) -> None:
+        self.command_s.append(wall_s)
+        self._pending_cmd[episode] = self._pending_cmd.get(episode, 0.0) + wall_s
+
+    def reset_samples(self) -> None:
+        """Start a measurement window: drop samples and counts, keep each episode's clock."""
+        self.overhead_s.clear()
+        self.model_s.clear()
+        self.command_s.clear()
+        self.generations = 0
+
+    def end(self, episode: str) -> None:
+        for d in (self._last_start, self._pending_model, self._pending_cmd):
+            d.pop(episode, None)
+
+
+def machine() -> dict[str, object]:
+    """Where the numbers were measured: CPU model, cores, memory, OS, Python."""
+    model = platform.processor() or "unknown"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "cpu_model": model, "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpu": "none", "os": platform.platform(), "python": platform.python_version(),
+    }

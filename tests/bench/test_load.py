@@ -1,0 +1,32 @@
+"""bench/load.py at a tiny scale: real Episode, InferencePool, SSH sandboxes, codec and spool end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import load
+
+
+def test_quick_load_run_measures_every_figure(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "load.json"
+    args = load.parse_args(["--quick", "--model", str(tiny_model_dir), "--out", str(out),
+                            "--no-transcripts"])
+    assert load.main_from_args(args) == 0
+    report = json.loads(out.read_text())
+    assert report["machine"]["cores"] >= 1 and report["settings"]["quick"] is True
+    (scale,) = report["scales"]
+    assert scale["num_errors"] == 0, scale["errors"]
+    # 10 episodes x 5 turns, every one stopped by its turn limit and verified.
+    assert scale["turns"] == 50 and scale["episode_statuses"] == {"ok": 10}
+    assert scale["trajectories_spooled"] == 10
+    # Each turn prefills what the server had not cached and samples 50..400 tokens.
+    assert 10 * 5 * 50 < scale["trajectory_tokens"] < 10 * (5 * 420 + 2000)
+    raw = 4 + 4 + 48 * 8
+    assert scale["raw_bytes_per_token"] == raw
+    assert 1.0 <= scale["trajectory_bytes_ratio"] < 1.10
+    for key in ("coordinator", "sim_inference", "sandbox_host"):
+        assert scale["cpu_ms_per_turn"][key] > 0
+    assert all(v is not None and v >= 0 for v in scale["turn_overhead_ms"].values())
+    assert scale["loop_lag_samples"] > 10
+    assert scale["spool_mb_per_s"] > 0
