@@ -10,6 +10,10 @@ from collections.abc import Sequence
 # Modules under t1.cli that add a sub-command group; each defines register(subparsers).
 COMMAND_MODULES = (
     "t1.cli.config_cmd",
+    "t1.cli.eval_cmd",
+    "t1.cli.model_cmd",
+    "t1.cli.sandbox_cmd",
+    "t1.cli.tasks_cmd",
 )
 
 

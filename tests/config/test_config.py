@@ -84,9 +84,9 @@ def test_overrides_apply_typed_values(tmp_path):
     assert cfg.rollout.max_turns == 50
     assert cfg.rollout.sampling.temperature == 0.7
     assert cfg.trainer.rl.routing_replay is False
-    with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(ConfigError, match=r"expected KEY\.PATH=VALUE"):
         load_config(path, ["rollout.max_turns"])
-    with pytest.raises(ConfigError, match="rollout.max_turnz: unknown key"):
+    with pytest.raises(ConfigError, match=r"rollout\.max_turnz: unknown key"):
         load_config(path, ["rollout.max_turnz=3"])
     with pytest.raises(ConfigError, match="is not a mapping"):
         apply_overrides({"rollout": {"max_turns": 3}}, ["rollout.max_turns.x=1"])
