@@ -3,11 +3,14 @@
 The fidelity check of TITO + R3: feed a segment's exact ids through the trainer's model in one full
 forward (inputs stop before the last token, DESIGN.md), optionally replaying the recorded routing,
 and compare the logprobs of the loss tokens with the sampler's behaviour logprobs.
+`schedule_logprobs` is the control: the same scoring along the sampler's own KV-cache schedule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,3 +44,45 @@ def segment_logprobs(model: nn.Module, segment: Segment, *, replay: bool, temper
         logp = torch.log_softmax(logits[pos].float() / temperature, dim=-1)
         out = logp.gather(1, targets[pos][:, None])[:, 0]
     return out, stats
+
+
+def schedule_logprobs(model: Any, segment: Segment, turns: Sequence[tuple[int, np.ndarray]], *,
+                      prefill_chunk: int = 1024) -> torch.Tensor:
+    """Logprobs [loss tokens] float32 of the segment's sampled tokens, computed as a KV-cache sampler did.
+
+    turns: (prompt length, sampled ids) per generation, in order. Per turn the new prompt ids are
+    prefilled (chunks of prefill_chunk; the cache persists across turns, as a session cache does), then
+    each sampled id but the last is fed as one decode step; every call replays the recorded routing.
+    With the sampler's model, dtype and kernels this reproduces its behaviour logprobs (temperature 1,
+    no truncation), so it separates scoring mismatches from decode-vs-full-forward numerics.
+    """
+    from transformers import DynamicCache
+
+    if segment.routing is None:
+        raise ValueError("schedule_logprobs needs a segment with routing")
+    routing = segment.routing
+    ids = torch.from_numpy(segment.token_ids.astype(np.int64)).to(next(model.parameters()).device)
+    cache = DynamicCache(config=model.config)
+    done = 0
+
+    def forward(end: int) -> torch.Tensor:
+        nonlocal done
+        with torch.inference_mode(), replay_routing(model, np.ascontiguousarray(routing[done:end])[None]):
+            logits = model(input_ids=ids[None, done:end], cache=cache, use_cache=True,
+                           logits_to_keep=1).logits[0, -1]
+        done = end
+        return logits
+
+    out: list[torch.Tensor] = []
+    for prompt_len, sampled in turns:
+        if prompt_len < done or prompt_len + len(sampled) > segment.num_tokens:
+            raise ValueError(f"turn at prompt length {prompt_len} does not follow position {done} within "
+                             f"{segment.num_tokens} tokens")
+        logits = torch.empty(0)
+        for begin in range(done, prompt_len, prefill_chunk):
+            logits = forward(min(begin + prefill_chunk, prompt_len))
+        for j, tok in enumerate(sampled):
+            out.append(torch.log_softmax(logits.float(), dim=-1)[int(tok)])
+            if j < len(sampled) - 1:
+                logits = forward(done + 1)
+    return torch.stack(out)
