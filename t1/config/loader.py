@@ -44,7 +44,9 @@ def format_validation_error(err: ValidationError) -> list[str]:
         reason = _PYDANTIC_MESSAGES.get(e["type"], e["msg"])
         if e["type"] not in _PYDANTIC_MESSAGES and "input" in e and not isinstance(e["input"], (dict, list)):
             reason = f"{reason} (got {e['input']!r})"
-        lines.append(f"{_key_path(loc)}: {reason}")
+        reason = reason.removeprefix("Value error, ")
+        # A cross-section rule names its own key path in the message.
+        lines.append(reason if not loc and e["type"] == "value_error" else f"{_key_path(loc)}: {reason}")
     return lines
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t1.config.base import Section
 from t1.config.coordinator import CoordinatorConfig
@@ -29,3 +29,15 @@ class T1Config(Section):
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Auth and TLS.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Logging.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Metrics.")
+
+    @model_validator(mode="after")
+    def _trainer_can_score_the_sampler(self) -> T1Config:
+        # The trainer scores softmax(logits / temperature); truncated sampling would make every
+        # behaviour logprob differ from it by -log(kept mass), so training refuses it.
+        sampling = self.rollout.sampling
+        if self.coordinator.train and (sampling.top_p < 1.0 or sampling.top_k > 0):
+            raise ValueError(
+                "rollout.sampling: top_p must be 1.0 and top_k 0 when coordinator.train is true "
+                "(the trainer's importance ratio uses the temperature-only distribution)"
+            )
+        return self

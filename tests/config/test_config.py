@@ -101,3 +101,11 @@ def test_schema_imports_without_torch():
 def test_readme_config_reference_is_current():
     readme = (ROOT / "README.md").read_text()
     assert embedded_reference(readme) == reference_markdown(), "regenerate with `t1 config reference`"
+
+
+def test_training_refuses_truncated_sampling():
+    with pytest.raises(ConfigError) as err:
+        validate({"rollout": {"sampling": {"top_p": 0.9}}})
+    assert err.value.problems[0].startswith("rollout.sampling: top_p must be 1.0")
+    cfg = validate({"rollout": {"sampling": {"top_p": 0.9}}, "coordinator": {"train": False}})
+    assert cfg.rollout.sampling.top_p == 0.9
