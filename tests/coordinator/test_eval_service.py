@@ -20,6 +20,7 @@ from t1.coordinator.jobs import JobStore
 from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.tasksource import make_resolver
+from t1.rpc.introspect import health_status, list_services
 from t1.rpc.server import GrpcServer
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as pb
@@ -54,6 +55,8 @@ async def _serve(tmp_path: Path, runner: ParityRunner) -> tuple[GrpcServer, Eval
 async def test_submit_watch_get_list(tmp_path: Path, task_root: Path) -> None:
     runner = ParityRunner()
     server, jobs = await _serve(tmp_path, runner)
+    assert await asyncio.to_thread(health_status, server.address, "t1.v1.CoordinatorService") == "SERVING"
+    assert "t1.v1.CoordinatorService" in await asyncio.to_thread(list_services, server.address)
     async with grpc.aio.insecure_channel(server.address) as ch:
         stub = pb_grpc.CoordinatorServiceStub(ch)
         job = await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=3, name="t"), timeout=10)

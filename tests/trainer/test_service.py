@@ -19,6 +19,7 @@ import yaml
 from trainer_synth import segment, trajectory
 
 from t1.rpc.client import make_sync_channel
+from t1.rpc.introspect import health_status, list_services
 from t1.trajectory.codec import encode_trajectory
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc
@@ -97,6 +98,8 @@ def test_kill_and_restart_loses_nothing_and_trains_nothing_twice(tmp_path: Path,
     log = tmp_path / "trainer.log"
     tr = Trainer(config, log)
     try:
+        assert health_status(tr.address, "t1.v1.TrainerService") == "SERVING"
+        assert "t1.v1.TrainerService" in list_services(tr.address)
         acks = tr.push(_group("a"))
         assert _statuses(acks) == {pb.ACK_STATUS_ACCEPTED}
         bad = tr.push([pb.TrajectoryEnvelope(trajectory_id="junk", payload=b"\x01\x02"),
