@@ -155,7 +155,7 @@ class Parts:
             trainer=self.poller, active=int(m.ACTIVE_EPISODES._value.get()), finished=stats.finished,
             spool_pending=self.spool.pending_count, spool_bytes=self.spool.pending_bytes,
             trainer_connected=bool(self.link and self.link.connected),
-            healthy_servers=len(self.router.pool.endpoints) if self.router.pool is not None else 0,
+            healthy_servers=len(self.router.pool.healthy_endpoints) if self.router.pool is not None else 0,
             infra_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
             turns_per_s=self.turn_rate.sample() if self.turn_rate else 0.0)
 

@@ -9,7 +9,8 @@ Modules, from the seam outwards:
   routing_check.py.
 - server.py: the InferenceService servicer; factory.py builds the configured backend;
   `t1-inference` (t1/cli/inference.py) serves it.
-- pool.py: `InferencePool`, affinity, least-outstanding placement, retries, failover, metrics.
+- pool.py: `InferencePool`, affinity, least-outstanding placement, retries, failover, metrics, weight
+  updates that skip dead replicas and catch recovered ones up before routing to them.
 
 In-process use (the same code path as the server; e.g. for fidelity benches)::
 

@@ -8,6 +8,12 @@
   carries the full context, so the new replica simply prefills it (a failover). A failed attempt's
   partial tokens are discarded; with a request seed the retry samples the same tokens.
 - Every call has a deadline (`request_timeout_s`); other errors (INVALID_ARGUMENT, ...) propagate.
+- Weights: `update_weights` loads the new version on the healthy replicas and skips the avoided ones
+  (it fails only when no replica loaded it). The pool remembers the latest (path, version); a
+  replica whose state is unknown (new, or failed since) is asked its version before anything is
+  routed to it and brought up to the latest first, so a restarted server (which starts on the base
+  model) never serves a stale policy. A result from an older version than the replica was known to
+  serve (it restarted unnoticed) makes the pool check that replica again before its next request.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -40,6 +46,15 @@ class InferenceUnavailable(RuntimeError):
     """Every attempt failed with a retryable error; the caller treats the turn as an infra failure."""
 
 
+@dataclass(frozen=True, slots=True)
+class WeightsUpdate:
+    """What `update_weights` did: replicas now serving `version`, and those skipped (caught up on recovery)."""
+
+    version: int
+    updated: tuple[str, ...]
+    skipped: tuple[str, ...]
+
+
 class PoolMetrics:
     """Prometheus metrics of one pool, on the given registry (the coordinator passes its own)."""
 
@@ -59,6 +74,9 @@ class PoolMetrics:
         self.outstanding = Gauge("t1_inference_outstanding", "Requests in flight per replica.", ["replica"], registry=r)
         self.healthy = Gauge("t1_inference_replica_healthy", "1 while a replica is not avoided.", ["replica"],
                              registry=r)
+        self.weight_skips = Counter("t1_inference_weight_skips", "Replicas skipped by a weight update.", registry=r)
+        self.catch_ups = Counter("t1_inference_weight_catch_ups",
+                                 "Recovered or new replicas brought up to the latest weights.", registry=r)
 
 
 @dataclass(slots=True)
@@ -68,6 +86,8 @@ class _Replica:
     stub: inference_pb2_grpc.InferenceServiceStub
     outstanding: int = 0
     unhealthy_until: float = 0.0
+    version: int | None = None  # the policy version it is known to serve; None: ask before routing to it
+    sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one weight load at a time per replica
 
     def healthy(self, now: float) -> bool:
         return now >= self.unhealthy_until
@@ -78,12 +98,16 @@ class InferencePool:
 
     def __init__(self, endpoints: Sequence[str], *, auth: AuthConfig | None = None, request_timeout_s: float = 300.0,
                  retries: int = 3, backoff_s: float = 0.5, unhealthy_s: float = 10.0,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, weights_timeout_s: float = 600.0,
+                 probe_timeout_s: float = 5.0) -> None:
         if not endpoints:
             raise ValueError("InferencePool needs at least one endpoint")
         self._auth = auth or AuthConfig()
         self._opts = call_options(self._auth, request_timeout_s)
         self.retries, self.backoff_s, self.unhealthy_s = retries, backoff_s, unhealthy_s
+        self.weights_timeout_s, self.probe_timeout_s = weights_timeout_s, probe_timeout_s
+        self._timeout_s = request_timeout_s
+        self._weights: tuple[str, int] | None = None  # the latest (path, version) update_weights was told
         self._replicas = [self._connect(a) for a in endpoints]
         self._affinity: OrderedDict[str, int] = OrderedDict()
         self._ids = itertools.count()
@@ -105,6 +129,17 @@ class InferencePool:
     @property
     def endpoints(self) -> list[str]:
         return [r.address for r in self._replicas]
+
+    @property
+    def healthy_endpoints(self) -> list[str]:
+        """The replicas not avoided now (RunStatus.healthy_inference_servers counts these)."""
+        now = time.monotonic()
+        return [r.address for r in self._replicas if r.healthy(now)]
+
+    @property
+    def latest_weights(self) -> tuple[str, int] | None:
+        """The latest (path, version) update_weights was told; replicas are brought up to it."""
+        return self._weights
 
     def replica_of(self, session_id: str) -> str | None:
         idx = self._affinity.get(session_id)
@@ -144,13 +179,16 @@ class InferencePool:
             replica = self._replicas[idx]
             self._bind(request.session_id, idx)
             try:
+                while not await self._catch_up(replica):  # it failed while this request waited for it
+                    idx = self._pick(request.session_id)
+                    replica = self._replicas[idx]
+                    self._bind(request.session_id, idx)
                 result = await self._attempt(replica, request)
             except grpc.aio.AioRpcError as err:
                 if err.code() not in RETRYABLE:
                     raise
                 last_error = err
-                replica.unhealthy_until = time.monotonic() + self.unhealthy_s
-                self.metrics.healthy.labels(replica.address).set(0)
+                self._mark_unhealthy(replica)
                 log.warning("generate on %s failed (%s: %s), attempt %d of %d", replica.address,
                             err.code().name, err.details(), attempt + 1, self.retries + 1)
                 if attempt < self.retries:
@@ -158,6 +196,10 @@ class InferencePool:
                     await asyncio.sleep(self.backoff_s * 2**attempt)
                 continue
             self.metrics.healthy.labels(replica.address).set(1)
+            if replica.version is not None and result.policy_version < replica.version:
+                log.warning("%s served v%d, it had v%d: restarted; checking it before its next request",
+                            replica.address, result.policy_version, replica.version)
+                replica.version = None
             self._observe(result, time.perf_counter() - t0)
             return result
         assert last_error is not None
@@ -166,6 +208,39 @@ class InferencePool:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await self(request)
+
+    def _mark_unhealthy(self, replica: _Replica) -> None:
+        replica.unhealthy_until = time.monotonic() + self.unhealthy_s
+        replica.version = None  # it may come back restarted, on the base model
+        self.metrics.healthy.labels(replica.address).set(0)
+
+    async def _catch_up(self, replica: _Replica) -> bool:
+        """Bring a replica of unknown version up to the latest weights before it serves anything.
+
+        False when the replica was marked unhealthy while this call waited for another's check.
+        """
+        if self._weights is None or replica.version is not None:
+            return True
+        was_healthy = replica.healthy(time.monotonic())
+        async with replica.sync_lock:
+            if was_healthy and not replica.healthy(time.monotonic()):
+                return False
+            if replica.version is not None or self._weights is None:
+                return True  # another request caught it up meanwhile
+            path, version = self._weights
+            # wait_for_ready: a channel whose server died stays failed until a call asks it to reconnect.
+            info = await replica.stub.GetModelInfo(pb.GetModelInfoRequest(), wait_for_ready=True,
+                                                   **self._opts.kw(min(self.probe_timeout_s, self._timeout_s)))
+            served = int(info.policy_version)
+            if served < version:
+                log.info("%s serves v%d, behind v%d: loading %s before routing to it", replica.address, served,
+                         version, path)
+                reply = await replica.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version),
+                                                         **self._opts.kw(self.weights_timeout_s))
+                served = int(reply.policy_version)
+                self.metrics.catch_ups.inc()
+            replica.version = served
+        return True
 
     async def _attempt(self, replica: _Replica, request: GenerateRequest) -> GenerateResult:
         replica.outstanding += 1
@@ -199,12 +274,44 @@ class InferencePool:
                 last = err
         raise InferenceUnavailable(f"no replica answered GetModelInfo: {last}")
 
-    async def update_weights(self, path: str, version: int, timeout_s: float = 600.0) -> list[int]:
-        """Load a weights folder on every replica; returns the versions they report."""
-        replies = await asyncio.gather(*(
-            r.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version), **self._opts.kw(timeout_s))
-            for r in self._replicas))
-        return [int(reply.policy_version) for reply in replies]
+    async def update_weights(self, path: str, version: int, timeout_s: float | None = None) -> WeightsUpdate:
+        """Load a weights folder on the healthy replicas; the others catch up when they come back.
+
+        A replica that fails with UNAVAILABLE or DEADLINE_EXCEEDED is marked unhealthy and skipped;
+        other errors propagate (and the pool forgets this version: recovering replicas must not load a
+        folder a server refused). Raises InferenceUnavailable when no replica loaded the version.
+        """
+        previous = self._weights
+        if self._weights is None or version >= self._weights[1]:
+            self._weights = (path, version)
+        now = time.monotonic()
+        targets = [r for r in self._replicas if r.healthy(now)]
+        skipped = [r.address for r in self._replicas if not r.healthy(now)]
+        results = await asyncio.gather(*(self._load(r, path, version, timeout_s or self.weights_timeout_s)
+                                         for r in targets), return_exceptions=True)
+        updated = []
+        for replica, res in zip(targets, results, strict=True):
+            if isinstance(res, grpc.aio.AioRpcError) and res.code() in RETRYABLE:
+                log.warning("UpdateWeights v%d on %s failed (%s: %s); it catches up when it is back", version,
+                            replica.address, res.code().name, res.details())
+                self._mark_unhealthy(replica)
+                skipped.append(replica.address)
+            elif isinstance(res, BaseException):
+                if self._weights == (path, version):
+                    self._weights = previous
+                raise res
+            else:
+                updated.append(replica.address)
+        self.metrics.weight_skips.inc(len(skipped))
+        if not updated:
+            raise InferenceUnavailable(f"no replica loaded weights v{version}; skipped {skipped}")
+        return WeightsUpdate(version, tuple(updated), tuple(skipped))
+
+    async def _load(self, replica: _Replica, path: str, version: int, timeout_s: float) -> None:
+        async with replica.sync_lock:
+            reply = await replica.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version),
+                                                     **self._opts.kw(timeout_s))
+            replica.version = int(reply.policy_version)
 
     async def close(self) -> None:
         await asyncio.gather(*(r.channel.close() for r in self._replicas))

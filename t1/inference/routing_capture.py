@@ -50,7 +50,8 @@ class RoutingRecorder:
     """Hooks every router; while a sink is set, each forward appends its [T, K] expert ids per layer to it.
 
     A request owns its sink (one list per layer) for all of its steps and converts it to numpy once
-    at the end, so a decode step costs one list append per layer.
+    at the end, so a decode step costs one list append per layer and no device sync; the ids stay
+    on the model's device (a few bytes per position and layer) until that single copy to the host.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -74,8 +75,9 @@ class RoutingRecorder:
             return None
         if not sink or not sink[0]:
             return np.zeros((0, self.shape.num_layers, self.shape.top_k), dtype=self.shape.dtype)
+        # Joined on the model's device, then one device-to-host copy for the whole request.
         ids_TLK = torch.stack([torch.cat(chunks, dim=0) for chunks in sink], dim=1)
-        return ids_TLK.numpy().astype(self.shape.dtype)
+        return ids_TLK.cpu().numpy().astype(self.shape.dtype)
 
     def start(self) -> None:
         """Record into a fresh sink (for one-off forwards; requests pass their own sink)."""

@@ -42,7 +42,14 @@ def sampling_logprobs(logits_V: torch.Tensor, params: SamplingParams) -> torch.T
 
 
 def sample_token(logits_V: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> tuple[int, float]:
-    """Sample one token id and return it with its logprob under the sampling distribution."""
+    """Sample one token id and return it with its logprob under the sampling distribution.
+
+    The generator must live on the logits' device (make_generator(seed, logits_V.device)): torch
+    refuses a CPU generator for CUDA tensors, and copying logits to the CPU per token would cost a sync.
+    """
+    if generator.device != logits_V.device:
+        raise ValueError(f"generator: on {generator.device}, the logits are on {logits_V.device}; "
+                         "make it with make_generator(seed, logits.device)")
     logp_V = sampling_logprobs(logits_V, params)
     if params.temperature <= 0:
         token = int(torch.argmax(logp_V))
@@ -53,9 +60,12 @@ def sample_token(logits_V: torch.Tensor, params: SamplingParams, generator: torc
     return token, float(logp_V[token])
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    """A CPU generator: seeded when the request has a seed, else from fresh entropy."""
-    gen = torch.Generator()
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on `device` (the logits' device): seeded when the request has a seed, else from fresh entropy.
+
+    The same seed gives the same tokens on the same device type; CPU and CUDA streams differ.
+    """
+    gen = torch.Generator(device=device)
     if seed is None:
         gen.seed()
     else:

@@ -91,6 +91,7 @@ class TorchBackend:
         model = _load(self.model_dir, dtype, device)
         self._loaded = _Loaded(model, RoutingRecorder(model), version)
         self._config: Any = model.config
+        self.torch_device: torch.device = next(model.parameters()).device  # "cuda" resolved to "cuda:0"
         self.vocab_size = int(model.config.vocab_size)
         self.max_context = int(model.config.max_position_embeddings)
         self.eos_ids = self._eos_ids(model)
@@ -169,7 +170,7 @@ class TorchBackend:
             _crop(cache, reuse)
         else:
             cache, reuse = DynamicCache(config=loaded.model.config), 0
-        gen = make_generator(params.seed)
+        gen = make_generator(params.seed, self.torch_device)  # where the logits are: sampling stays on device
         stops = set(self.eos_ids) | set(params.stop_token_ids)
         sink = loaded.recorder.new_sink() if capture else None
         tokens: list[int] = []

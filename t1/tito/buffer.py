@@ -7,10 +7,19 @@
     compaction:   compact(messages) starts a new segment from the compacted conversation
     end:          export(...) -> Trajectory
 
-Sampled tokens are never re-tokenized. Each observation checks that the rendered history equals
-the buffer's text; on a mismatch (templates that strip earlier reasoning or re-serialise tool calls)
-the buffer either keeps its tokens and repairs the boundary, or starts a new segment from the
-re-rendered conversation (MismatchPolicy); both are counted.
+Sampled tokens are never re-tokenized. A turn costs O(its own tokens), not O(context): the buffer
+keeps the messages and its decoded text as it grows (each chunk decoded once), renders each delta
+in a bounded anchor (ChatRenderer.delta) and prompt_ids() is a view, not a copy.
+
+Template checks, two levels (on a failure the buffer either keeps its tokens and repairs the
+boundary, or starts a new segment from the re-rendered conversation: MismatchPolicy; counted):
+- every observation, the anchor: the last assistant turn renders as the buffer holds it and the new
+  messages do not rewrite it (re-serialised tool calls, reasoning stripped from the last turn);
+- every `full_check_every` observations, at compaction and at export, the full history: the whole
+  conversation renders to text that starts with the buffer's, which catches templates that rewrite
+  turns further back (Qwen3 stripping the reasoning of all turns before a new user query). It is
+  skipped once a mismatch has been counted in the segment: under REPAIR the buffer then differs
+  from the rendering for good, and a template mismatch is counted once per divergence, not per turn.
 """
 
 from __future__ import annotations
@@ -43,9 +52,13 @@ class TokenBuffer:
     """One episode's exact token record (see module docstring)."""
 
     def __init__(self, renderer: ChatRenderer, messages: Sequence[Message], *,
-                 on_mismatch: MismatchPolicy = MismatchPolicy.REPAIR) -> None:
+                 on_mismatch: MismatchPolicy = MismatchPolicy.REPAIR, full_check_every: int = 32) -> None:
         if not messages:
             raise ValueError("a token buffer needs at least one opening message")
+        if full_check_every < 0:
+            raise ValueError(f"full_check_every must be >= 0 (0: only at compaction and export), "
+                             f"got {full_check_every}")
+        self.full_check_every = full_check_every
         self.renderer = renderer
         self.on_mismatch = MismatchPolicy(on_mismatch)
         self._closed: list[tuple[SegmentBuilder, int]] = []
@@ -56,7 +69,12 @@ class TokenBuffer:
     def _start_segment(self, messages: Sequence[Message], previous: SegmentBuilder | None) -> None:
         self._messages: list[Message] = list(messages)
         self._seg = SegmentBuilder()
-        self._seg.append_context(np.asarray(self.renderer.encode(self.renderer.render(messages, True)), np.int32))
+        opening = np.asarray(self.renderer.encode(self.renderer.render(messages, True)), np.int32)
+        self._seg.append_context(opening)
+        self._text: list[str] = [self.renderer.decode(opening.tolist())]  # the segment's ids, decoded by chunk
+        self._turn_text = ""   # the last generation's ids (and repair), decoded
+        self._synced = True    # no template mismatch counted in this segment yet
+        self._since_check = 0  # observations since the last full-history check
         if previous is not None:
             # A prefix shared with the previous segment is served from the sampler's cache and not
             # reported again; its routing is the previous segment's (same ids, causal model).
@@ -68,7 +86,8 @@ class TokenBuffer:
                 self._seg.add_routing(block)
 
     def prompt_ids(self) -> np.ndarray:
-        """The current segment's full exact context (int32): the next generate request's prompt."""
+        """The current segment's full exact context: a read-only int32 view (no copy), the next
+        generate request's prompt."""
         return self._seg.ids()
 
     @property
@@ -105,8 +124,10 @@ class TokenBuffer:
             self._seg.add_routing(result.routing)
         eot = self.renderer.end_of_turn_ids
         complete = len(ids) >= len(eot) and tuple(ids[len(ids) - len(eot):].tolist()) == eot
+        self._turn_text = self.renderer.decode(ids.tolist())
         if not complete:
             self._seg.append_context(np.asarray(eot, np.int32))
+            self._turn_text += self.renderer.decode(eot)
             self._repaired += 1
             self._masked += len(eot)
             REPAIRED_TURNS.inc()
@@ -114,6 +135,7 @@ class TokenBuffer:
             content_ids = ids[:len(ids) - len(eot)] if complete else ids
             message = {"role": "assistant", "content": self.renderer.decode(content_ids.tolist())}
         self._messages.append(message)
+        self._text.append(self._turn_text)
         return span
 
     def append_observation(self, messages: Sequence[Message]) -> np.ndarray:
@@ -123,18 +145,45 @@ class TokenBuffer:
         if self._messages[-1].get("role") != "assistant":
             raise ValueError(f"observations follow an assistant turn; the last message is "
                              f"{self._messages[-1].get('role')!r}")
-        delta = self.renderer.delta(self._messages, messages, self.renderer.decode(self._seg.ids().tolist()))
+        delta = self.renderer.delta(self._messages[-1], self._turn_text, messages)
         if not (delta.prefix_matched and delta.history_stable):
-            self._mismatches += 1
-            TEMPLATE_MISMATCHES.inc()
+            self._count_mismatch()
             if self.on_mismatch is MismatchPolicy.NEW_SEGMENT:
                 previous = self._close_segment()
                 self._start_segment([*self._messages, *messages], previous)
                 return self._seg.ids()
         ids = np.asarray(self.renderer.encode(delta.text), np.int32)
         self._seg.append_context(ids)
+        self._text.append(self.renderer.decode(ids.tolist()))
         self._messages.extend(messages)
+        self._since_check += 1
+        due = self.full_check_every > 0 and self._since_check >= self.full_check_every
+        if due and not self._check_history() and self.on_mismatch is MismatchPolicy.NEW_SEGMENT:
+            previous = self._close_segment()
+            self._start_segment(self._messages, previous)
+            return self._seg.ids()
         return ids
+
+    def _count_mismatch(self) -> None:
+        self._mismatches += 1
+        self._synced = False
+        TEMPLATE_MISMATCHES.inc()
+
+    def _check_history(self) -> bool:
+        """The full-history check (O(context)); counts a mismatch unless one is already counted in
+        this segment (then the buffer is known to differ and the check is skipped)."""
+        self._since_check = 0
+        if not self._synced:
+            return False
+        messages, parts = self._messages, self._text
+        if messages[-1].get("role") == "assistant" and len(parts) > 1:
+            # A last assistant turn is checked by the anchor when an observation follows it, as
+            # before: one that ends the episode or the segment does not count.
+            messages, parts = messages[:-1], parts[:-1]
+        if self.renderer.history_matches(messages, "".join(parts)):
+            return True
+        self._count_mismatch()
+        return False
 
     def compact(self, messages: Sequence[Message]) -> None:
         """Start a new segment from a compacted conversation (ends with a user/tool turn)."""
@@ -143,6 +192,7 @@ class TokenBuffer:
         self._start_segment(messages, self._close_segment())
 
     def _close_segment(self) -> SegmentBuilder:
+        self._check_history()
         self._closed.append((self._seg, self._first_turn))
         self._first_turn += self._seg.num_turns
         return self._seg
@@ -158,7 +208,8 @@ class TokenBuffer:
                status: EpisodeStatus, verifier: VerifierSummary | None = None,
                timings: Sequence[tuple[str, float]] = (),
                turn_rewards: Mapping[int, float] | None = None) -> Trajectory:
-        """The episode's Trajectory."""
+        """The episode's Trajectory (after a last full-history check of the current segment)."""
+        self._check_history()
         return Trajectory(id=id, task_id=task_id, group_id=group_id, attempt=attempt,
                           segments=self.segments(turn_rewards), reward=reward, status=EpisodeStatus(status),
                           verifier=verifier or VerifierSummary(), timings=tuple(timings), tito=self.counters)

@@ -4,6 +4,11 @@ Only template text is ever tokenized here; sampled tokens stay ids in the buffer
 messages is the text the template adds when they are appended (render with and without them, keep
 the suffix), plus whatever the template writes after the last assistant turn's end-of-turn token
 that the sampler did not produce (ChatML's newline after <|im_end|>).
+
+The per-turn delta is rendered in a bounded anchor, not the whole history: a neutral user turn, the
+last assistant message, then the new messages. Its cost does not grow with the context. What the
+anchor cannot see (a template rewriting turns further back) is caught by the full-history check
+(`history_matches`), which the buffer runs every few turns and when a segment ends.
 """
 
 from __future__ import annotations
@@ -29,11 +34,11 @@ class ChatTokenizer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """Text to append after the buffer, and whether the real history rendered as the buffer holds it."""
+    """Text to append after the buffer, and whether the anchor rendered as the buffer holds it."""
 
     text: str
-    prefix_matched: bool   # the rendered history equals the buffer's text
-    history_stable: bool   # appending the messages left the rendered history unchanged
+    prefix_matched: bool   # the last assistant turn renders as the buffer's tokens decode
+    history_stable: bool   # appending the messages left the anchor's rendering unchanged
 
 
 class ChatRenderer:
@@ -63,14 +68,21 @@ class ChatRenderer:
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def delta(self, history: Sequence[Message], new: Sequence[Message], buffer_text: str) -> Delta:
-        """The text that follows `buffer_text` (the decoded segment, ending in an assistant turn)
-        when `new` messages are appended to `history`, ending with the generation prompt."""
-        prev = self.render(history, add_generation_prompt=False)
-        nxt = self.render([*history, *new], add_generation_prompt=True)
-        matched = prev.startswith(buffer_text)
+    def delta(self, last: Message, turn_text: str, new: Sequence[Message]) -> Delta:
+        """The text that follows the buffer (ending in the assistant turn `last`, whose sampled and
+        repaired tokens decode to `turn_text`) when `new` messages are appended, ending with the
+        generation prompt. Rendered in the anchor [neutral user, last, *new]: O(anchor), not O(history).
+
+        prefix_matched: the template renders `last` as the buffer holds it (text up to its end-of-turn).
+        history_stable: appending `new` left the anchor's rendering of `last` unchanged.
+        """
+        anchor = [_BASE[0], last]
+        prev = self.render(anchor, add_generation_prompt=False)
+        nxt = self.render([*anchor, *new], add_generation_prompt=True)
+        cut = prev.rfind(self.end_of_turn)
+        matched = cut >= 0 and prev[:cut + len(self.end_of_turn)].endswith(turn_text)
         # What the template writes after the last turn's end-of-turn token, which was not sampled.
-        gap = prev[len(buffer_text):] if matched else self._after_last_end_of_turn(prev)
+        gap = self._after_last_end_of_turn(prev)
         stable = nxt.startswith(prev)
         if stable:
             added = nxt[len(prev):]
@@ -82,6 +94,14 @@ class ChatRenderer:
                                  "cannot render an observation delta")
             added = base_next[len(base_prev):]
         return Delta(text=gap + added, prefix_matched=matched, history_stable=stable)
+
+    def history_matches(self, messages: Sequence[Message], buffer_text: str) -> bool:
+        """The full check, O(history): the whole conversation renders to text that starts with the
+        buffer's (with the generation prompt when it does not end in an assistant turn)."""
+        if not messages:
+            return buffer_text == ""
+        open_turn = messages[-1].get("role") != "assistant"
+        return self.render(messages, add_generation_prompt=open_turn).startswith(buffer_text)
 
     def _after_last_end_of_turn(self, rendered: str) -> str:
         i = rendered.rfind(self.end_of_turn)

@@ -1,6 +1,7 @@
 """One exact-token segment under construction: ids, logprobs, loss mask, versions, routing, turns.
 
-Appends are chunks of numpy arrays; the concatenated ids are cached for prompt_ids(). Routing
+Appends are chunks of numpy arrays; the ids also go into one growing int32 array (capacity doubles),
+so prompt_ids() is a read-only view, not a per-turn copy of the whole context. Routing
 blocks are kept as returned by the server and laid out over positions at export (sentinel rows
 where no block covered a position).
 """
@@ -18,23 +19,22 @@ class SegmentBuilder:
     """Accumulates one segment; every array stays aligned by position."""
 
     def __init__(self) -> None:
-        self._ids: list[np.ndarray] = []
         self._logprobs: list[np.ndarray] = []
         self._mask: list[np.ndarray] = []
         self._versions: list[np.ndarray] = []
         self._blocks: list[RoutingBlock] = []
         self._turns: list[TurnSpan] = []
         self._len = 0
-        self._cache: np.ndarray | None = None
+        self._flat = np.zeros(1024, np.int32)  # ids[:_len] valid; grown by doubling
 
     def __len__(self) -> int:
         return self._len
 
     def ids(self) -> np.ndarray:
-        """All ids so far, int32 (cached until the next append)."""
-        if self._cache is None:
-            self._cache = (np.concatenate(self._ids) if self._ids else np.zeros(0, np.int32)).astype(np.int32)
-        return self._cache
+        """All ids so far: a read-only int32 view (later appends write past its end, never into it)."""
+        view = self._flat[:self._len]
+        view.flags.writeable = False
+        return view
 
     def append_context(self, ids: np.ndarray) -> None:
         """Tokens the sampler consumes but did not produce: loss mask off, no logprob, version -1."""
@@ -66,12 +66,16 @@ class SegmentBuilder:
         return None if routing is None or n <= 0 else RoutingBlock(0, routing[:n].copy())
 
     def _push(self, ids: np.ndarray, lp: np.ndarray, mask: np.ndarray, ver: np.ndarray) -> None:
-        self._ids.append(ids)
         self._logprobs.append(lp)
         self._mask.append(mask)
         self._versions.append(ver)
-        self._len += len(ids)
-        self._cache = None
+        end = self._len + len(ids)
+        if end > len(self._flat):
+            grown = np.zeros(max(end, 2 * len(self._flat)), np.int32)
+            grown[:self._len] = self._flat[:self._len]
+            self._flat = grown
+        self._flat[self._len:end] = ids
+        self._len = end
 
     def build(self, turn_rewards: dict[int, float] | None = None, first_turn: int = 0) -> Segment:
         """The finished Segment, ending at its last sampled token: context after it (a repair, an
@@ -85,7 +89,7 @@ class SegmentBuilder:
             return (np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))[:n]
 
         return Segment(
-            token_ids=self.ids()[:n], logprobs=cat(self._logprobs, np.float32), loss_mask=cat(self._mask, bool),
+            token_ids=self.ids()[:n].copy(), logprobs=cat(self._logprobs, np.float32), loss_mask=cat(self._mask, bool),
             policy_versions=cat(self._versions, np.int32), routing=None if routing is None else routing[:n],
             turns=tuple(TurnSpan(t.start, t.end, rewards.get(first_turn + i, 0.0)) for i, t in enumerate(self._turns)),
         )

@@ -68,17 +68,17 @@ async def test_killing_one_of_two_inference_servers_mid_episode(tmp_path: Path, 
         trainer = GrpcServer([ServiceBinding("t1.v1.TrainerService", tpb_grpc.add_TrainerServiceServicer_to_server,
                                              OneVersion(str(tiny_model_dir)))], ServerConfig(port=0), AuthConfig())
         await trainer.start()
-        loaded: list[list[int]] = []
+        loaded: list[tuple[str, ...]] = []
 
         async def load(path: str, version: int) -> None:
-            loaded.append(await pool.update_weights(path, version))
+            loaded.append((await pool.update_weights(path, version)).updated)
 
         sync = WeightSync(trainer.address, load, backoff_s=0.1)
         sync_task = asyncio.create_task(sync.run())
         await asyncio.wait_for(sync.wait_for_version(lambda v: v >= 1), 120)
         await stop_task(sync_task)
         await trainer.stop(0)
-        assert loaded == [[1, 1]], "both servers serve v1"
+        assert loaded == [tuple(addresses)], "both servers serve v1"
         task = load_task(write_harbor_task(tmp_path / "tasks", "t", "w"))
         fmt = get_format("tool_calls")
         renderer = make_renderers(tiny_model_dir)[fmt.name]

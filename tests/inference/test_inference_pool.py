@@ -123,3 +123,69 @@ async def test_failover_when_a_server_dies_mid_session_keeps_exact_tokens(backen
     survivor = pool.replica_of("long")
     assert by_address[survivor].proc.poll() is None
     await pool.close()
+
+
+async def model_version(address: str) -> int:
+    """GetModelInfo over a channel of its own (not sharing the pool's connection state)."""
+    from t1.v1 import inference_pb2, inference_pb2_grpc
+
+    async with grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        reply = await stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=30, wait_for_ready=True)
+        return int(reply.policy_version)
+
+
+async def test_weights_skip_a_dead_server_and_a_restarted_one_catches_up_before_serving(tiny_model_dir,
+                                                                                       server_processes):
+    """One of two t1-inference processes dies: updates land on the survivor; its restart is caught up first."""
+    server_processes += [ServerProcess(tiny_model_dir), ServerProcess(tiny_model_dir)]
+    victim, survivor = server_processes
+    pool = InferencePool([victim.address, survivor.address], backoff_s=0.05, retries=2, unhealthy_s=1.0)
+    assert pool.healthy_endpoints == [victim.address, survivor.address]
+    victim.kill()
+    weights = str(tiny_model_dir)  # a published folder (config.json + safetensors); the version is the label
+    first = await pool.update_weights(weights, 1)
+    assert (first.updated, first.skipped) == ((survivor.address,), (victim.address,))
+    assert pool.healthy_endpoints == [survivor.address], "the dead one no longer counts as healthy"
+    second = await pool.update_weights(weights, 2)  # skipped without a call while it is avoided
+    assert (second.updated, second.skipped) == ((survivor.address,), (victim.address,))
+    assert pool.latest_weights == (weights, 2) and await model_version(survivor.address) == 2
+    res = await pool(req(prompt(10), "during", 1))
+    assert res.policy_version == 2 and pool.replica_of("during") == survivor.address
+
+    port = victim.address.rsplit(":", 1)[1]
+    restarted = ServerProcess(tiny_model_dir, "--port", port)  # same address, back on the base model
+    server_processes.append(restarted)
+    assert restarted.address == victim.address and await model_version(restarted.address) == 0
+    await asyncio.sleep(1.0)  # the avoidance ends; the restarted replica is first in line for a new session
+    assert pool.healthy_endpoints == [victim.address, survivor.address]
+    res = await pool(req(prompt(10, 3), "after", 2))
+    assert pool.replica_of("after") == restarted.address
+    assert res.policy_version == 2 and set(res.token_versions.tolist()) == {2}, "caught up before it served"
+    assert await model_version(restarted.address) == 2
+    assert metric(pool, "t1_inference_weight_catch_ups_total") == 1
+    assert metric(pool, "t1_inference_weight_skips_total") == 2
+    await pool.close()
+
+
+async def test_weights_fail_when_no_server_loaded_them() -> None:
+    pool = InferencePool([closed_port()], backoff_s=0.01)
+    with pytest.raises(InferenceUnavailable, match="no replica loaded weights v1"):
+        await pool.update_weights("/nonexistent", 1)
+    assert pool.healthy_endpoints == [] and pool.latest_weights == ("/nonexistent", 1)
+    await pool.close()
+
+
+async def test_requests_waiting_on_a_dead_replicas_check_move_on_without_probing_it_again(two_servers,
+                                                                                         tiny_model_dir) -> None:
+    addresses, _ = two_servers
+    dead = closed_port()
+    pool = InferencePool([dead, addresses[0]], backoff_s=0.01, retries=2, unhealthy_s=0.2, probe_timeout_s=1.0)
+    update = await pool.update_weights(str(tiny_model_dir), 1)
+    assert update.skipped == (dead,)
+    await asyncio.sleep(0.3)  # the avoidance ends: new sessions pick the dead replica first, and must check it
+    results = await asyncio.gather(*(pool(req(prompt(10, i), f"w{i}", i, 4)) for i in range(4)))
+    assert all(r.policy_version == 1 for r in results)
+    assert {pool.replica_of(f"w{i}") for i in range(4)} == {addresses[0]}
+    assert metric(pool, "t1_inference_pool_retries_total") == 1, "one check failed; the waiters did not repeat it"
+    await pool.close()

@@ -15,6 +15,7 @@ from t1.inference.convert import request_to_proto
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.client import make_channel
+from t1.rpc.introspect import list_services
 from t1.rpc.tensors import to_tensor
 from t1.v1 import inference_pb2 as pb
 from t1.v1 import inference_pb2_grpc
@@ -70,6 +71,7 @@ async def test_model_info_and_health(served) -> None:
         health = await health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="t1.v1.InferenceService"), timeout=10)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
+    assert "t1.v1.InferenceService" in await asyncio.to_thread(list_services, served)
     assert (info.backend, info.vocab_size, info.num_moe_layers, info.num_experts, info.top_k) == ("torch", 1024, 3, 8, 2)
     assert info.routing_dtype == "uint8" and info.logprob_distribution == "sampling" and info.dtype == "float32"
     assert list(info.eos_token_ids) == [2, 0]
@@ -96,10 +98,12 @@ async def test_update_weights_rpc(served, tmp_path: Path) -> None:
 
     other = init_model(tmp_path / "v3", "tiny", seed=3)
     pool = InferencePool([served])
-    assert await pool.update_weights(str(other), 3) == [3]
+    update = await pool.update_weights(str(other), 3)
+    assert (update.version, update.updated, update.skipped) == (3, (served,), ())
     res = await pool(req(prompt(10)))
     assert res.policy_version == 3 and set(res.token_versions.tolist()) == {3}
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await pool.update_weights(str(tmp_path / "nope"), 4)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "path" in err.value.details()
+    assert pool.latest_weights == (str(other), 3), "a refused folder is not what recovering replicas load"
     await pool.close()

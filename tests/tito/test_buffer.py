@@ -125,3 +125,71 @@ def test_bad_calls_are_rejected_with_clear_errors():
         buf.append_generation(sampled(r, "x", prompt_len=3))
     with pytest.raises(ValueError, match="opening message"):
         TokenBuffer(r, [])
+
+
+THINK = "<think>\nplan the listing\n</think>\n\nls"
+
+
+def deep_rewrite_episode(buf: TokenBuffer, r: ChatRenderer) -> None:
+    """Reasoning in a turn two turns before a new user query: Qwen3-style templates strip it then,
+    outside the anchor (the last assistant turn), so only the full-history check can see it."""
+    buf.append_generation(sampled(r, THINK, prompt_len=len(buf.prompt_ids())))
+    buf.append_observation([{"role": "tool", "content": "a.txt"}])
+    buf.append_generation(sampled(r, "done", prompt_len=len(buf.prompt_ids())))
+    buf.append_observation([{"role": "user", "content": "and now?"}])
+
+
+@pytest.mark.parametrize("check_every", [1, 0])
+def test_rewrite_beyond_the_anchor_is_counted_by_the_full_check(check_every):
+    r = renderer_for("chatml")
+    buf = TokenBuffer(r, OPENING, full_check_every=check_every)
+    deep_rewrite_episode(buf, r)
+    assert buf.counters.template_mismatches == (1 if check_every else 0)  # 0: not checked before export
+    assert "plan the listing" in r.decode(buf.prompt_ids().tolist())      # the sampled tokens stay
+    buf.append_generation(sampled(r, "ok", prompt_len=len(buf.prompt_ids())))
+    buf.export(id="e", task_id="t", group_id="g", attempt=0, reward=0.0, status=EpisodeStatus.OK)
+    assert buf.counters.template_mismatches == 1  # counted once per divergence, at export at the latest
+
+
+def test_rewrite_beyond_the_anchor_starts_a_new_segment_under_new_segment_policy():
+    r = renderer_for("chatml")
+    buf = TokenBuffer(r, OPENING, on_mismatch=MismatchPolicy.NEW_SEGMENT, full_check_every=1)
+    deep_rewrite_episode(buf, r)
+    assert buf.num_segments == 2 and buf.counters.template_mismatches == 1
+    assert r.decode(buf.prompt_ids().tolist()) == r.render(
+        [*OPENING, {"role": "assistant", "content": THINK}, {"role": "tool", "content": "a.txt"},
+         {"role": "assistant", "content": "done"}, {"role": "user", "content": "and now?"}], add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3"])
+def test_anchored_deltas_equal_the_full_rendering_over_a_long_mixed_episode(name):
+    r = renderer_for(name)
+    buf = TokenBuffer(r, OPENING, full_check_every=1)
+    msgs = list(OPENING)
+    tool = "tool" if name == "chatml" else "ipython"
+    for i in range(12):
+        buf.append_generation(sampled(r, f"step {i}", prompt_len=len(buf.prompt_ids())))
+        msgs.append({"role": "assistant", "content": f"step {i}"})
+        obs = ([{"role": "user", "content": f"go on {i}"}] if i % 3 == 2 else
+               [{"role": tool, "content": f"out {i}"}, {"role": tool, "content": "more"}][:1 + i % 2])
+        buf.append_observation(obs)
+        msgs.extend(obs)
+    assert r.decode(buf.prompt_ids().tolist()) == r.render(msgs, add_generation_prompt=True)
+    assert buf.counters.template_mismatches == 0
+
+
+def test_prompt_ids_is_a_read_only_view_that_later_turns_do_not_change():
+    r = renderer_for("llama3")
+    buf = TokenBuffer(r, OPENING)
+    before = buf.prompt_ids()
+    kept = before.copy()
+    assert before.dtype == np.int32 and not before.flags.writeable
+    for i in range(40):  # past the first capacity doubling
+        buf.append_generation(sampled(r, f"echo {i} " * 8, prompt_len=len(buf.prompt_ids())))
+        buf.append_observation([{"role": "user", "content": "again " * 10}])
+    assert np.array_equal(before, kept) and np.array_equal(buf.prompt_ids()[:len(kept)], kept)
+    assert buf.prompt_ids().base is buf.prompt_ids().base  # a view of the same storage, not a copy per call
+    with pytest.raises(ValueError):
+        buf.prompt_ids()[0] = 1
+    with pytest.raises(ValueError, match="full_check_every"):
+        TokenBuffer(r, OPENING, full_check_every=-1)

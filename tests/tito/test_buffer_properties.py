@@ -65,13 +65,13 @@ turn = st.tuples(st.integers(0, 12), st.booleans(), st.sampled_from(["tool", "to
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(family_name=st.sampled_from(["chatml", "llama3"]), turns=st.lists(turn, min_size=1, max_size=6),
-       seed=st.integers(0, 2**16), policy=st.sampled_from(list(MismatchPolicy)))
-def test_exported_ids_are_what_the_sampler_consumed_and_produced(family_name, turns, seed, policy):
+       seed=st.integers(0, 2**16), policy=st.sampled_from(list(MismatchPolicy)), check_every=st.sampled_from([0, 1, 3]))
+def test_exported_ids_are_what_the_sampler_consumed_and_produced(family_name, turns, seed, policy, check_every):
     fam = get_family(family_name)
     renderer = ChatRenderer(fam.tokenizer, end_of_turn=fam.end_of_turn)
     eot = renderer.end_of_turn_ids[-1]
     buf = TokenBuffer(renderer, [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}],
-                      on_mismatch=policy)
+                      on_mismatch=policy, full_check_every=check_every)
     sampler = FakeSampler(eot, len(fam.tokenizer), np.random.default_rng(seed))
     seg_index, lengths = 0, 0
     for n, stop, kind, text, think in turns:
