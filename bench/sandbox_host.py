@@ -56,7 +56,7 @@ async def _serve(root: Path, bubblewrap: bool) -> None:
                 server.trees[sid] = tree
                 reply: dict[str, object] = {"id": sid}
             elif verb == "destroy":
-                server.drop_connections(arg)
+                await server.end_sandbox(arg)  # its namespace holder and every session process
                 gone = server.trees.pop(arg, None)
                 if gone is not None:
                     remove_tree(gone)

@@ -28,8 +28,8 @@ Contracts:
   always destroys (or, for the ssh inventory, resets) the sandbox when the block exits.
 
 Modules: `framing` (the protocol, pure), `ssh_shell` (SshShell), `terminal` (TerminalShell),
-`ssh_sandbox` (one SSH connection per sandbox), `local_server` + `bwrap` + `local` (the default
-provider), `remote` (ssh inventory and command providers), `pool`, `factory`, and `sshd` (a
+`ssh_sandbox` (one SSH connection per sandbox), `local_server` + `bwrap` + `nsinit` + `local` (the
+default provider: one bubblewrap init per sandbox whose namespaces every session enters), `remote` (ssh inventory and command providers), `pool`, `factory`, and `sshd` (a
 throwaway OpenSSH server for tests and benchmarks).
 """
 

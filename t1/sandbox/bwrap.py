@@ -1,20 +1,19 @@
-"""Local sandbox trees and the bubblewrap command line that confines each session to one tree.
+"""Local sandbox trees, the bubblewrap init that confines a sandbox, and how sessions enter it.
 
 A tree is a fresh directory with `app/`, `logs/`, `tests/`, `tmp/` and `home/`, owned by a host
 uid of its own (when T1 runs as root) so sandboxes cannot touch each other's files or processes
-and the process limit counts per sandbox. Inside bubblewrap the session sees the host's system
-read-only, its tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace,
-no network unless allowed, and appears as root in a user namespace.
+and the process limit counts per sandbox. One long-lived bubblewrap per sandbox (`init_argv`,
+run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: the host's system read-only, its
+tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, no network unless
+allowed, root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
+own uid, with no capabilities and `no_new_privs`, so all shells of a sandbox see the same
+processes and the same loopback network, as the shells of one VM do.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import resource
 import shutil
-import termios
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,8 +66,8 @@ def find_sftp_server() -> str:
     raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
 
 
-def bwrap_argv(tree: SandboxTree, inner: list[str]) -> list[str]:
-    """The bubblewrap command line confining `inner` to `tree` (pure)."""
+def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None) -> list[str]:
+    """The bubblewrap command line confining `inner` to `tree` (pure); `info_fd` gets its namespace info."""
     argv = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
     if not tree.allow_network:
@@ -81,8 +80,40 @@ def bwrap_argv(tree: SandboxTree, inner: list[str]) -> list[str]:
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     argv += ["--chdir", "/app", "--remount-ro", "/", "--"]
     return argv + inner
+
+
+def init_argv(tree: SandboxTree, info_fd: int, ready: str) -> list[str]:
+    """The sandbox's init: prints `ready` once every mount is in place, then only holds the namespaces."""
+    return bwrap_argv(tree, ["/bin/sh", "-c", f"echo {ready}; exec sleep infinity"], info_fd)
+
+
+NAMESPACE_FLAGS = {"user": "--user", "mnt": "--mount", "pid": "--pid", "net": "--net", "ipc": "--ipc",
+                   "uts": "--uts", "cgroup": "--cgroup"}
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceTarget:
+    """Where sessions of a sandbox go: the host pid of its init and the namespaces it does not share with T1."""
+
+    pid: int
+    namespaces: tuple[str, ...]
+    """Names under /proc/PID/ns (`user`, `mnt`, ...); a shared one (the host network) is not entered."""
+
+
+def enter_argv(target: NamespaceTarget, inner: list[str]) -> list[str]:
+    """Run `inner` in the namespaces of `target` (pure).
+
+    Credentials are kept (the sandbox uid is root inside its user namespace); the capabilities
+    that entering the user namespace grants are dropped and `no_new_privs` is set, as bubblewrap
+    does for the processes it starts. The cwd is the init's, `/app`.
+    """
+    flags = [NAMESPACE_FLAGS[name] for name in target.namespaces]
+    return ["nsenter", "-t", str(target.pid), *flags, "--root", "--wd", "--preserve-credentials", "--",
+            "setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--", *inner]
 
 
 def _inner_command(command: str | None, subsystem: str | None, pty: bool) -> list[str]:
@@ -104,24 +135,25 @@ def session_env(tree: SandboxTree, term: str | None) -> dict[str, str]:
     return env
 
 
-def _preexec_factory(tree: SandboxTree) -> Callable[[bool], Callable[[], None]]:
+def host_prefix(tree: SandboxTree, pty: bool) -> list[str]:
+    """Host-side wrappers that start every sandbox process (pure).
+
+    Resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
+    and for a PTY session a new session with the terminal as its controlling tty (`setsid
+    --ctty`). Doing this with small programs instead of a Python pre-exec hook lets the spawn use
+    vfork: forking a large coordinator process would copy its page tables while holding the GIL.
+    """
     limits = tree.limits
-
-    def factory(pty: bool) -> Callable[[], None]:
-        def preexec() -> None:
-            fsize = limits.max_file_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-            if limits.max_memory_mb is not None:
-                mem = limits.max_memory_mb * 1024 * 1024
-                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-            if tree.uid is not None:  # counted per host uid, so only meaningful with a uid per sandbox
-                resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
-            if pty:
-                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-        return preexec
-
-    return factory
+    fsize = limits.max_file_mb * 1024 * 1024
+    argv = ["setsid", "--ctty"] if pty else []
+    argv += ["prlimit", f"--fsize={fsize}:{fsize}"]
+    if limits.max_memory_mb is not None:
+        mem = limits.max_memory_mb * 1024 * 1024
+        argv.append(f"--as={mem}:{mem}")
+    if tree.uid is not None:  # counted per host uid, so only meaningful with a uid per sandbox
+        argv += [f"--nproc={limits.max_processes}:{limits.max_processes}", "--",
+                 "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
+    return [*argv, "--"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +163,23 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     cwd: str | None
-    uid: int | None
-    preexec: Callable[[bool], Callable[[], None]]
+    new_session: bool
+    """Start the process in a new session (a PTY session gets one from `setsid --ctty` instead)."""
 
 
-def session_launch(tree: SandboxTree, command: str | None, subsystem: str | None, pty: tuple[str, int, int] | None) -> Launch:
-    """argv, environment, cwd, host uid and pre-exec hook for one SSH session of `tree`."""
+def session_launch(
+    tree: SandboxTree, command: str | None, subsystem: str | None, pty: tuple[str, int, int] | None,
+    target: NamespaceTarget | None = None,
+) -> Launch:
+    """argv, environment and cwd for one SSH session of `tree`.
+
+    With bubblewrap the session enters the namespaces of the sandbox's init, `target`.
+    """
     inner = _inner_command(command, subsystem, pty is not None)
     env = session_env(tree, pty[0] if pty else None)
     if tree.bubblewrap:
-        return Launch(bwrap_argv(tree, inner), env, None, tree.uid, _preexec_factory(tree))
-    return Launch(inner, env, str(tree.host_path("app")), tree.uid, _preexec_factory(tree))
+        if target is None:
+            raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
+        inner = enter_argv(target, inner)
+    prefix = host_prefix(tree, pty is not None)
+    return Launch(prefix + inner, env, None if tree.bubblewrap else str(tree.host_path("app")), pty is None)

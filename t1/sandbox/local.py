@@ -1,8 +1,9 @@
 """LocalProvider: sandboxes as fresh directory trees served by the embedded SSH server.
 
 `create` makes a tree (with its own host uid when T1 runs as root), registers it with the
-embedded server, and connects to it over loopback SSH with the key T1 generated; `destroy`
-closes the connection, kills every session and deletes the tree.
+embedded server (which starts the sandbox's namespace init), and connects to it over loopback
+SSH with the key T1 generated; `destroy` closes the connection, kills every session and the
+init (so every process of the sandbox) and deletes the tree.
 """
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ class LocalProvider:
             bubblewrap=self.cfg.bubblewrap, env=request.env,
         )
         await asyncio.to_thread(make_tree, tree)
-        self.server.trees[sandbox_id] = tree
         endpoint = SshEndpoint(
             host=self.server.host, port=self.server.port, user=sandbox_id,
             client_keys=(self.server.client_key,), host_keys=(self.server.host_key.convert_to_public(),),
         )
         try:
+            await self.server.start_sandbox(tree)
             sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
         except BaseException:
             await self._forget(tree)

@@ -1,10 +1,12 @@
 """The embedded SSH server of the local provider: loopback only, key auth, every session in bubblewrap.
 
-The SSH user name is the sandbox id. Each session (exec, shell, PTY shell, the SFTP subsystem)
-starts its own `bwrap` over the sandbox's tree (see `t1.sandbox.bwrap`), so exec, shells and
-file transfers all see the same `/app`, `/logs`, `/tests`, `/tmp` and home. Closing the
-channel or losing the connection kills the session's bubblewrap, and with it every process in
-its PID namespace.
+The SSH user name is the sandbox id. Each sandbox has one bubblewrap init holding its namespaces
+(`t1.sandbox.nsinit.SandboxInit`, started by `start_sandbox`, or on the first session of a tree
+registered directly in `trees`); every session (exec, shell, PTY shell, the SFTP subsystem)
+enters them, so all sessions of a sandbox see the same files, processes and loopback network.
+Closing the channel or losing the connection kills the session's process group; `end_sandbox`
+kills the init and with it every process of the sandbox. Sessions are spawned from a worker
+thread and reaped through pidfds, so starting one never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import fcntl
 import logging
 import os
 import struct
+import subprocess
 import termios
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncssh
 
-from t1.sandbox.bwrap import SandboxTree, session_launch
+from t1.sandbox.bwrap import NamespaceTarget, SandboxTree, session_launch
+from t1.sandbox.nsinit import SandboxInit, hang_up, kill_group, spawn, wait_exit
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +39,22 @@ def _set_winsize(fd: int, cols: int, rows: int) -> None:
 class _SandboxSession(asyncssh.SSHServerSession[bytes]):
     """Runs one channel's command inside the sandbox and pumps bytes both ways."""
 
-    def __init__(self, tree: SandboxTree, track: Callable[[_SandboxSession, bool], None]) -> None:
+    def __init__(
+        self, tree: SandboxTree, track: Callable[[_SandboxSession, bool], None],
+        ns_target: Callable[[SandboxTree], Awaitable[NamespaceTarget | None]],
+    ) -> None:
         self._tree = tree
         self._track = track
+        self._ns_target = ns_target
         self._chan: asyncssh.SSHServerChannel[bytes] | None = None
         self._command: str | None = None
         self._subsystem: str | None = None
         self._pty: tuple[str, int, int] | None = None
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stdin: asyncio.WriteTransport | None = None
+        self._killed = False
+        self._hangup: asyncio.Task[None] | None = None
+        self._input_ready = False
         self._master: int | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -77,15 +89,15 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
             _set_winsize(self._master, width, height)
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        if self._proc is None:
+        if not self._input_ready:  # held until the process and its stdin pipe are set up
             self._pending_input.append(data)
         else:
             self._write_input(data)
 
     def eof_received(self) -> bool:
         self._stdin_eof = True
-        if self._proc is not None and self._master is None and self._proc.stdin is not None:
-            self._proc.stdin.close()
+        if self._input_ready and self._stdin is not None:
+            self._stdin.close()
         return True
 
     def pause_writing(self) -> None:
@@ -105,21 +117,28 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
 
     async def finished(self) -> None:
         """Wait (bounded) until the session's process is gone and its pumps stopped."""
-        if self._task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._task), 10)
+        for task in (self._task, self._hangup):
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(task), 10)
 
     def kill(self) -> None:
-        if self._proc is not None and self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
+        """End the session's processes (a spawn still in flight is ended once it exists)."""
+        self._killed = True
+        if self._proc is None or self._proc.returncode is not None:
+            return
+        if self._tree.bubblewrap:
+            if self._hangup is None:
+                self._hangup = asyncio.get_running_loop().create_task(hang_up(self._proc))
+        else:
+            kill_group(self._proc)
 
     def _write_input(self, data: bytes) -> None:
         try:
             if self._master is not None:
                 os.write(self._master, data)
-            elif self._proc is not None and self._proc.stdin is not None:
-                self._proc.stdin.write(data)
+            elif self._stdin is not None and not self._stdin.is_closing():
+                self._stdin.write(data)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             log.debug("sandbox %s: input dropped: %s", self._tree.sandbox_id, exc)
 
@@ -138,39 +157,43 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
         self._track(self, False)
 
     async def _spawn_and_pump(self, chan: asyncssh.SSHServerChannel[bytes]) -> int:
-        launch = session_launch(self._tree, self._command, self._subsystem, self._pty)
+        target = await self._ns_target(self._tree)
+        launch = session_launch(self._tree, self._command, self._subsystem, self._pty, target)
+        loop = asyncio.get_running_loop()
+        popen: dict[str, Any] = {"env": launch.env, "cwd": launch.cwd, "start_new_session": launch.new_session}
         if self._pty is not None:
             master, slave = os.openpty()
             _set_winsize(master, self._pty[1], self._pty[2])
             self._master = master
             try:
-                self._proc = await asyncio.create_subprocess_exec(
-                    *launch.argv, stdin=slave, stdout=slave, stderr=slave, env=launch.env, cwd=launch.cwd,
-                    user=launch.uid, group=launch.uid, extra_groups=[] if launch.uid is not None else None,
-                    start_new_session=True, preexec_fn=launch.preexec(True),
-                )
+                self._proc = await spawn(launch.argv, stdin=slave, stdout=slave, stderr=slave, **popen)
             finally:
                 os.close(slave)
             reader = asyncio.StreamReader()
-            loop = asyncio.get_running_loop()
             await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(master), "rb", 0))
             pumps = [self._pump(reader, chan.write)]
         else:
-            self._proc = await asyncio.create_subprocess_exec(
-                *launch.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=launch.env, cwd=launch.cwd,
-                user=launch.uid, group=launch.uid, extra_groups=[] if launch.uid is not None else None,
-                start_new_session=True, preexec_fn=launch.preexec(False),
+            proc = self._proc = await spawn(
+                launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen,
             )
-            assert self._proc.stdout is not None and self._proc.stderr is not None
-            pumps = [self._pump(self._proc.stdout, chan.write), self._pump(self._proc.stderr, chan.write_stderr)]
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            self._stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
+            out, err = asyncio.StreamReader(), asyncio.StreamReader()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out), proc.stdout)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(err), proc.stderr)
+            pumps = [self._pump(out, chan.write), self._pump(err, chan.write_stderr)]
+        if self._killed:  # the channel went away while the process was being spawned
+            self.kill()
+        self._input_ready = True
         for data in self._pending_input:
             self._write_input(data)
         self._pending_input.clear()
         if self._stdin_eof:
             self.eof_received()
         await asyncio.gather(*pumps)
-        code = await self._proc.wait()
+        code = await wait_exit(self._proc)
+        if self._stdin is not None:
+            self._stdin.close()
         if self._master is not None:
             os.close(self._master)
             self._master = None
@@ -223,7 +246,7 @@ class _SandboxServer(asyncssh.SSHServer):
     def session_requested(self) -> asyncssh.SSHServerSession[bytes] | bool:
         if self._tree is None:
             return False
-        return _SandboxSession(self._tree, self._owner._track_session)
+        return _SandboxSession(self._tree, self._owner._track_session, self._owner.ns_target)
 
 
 class LocalSshServer:
@@ -239,6 +262,8 @@ class LocalSshServer:
         self._server: asyncssh.SSHAcceptor | None = None
         self._connections: set[asyncssh.SSHServerConnection] = set()
         self._sessions: set[_SandboxSession] = set()
+        self._inits: dict[str, SandboxInit] = {}
+        self._init_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def port(self) -> int:
@@ -253,6 +278,34 @@ class LocalSshServer:
             x509_trusted_certs=None, agent_forwarding=False, x11_forwarding=False,
             keepalive_interval=30, keepalive_count_max=4,
         )
+
+    async def start_sandbox(self, tree: SandboxTree) -> None:
+        """Register `tree` and start its namespace init (with bubblewrap), so sessions can log in."""
+        self.trees[tree.sandbox_id] = tree
+        await self.ns_target(tree)
+
+    async def ns_target(self, tree: SandboxTree) -> NamespaceTarget | None:
+        """The namespaces of `tree`'s init, started on first use; None without bubblewrap."""
+        if not tree.bubblewrap:
+            return None
+        lock = self._init_locks.setdefault(tree.sandbox_id, asyncio.Lock())
+        async with lock:
+            init = self._inits.get(tree.sandbox_id)
+            if init is None:
+                if self.trees.get(tree.sandbox_id) is not tree:
+                    raise RuntimeError(f"sandbox {tree.sandbox_id} is not registered (destroyed?)")
+                init = await SandboxInit.start(tree)
+                if self.trees.get(tree.sandbox_id) is not tree:  # destroyed while its init was starting
+                    await init.stop(log.warning)
+                    raise RuntimeError(f"sandbox {tree.sandbox_id} was destroyed while starting")
+                self._inits[tree.sandbox_id] = init
+            return init.target
+
+    async def _stop_init(self, sandbox_id: str) -> None:
+        self._init_locks.pop(sandbox_id, None)
+        init = self._inits.pop(sandbox_id, None)
+        if init is not None:
+            await init.stop(log.warning)
 
     def _track_session(self, session: _SandboxSession, alive: bool) -> None:
         (self._sessions.add if alive else self._sessions.discard)(session)
@@ -270,6 +323,7 @@ class LocalSshServer:
         sessions = [s for s in self._sessions if s.sandbox_id == sandbox_id]
         for session in sessions:
             session.kill()
+        await self._stop_init(sandbox_id)
         await asyncio.gather(*(s.finished() for s in sessions))
 
     async def close(self) -> None:
@@ -278,6 +332,7 @@ class LocalSshServer:
             conn.abort()
         for session in sessions:
             session.kill()
+        await asyncio.gather(*(self._stop_init(sandbox_id) for sandbox_id in list(self._inits)))
         await asyncio.gather(*(s.finished() for s in sessions))
         if self._server is not None:
             self._server.close()
