@@ -183,6 +183,7 @@ class InferencePool:
                     idx = self._pick(request.session_id)
                     replica = self._replicas[idx]
                     self._bind(request.session_id, idx)
+                known = replica.version  # at dispatch: an update during the request is not a restart
                 result = await self._attempt(replica, request)
             except grpc.aio.AioRpcError as err:
                 if err.code() not in RETRYABLE:
@@ -196,9 +197,9 @@ class InferencePool:
                     await asyncio.sleep(self.backoff_s * 2**attempt)
                 continue
             self.metrics.healthy.labels(replica.address).set(1)
-            if replica.version is not None and result.policy_version < replica.version:
+            if known is not None and result.policy_version < known:
                 log.warning("%s served v%d, it had v%d: restarted; checking it before its next request",
-                            replica.address, result.policy_version, replica.version)
+                            replica.address, result.policy_version, known)
                 replica.version = None
             self._observe(result, time.perf_counter() - t0)
             return result
