@@ -1,4 +1,5 @@
-"""Inference plane benchmark: decode and prefill tokens/s, routing capture on vs off, prefix reuse speedup.
+"""Inference plane benchmark: decode and prefill tokens/s, routing capture on vs off, prefix reuse speedup,
+and N concurrent sessions decoding batched vs one session per forward (the old round-robin).
 
 Runs the torch backend in process (the same code path as t1-inference) on a random-init model.
 
@@ -33,11 +34,38 @@ async def _time(backend, request) -> tuple[float, object]:
     return time.perf_counter() - t0, result
 
 
+async def _concurrent(args, backend, req, vocab) -> tuple[list[float], list[float]]:
+    """Decode tokens/s of args.sessions equal-length sessions at once: batched, and with max_batch 1.
+
+    Like the single-session row, the time of the same gather with max_tokens 1 (the prefills and
+    first tokens) is subtracted, so the figure is decode only.
+    """
+    import asyncio as aio
+
+    async def gather_s(prompts, max_tokens) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        results = await aio.gather(*(backend(req(p, max_tokens=max_tokens, seed=i)) for i, p in enumerate(prompts)))
+        return time.perf_counter() - t0, sum(len(res.token_ids) - 1 for res in results)
+
+    batched, round_robin = [], []
+    full = backend.batcher.max_batch
+    for r in range(args.repeats):
+        prompts = [_ids(args.decode_prompt, 400 + 10 * r + i, vocab) for i in range(args.sessions)]
+        order = [(full, batched), (1, round_robin)] if r % 2 == 0 else [(1, round_robin), (full, batched)]
+        for max_batch, bucket in order:
+            backend.batcher.max_batch = max_batch
+            first_s, _ = await gather_s(prompts, 1)
+            seconds, decoded = await gather_s(prompts, args.decode_tokens)
+            bucket.append(decoded / max(seconds - first_s, 1e-9))
+    backend.batcher.max_batch = full
+    return batched, round_robin
+
+
 async def run(args: argparse.Namespace) -> dict:
     from t1.inference.torch_backend import TorchBackend
     from t1.inference.types import GenerateRequest, SamplingParams
 
-    backend = TorchBackend(args.model, capture_routing=True)
+    backend = TorchBackend(args.model, capture_routing=True, max_batch=args.sessions)
     vocab = backend.vocab_size
     # No EOS stop for the decode runs: every request generates exactly max_tokens.
     backend.eos_ids = ()
@@ -68,6 +96,7 @@ async def run(args: argparse.Namespace) -> dict:
                 res = await backend(req(context, session, max_tokens=args.turn_tokens, seed=turn))
                 context = np.concatenate([context, res.token_ids, _ids(args.turn_delta, 300 + turn, vocab)])
             bucket.append(time.perf_counter() - t0)
+    batched, round_robin = await _concurrent(args, backend, req, vocab)
     await backend.close()
     med = statistics.median
     return {
@@ -79,6 +108,10 @@ async def run(args: argparse.Namespace) -> dict:
         "decode_tokens_per_s_routing_on": med(decode_on), "decode_tokens_per_s_routing_off": med(decode_off),
         # Paired: each repeat runs on and off back to back, so load drift cancels within a pair.
         "routing_capture_cost": 1 - med([on / off for on, off in zip(decode_on, decode_off, strict=True)]),
+        # Decode only (prefill time subtracted); paired per repeat like the routing cost.
+        "concurrent_sessions": args.sessions,
+        "concurrent_tokens_per_s_batched": med(batched), "concurrent_tokens_per_s_round_robin": med(round_robin),
+        "batched_speedup": med([b / o for b, o in zip(batched, round_robin, strict=True)]),
         "session_seconds_reuse": med(reuse_s), "session_seconds_no_reuse": med(full_s),
         "prefix_reuse_speedup": med(full_s) / med(reuse_s),
         "session": {"turns": args.turns, "start_tokens": args.session_start, "turn_tokens": args.turn_tokens,
@@ -92,6 +125,11 @@ def print_table(r: dict) -> None:
         ("decode tokens/s, routing on", f"{r['decode_tokens_per_s_routing_on']:.1f}", ""),
         ("decode tokens/s, routing off", f"{r['decode_tokens_per_s_routing_off']:.1f}", ""),
         ("routing capture cost", f"{100 * r['routing_capture_cost']:.1f}%", "target < 5%"),
+        (f"{r['concurrent_sessions']} sessions tokens/s, batched", f"{r['concurrent_tokens_per_s_batched']:.1f}",
+         "one forward for all"),
+        (f"{r['concurrent_sessions']} sessions tokens/s, round-robin",
+         f"{r['concurrent_tokens_per_s_round_robin']:.1f}", "max_batch 1"),
+        ("batched decode speedup", f"{r['batched_speedup']:.2f}x", "paired median"),
         ("session s, prefix reuse", f"{r['session_seconds_reuse']:.2f}", f"{r['session']['turns']} turns"),
         ("session s, full prefill", f"{r['session_seconds_no_reuse']:.2f}", ""),
         ("prefix reuse speedup", f"{r['prefix_reuse_speedup']:.2f}x", ""),
@@ -110,6 +148,7 @@ def main() -> int:
     parser.add_argument("--prefill-tokens", type=int, default=1024)
     parser.add_argument("--decode-prompt", type=int, default=64)
     parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--sessions", type=int, default=8, help="Concurrent sessions of the batched row.")
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--session-start", type=int, default=1024)
     parser.add_argument("--turn-tokens", type=int, default=16)

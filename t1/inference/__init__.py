@@ -34,7 +34,9 @@ Semantics every backend keeps:
 - A request runs to its end on the weights it started with; every TokenChunk carries the version.
 - EOS ids (generation_config.json) and stop_token_ids end a turn; the stop token is the last token.
 
-Scheduling in the torch backend: concurrent requests advance in fair round-robin, one model step
-each (prefill chunks of prefill_chunk_tokens, or one decode token); sessions are not batched into
-one forward (each keeps its own DynamicCache).
+Scheduling in the torch backend: concurrent requests advance in fair FIFO order, one model step
+at a time: a prefill chunk (prefill_chunk_tokens) of one session, or one decode token for a batch
+of up to max_batch sessions that share a weight version and a cache length (batching.py; sessions
+of other lengths are not padded together, they take the next steps). Each session keeps its own
+DynamicCache between steps.
 """

@@ -17,7 +17,8 @@ def make_backend(cfg: InferenceConfig) -> Backend:
             torch.set_num_threads(server.num_threads)
         return TorchBackend(cfg.model.path, dtype=server.dtype, device=server.device,
                             capture_routing=server.capture_routing, session_cache_mb=server.session_cache_mb,
-                            chunk_tokens=server.stream_chunk_tokens, prefill_chunk=server.prefill_chunk_tokens)
+                            chunk_tokens=server.stream_chunk_tokens, prefill_chunk=server.prefill_chunk_tokens,
+                            max_batch=server.max_batch)
     from t1.inference.vllm_backend import VllmBackend
 
     return VllmBackend.from_config(cfg)

@@ -1,9 +1,11 @@
 """The torch backend: a transformers causal LM with KV-cache decoding, sampling, routing capture and prefix reuse.
 
-Scheduling: every request runs as its own coroutine; each model step (a prefill chunk, or one
-decode token) runs on one worker thread under a FIFO lock, so concurrent sessions advance in fair
-round-robin, one step each, and a long prefill is cut into chunks that cannot starve decoders.
-Steps are not batched across sessions (each session keeps its own DynamicCache).
+Scheduling: every request runs as its own coroutine; each model step runs on one worker thread
+under a FIFO lock. A prefill chunk is one step of one session, so a long prefill is cut into
+chunks that cannot starve decoders. Decode steps go through a DecodeBatcher (batching.py): the
+sessions waiting to decode one token, up to max_batch of one weight version and one cache length,
+run as one batched forward, each row sampled with its own params and generator; sessions of other
+lengths take the next steps in FIFO order. Each session keeps its own DynamicCache between steps.
 
 Weights: a request runs to its end on the model it started with; UpdateWeights loads the new
 folder on the side, then swaps it in and drops the session caches built with the old weights.
@@ -24,6 +26,13 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 
+from t1.inference.batching import (
+    DecodeBatcher,
+    DecodeItem,
+    append_new_positions,
+    split_routing,
+    stack_caches,
+)
 from t1.inference.routing_capture import MoeShape, RoutingRecorder
 from t1.inference.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_token
 from t1.inference.sessions import SessionEntry, SessionLRU, reusable_prefix
@@ -83,7 +92,7 @@ class TorchBackend:
 
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", device: str = "cpu",
                  capture_routing: bool = True, session_cache_mb: int = 512, chunk_tokens: int = 16,
-                 prefill_chunk: int = 1024, version: int = 0) -> None:
+                 prefill_chunk: int = 1024, max_batch: int = 8, version: int = 0) -> None:
         self.model_dir = Path(model_dir)
         self.dtype, self.device = dtype, device
         self.capture_routing = capture_routing
@@ -99,7 +108,8 @@ class TorchBackend:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="t1-torch-step")
         self._step_lock: asyncio.Lock | None = None
         self._update_lock: asyncio.Lock | None = None
-        self.num_steps = 0  # model steps run (prefill chunks and decode tokens), for tests and metrics
+        self.num_steps = 0  # model forwards run (prefill chunks and decode batches), for tests and metrics
+        self.batcher = DecodeBatcher(self._run_decode, max_batch, self._lock)
 
     def _eos_ids(self, model: Any) -> tuple[int, ...]:
         try:
@@ -134,10 +144,14 @@ class TorchBackend:
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await collect(self.stream(request))
 
-    async def _run(self, fn, *args):
+    def _lock(self) -> asyncio.Lock:
+        """The FIFO lock every model step runs under (made on first use, inside the event loop)."""
         if self._step_lock is None:
             self._step_lock = asyncio.Lock()
-        async with self._step_lock:
+        return self._step_lock
+
+    async def _run(self, fn, *args):
+        async with self._lock():
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _forward(self, loaded: _Loaded, cache: Any, ids: np.ndarray, sink: list | None,
@@ -155,6 +169,37 @@ class TorchBackend:
             return _Step(-1, 0.0)
         token, logprob = sample_token(out.logits[0, -1], params, gen)
         return _Step(token, logprob)
+
+    async def _run_decode(self, items: list[DecodeItem]) -> list[_Step]:
+        """One decode batch on the worker thread; the batcher holds the step lock."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._forward_batch, items)
+
+    def _forward_batch(self, items: list[DecodeItem]) -> list[_Step]:
+        """One decode token for each item in one forward; every item has the same weights and cache length."""
+        if len(items) == 1:
+            one = items[0]
+            return [self._forward(one.loaded, one.cache, np.array([one.token], np.int32), one.sink, one.params,
+                                  one.gen)]
+        self.num_steps += 1
+        loaded = items[0].loaded
+        batched = stack_caches([item.cache for item in items], loaded.model.config)
+        capture = any(item.sink is not None for item in items)
+        batch_sink = loaded.recorder.new_sink() if capture else None
+        loaded.recorder.sink = batch_sink
+        try:
+            with torch.inference_mode():
+                input_ids_B1 = torch.tensor([[item.token] for item in items], dtype=torch.int64, device=self.device)
+                out = loaded.model(input_ids=input_ids_B1, cache=batched, use_cache=True, logits_to_keep=1)
+        finally:
+            loaded.recorder.sink = None
+        append_new_positions(batched, [item.cache for item in items], 1)
+        if batch_sink is not None:
+            split_routing(batch_sink, [item.sink for item in items])
+        steps = []
+        for row, item in enumerate(items):
+            token, logprob = sample_token(out.logits[row, -1], item.params, item.gen)
+            steps.append(_Step(token, logprob))
+        return steps
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
         """Generate one turn, yielding TokenChunks then one GenerateDone; raises RequestError on bad input."""
@@ -195,7 +240,7 @@ class TorchBackend:
                 sent = len(tokens)
             if finish is not None:
                 break
-            step = await self._run(self._forward, loaded, cache, np.array([step.token], np.int32), sink, params, gen)
+            step = await self.batcher.decode(DecodeItem(loaded, cache, step.token, sink, params, gen))
         if request.session_id:
             ids = np.concatenate([prompt, np.asarray(tokens[:-1], np.int32)])
             self.sessions.put(request.session_id, SessionEntry(ids, cache, loaded.version, _cache_nbytes(cache)))
@@ -232,5 +277,6 @@ class TorchBackend:
                                    f"has {getattr(old, key, None)}")
 
     async def close(self) -> None:
+        self.batcher.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self.sessions.clear()

@@ -1,0 +1,128 @@
+"""Batched decode in the torch backend: sessions decoding together give what each gives alone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from inference_helpers import prompt
+
+from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams, TokenChunk
+
+SAMPLINGS = [
+    {"temperature": 1.0, "seed": 1},
+    {"temperature": 0.7, "top_k": 50, "seed": 2},
+    {"temperature": 1.3, "top_p": 0.9, "seed": 3},
+    {"temperature": 0.0},
+]
+
+
+def req(ids: np.ndarray, session: str = "", **sampling) -> GenerateRequest:
+    sampling.setdefault("max_tokens", 16)
+    return GenerateRequest(session, ids.astype(np.int32), SamplingParams(**sampling))
+
+
+def assert_same(alone: GenerateResult, batched: GenerateResult) -> None:
+    assert batched.token_ids.tolist() == alone.token_ids.tolist()
+    np.testing.assert_allclose(batched.logprobs, alone.logprobs, atol=1e-4, rtol=0)
+    assert alone.routing is not None and batched.routing is not None
+    assert batched.routing.start == alone.routing.start
+    np.testing.assert_array_equal(np.sort(batched.routing.experts, -1), np.sort(alone.routing.experts, -1))
+
+
+async def test_sessions_of_equal_length_decode_in_one_batch_and_match_alone(backend) -> None:
+    prompts = [prompt(30, seed=40 + i) for i in range(len(SAMPLINGS))]
+    alone = [await backend(req(p, **s)) for p, s in zip(prompts, SAMPLINGS, strict=True)]
+    backend.batcher.batch_sizes.clear()
+    steps = backend.num_steps
+    together = await asyncio.gather(*(backend(req(p, f"b-{i}", **s))
+                                      for i, (p, s) in enumerate(zip(prompts, SAMPLINGS, strict=True))))
+    assert max(backend.batcher.batch_sizes) == len(prompts), "equal-length sessions were not batched"
+    # 4 prefills, then 15 decode steps for all four rows at once.
+    assert backend.num_steps - steps == len(prompts) + 15
+    for a, t in zip(alone, together, strict=True):
+        assert_same(a, t)
+
+
+async def test_unequal_lengths_are_not_padded_together_and_still_match(backend) -> None:
+    prompts = [prompt(20, seed=50), prompt(20, seed=51), prompt(27, seed=52)]
+    alone = [await backend(req(p, temperature=1.0, seed=9)) for p in prompts]
+    backend.batcher.batch_sizes.clear()
+    together = await asyncio.gather(*(backend(req(p, temperature=1.0, seed=9)) for p in prompts))
+    assert max(backend.batcher.batch_sizes) == 2
+    for a, t in zip(alone, together, strict=True):
+        assert_same(a, t)
+
+
+async def test_prefix_reuse_holds_when_turns_are_batched(backend) -> None:
+    contexts = [prompt(25, seed=60 + i) for i in range(3)]
+    for turn in range(3):
+        results = await asyncio.gather(*(backend(req(c, f"reuse-{i}", temperature=1.0, seed=turn, max_tokens=5))
+                                         for i, c in enumerate(contexts)))
+        fresh = [await backend(req(c, temperature=1.0, seed=turn, max_tokens=5)) for c in contexts]
+        for i, (r, f) in enumerate(zip(results, fresh, strict=True)):
+            expected_cached = 0 if turn == 0 else len(contexts[i]) - 4  # 3 delta tokens + the unfed last token
+            assert r.cached_tokens == expected_cached
+            assert r.token_ids.tolist() == f.token_ids.tolist()
+            np.testing.assert_allclose(r.logprobs, f.logprobs, atol=1e-4, rtol=0)
+            assert r.routing is not None and f.routing is not None
+            np.testing.assert_array_equal(np.sort(r.routing.experts, -1),
+                                          np.sort(f.routing.experts[r.cached_tokens:], -1))
+        contexts = [np.concatenate([c, r.token_ids, prompt(3, seed=70 + turn)]) for c, r in zip(contexts, results,
+                                                                                               strict=True)]
+
+
+async def test_a_cancelled_row_leaves_the_batch_and_the_others_finish(backend) -> None:
+    prompts = [prompt(30, seed=80 + i) for i in range(3)]
+    alone = [await backend(req(p, temperature=1.0, seed=i, max_tokens=24)) for i, p in enumerate(prompts)]
+    doomed = backend.stream(req(prompts[0], "doomed", temperature=1.0, seed=0, max_tokens=200))
+
+    async def cancel_early() -> None:
+        first = await anext(doomed)
+        assert isinstance(first, TokenChunk)
+        await doomed.aclose()
+
+    backend.batcher.batch_sizes.clear()
+    _, *rest = await asyncio.gather(cancel_early(), *(backend(req(p, temperature=1.0, seed=i + 1, max_tokens=24))
+                                                      for i, p in enumerate(prompts[1:])))
+    assert max(backend.batcher.batch_sizes) == 3 and backend.batcher.batch_sizes[-1] == 2
+    for a, t in zip(alone[1:], rest, strict=True):
+        assert_same(a, t)
+    assert backend.sessions.take("doomed", backend.policy_version) is None
+
+
+async def test_a_batch_never_mixes_weight_versions(backend, tmp_path: Path) -> None:
+    from t1.model.init import init_model
+
+    other = init_model(tmp_path / "v1", "tiny", seed=1)
+    p_old, p_new = prompt(30, seed=90), prompt(30, seed=91)
+    old_alone = await backend(req(p_old, temperature=1.0, seed=5, max_tokens=20))
+    old_stream = backend.stream(req(p_old, temperature=1.0, seed=5, max_tokens=20))
+    chunks = [await anext(old_stream)]
+    await backend.update_weights(str(other), version=1)
+    new_alone = await backend(req(p_new, temperature=1.0, seed=6, max_tokens=20))
+
+    async def finish_old() -> list:
+        return chunks + [c async for c in old_stream]
+
+    backend.batcher.batch_sizes.clear()
+    old_chunks, new_together = await asyncio.gather(finish_old(), backend(req(p_new, temperature=1.0, seed=6,
+                                                                              max_tokens=20)))
+    assert max(backend.batcher.batch_sizes) == 1, "rows of two weight versions shared a forward"
+    old_ids = np.concatenate([c.token_ids for c in old_chunks if isinstance(c, TokenChunk)])
+    assert old_ids.tolist() == old_alone.token_ids.tolist()
+    assert {c.policy_version for c in old_chunks} == {0}
+    assert new_together.policy_version == 1 and new_together.token_ids.tolist() == new_alone.token_ids.tolist()
+
+
+@pytest.mark.parametrize("max_batch", [0, -1])
+async def test_max_batch_below_one_is_refused(max_batch: int) -> None:
+    from t1.inference.batching import DecodeBatcher
+
+    async def run(items):
+        return items
+
+    with pytest.raises(ValueError, match="max_batch"):
+        DecodeBatcher(run, max_batch, asyncio.Lock)
