@@ -3,7 +3,7 @@
 #
 # The CUDA devel image supplies nvcc, which DeepSpeed needs to build its fused
 # Adam op; its CUDA major version must match the one the pinned torch wheel is
-# built for (CUDA 13 for torch 2.13 on PyPI).
+# built for (CUDA 13 for the default torch 2.13 wheels).
 #
 # Build from the repository root:
 #   docker build -f deploy/docker/trainer.Dockerfile -t t1-trainer:0.1.0 .
