@@ -123,7 +123,7 @@ async def serve(cfg: T1Config) -> int:
     wake = asyncio.Event()
     checkpoints: asyncio.Queue[CheckpointRequest] = asyncio.Queue()
     servicer = TrainerServicer(core.buffer, core.group_size, board, wake, checkpoints,
-                               lambda: (core.state, core.stage()), core.routing_spec)
+                               core.reported_status, core.routing_spec)
     server = GrpcServer([ServiceBinding("t1.v1.TrainerService", trainer_pb2_grpc.add_TrainerServiceServicer_to_server,
                                         servicer)], cfg.trainer.server, cfg.auth)
     await server.start()

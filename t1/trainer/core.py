@@ -137,6 +137,13 @@ class TrainerCore:
             return Stage.PPO
         return Stage.DONE
 
+    def reported_status(self) -> tuple[TrainState, Stage]:
+        """What GetStatus reports: DONE only once the last step is committed (durable in the buffer)."""
+        state, stage = self.state, self.stage()
+        if stage == Stage.DONE and self._uncommitted:
+            stage = Stage.PPO
+        return state, stage
+
     # -- steps ---------------------------------------------------------------------------------
 
     def take_groups(self) -> list[tuple[str, list[tuple[str, bytes]]]] | None:
