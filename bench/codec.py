@@ -13,11 +13,15 @@ import io
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
+
+from bench.machine_info import cpu_name
 from t1.trajectory.codec import decode_trajectory, encode_trajectory, iter_trajectories
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan
 
@@ -33,16 +37,6 @@ def make_trajectory(tokens: int, layers: int, top_k: int, seed: int = 0) -> Traj
         turns=tuple(TurnSpan(i, i + 50, 0.0) for i in range(0, tokens - 50, 200)))
     return Trajectory(id="bench", task_id="task", group_id="g", attempt=0, segments=(seg,), reward=1.0,
                       status=EpisodeStatus.OK)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def timed(fn, reps: int) -> float:

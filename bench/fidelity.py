@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
+
+from bench.machine_info import cpu_name
 from t1.inference.torch_backend import TorchBackend
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.routing.block import sentinel
@@ -50,16 +53,6 @@ COMMANDS = ("ls -la /", "uname -a", "echo $((RANDOM % 1000)) files", "head -c 30
             "ps -o pid,comm | head -5", "printf 'a\\tb\\n1\\t2\\n'", "date -u", "df -h / | tail -1")
 INIT_ROUTER_SCALE = 2.0  # std of router / LM-head logits that t1.model.init gives (`_sharpen`)
 Sampled = list[tuple[int, np.ndarray]]  # (prompt length, sampled ids) per turn of a segment
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine(device: str) -> str:
@@ -353,7 +346,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.sweep:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
         from bench.fidelity_sweep import run_sweep
 
         return run_sweep(args)
