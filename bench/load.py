@@ -65,7 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--per-request-ms", type=float, default=50.0)
     p.add_argument("--per-token-ms", type=float, default=20.0)
     p.add_argument("--per-prefill-token-ms", type=float, default=0.02)
-    p.add_argument("--chunk-tokens", type=int, default=64, help="tokens per streamed chunk; 0: one chunk per reply")
+    p.add_argument("--chunk-tokens", type=int, default=64,
+                   help="tokens per streamed chunk of a Generate call (--transport calls); 0: one chunk per reply")
+    p.add_argument("--transport", choices=["batched", "calls"], default="batched",
+                   help="batched: one GenerateBatched stream (the pool's default); calls: a Generate call per turn")
     p.add_argument("--min-tokens", type=int, default=50)
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--max-context-tokens", type=int, default=32768)
@@ -150,7 +153,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
                           log_file=workdir / "sandbox_host.log")
     await host.start()
     spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
-    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0)
+    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched")
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
     clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
     gate = None if args.quick else asyncio.Event()

@@ -6,7 +6,8 @@ the processed context (prompt + sampled ids but the last, as a KV cache would), 
 position processed for the first time, from the first uncached prompt position to the
 second-to-last sampled token, shaped [rows, 48, 8] uint8 by default. Replies are real tokenized
 tool calls (see sim_replies), streamed in chunks; latency is per request, per prefilled token and
-per sampled token. Used by bench/load.py, which starts it in its own process::
+per sampled token. GenerateBatched (one stream, whole results) serves the same turns. Used by
+bench/load.py, which starts it in its own process::
 
     python -m bench.sim_inference --tokenizer .t1/models/tiny/tokenizer.json --port 0 --ready-file P
 """
@@ -33,6 +34,7 @@ from bench.sim_replies import (
     RoutingPool,
 )
 from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.multiplex import BatchedSession
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.rpc.tensors import from_tensor, routing_to_proto, to_tensor
@@ -50,6 +52,17 @@ class Latency:
     per_prefill_token_s: float = 0.00002
     per_token_s: float = 0.02
     chunk_tokens: int = 64   # tokens per streamed TokenChunk; 0 sends one chunk at the end
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    prompt: np.ndarray
+    cached: int
+    reply: np.ndarray
+    logprobs: np.ndarray
+    finish: int
+    version: int
+    prefill_s: float
 
 
 def processed_context(prompt: np.ndarray, sampled: np.ndarray) -> np.ndarray:
@@ -99,8 +112,8 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
             raise RequestError("sampling.max_tokens: must be >= 0")
         return prompt
 
-    @rpc_errors
-    async def Generate(self, request: pb.GenerateRequest, context: Any) -> AsyncIterator[pb.GenerateChunk]:
+    def _plan(self, request: pb.GenerateRequest) -> _Turn:
+        """What this request will return: the reply, its logprobs, the cached prefix and the simulated prefill time."""
         prompt = self._validate(request)
         cached = cached_prefix(prompt, self._sessions.get(request.session_id))
         reply, _ = self.book.reply(self._rng)
@@ -109,17 +122,14 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
         finish = pb.FINISH_REASON_STOP
         if len(reply) > limit:
             reply, finish = reply[:limit], pb.FINISH_REASON_LENGTH
-        logprobs = self._logprobs.take(len(reply), self._rng)
-        version = self.version
         lat = self.latency
-        await asyncio.sleep(lat.per_request_s + lat.per_prefill_token_s * (len(prompt) - cached))
-        step = lat.chunk_tokens or len(reply)
-        for lo in range(0, len(reply), step):
-            hi = min(lo + step, len(reply))
-            await asyncio.sleep(lat.per_token_s * (hi - lo))
-            yield pb.GenerateChunk(tokens=pb.TokenChunk(
-                token_ids=to_tensor(reply[lo:hi]), logprobs=to_tensor(logprobs[lo:hi]), policy_version=version))
-        done = pb.GenerateDone(finish_reason=finish, policy_version=version, prompt_tokens=len(prompt),
+        return _Turn(prompt, cached, reply, self._logprobs.take(len(reply), self._rng), finish, self.version,
+                     lat.per_request_s + lat.per_prefill_token_s * (len(prompt) - cached))
+
+    def _finish(self, request: pb.GenerateRequest, turn: _Turn) -> pb.GenerateDone:
+        """The GenerateDone of a served turn (routing of every newly processed position); updates the session."""
+        prompt, reply, cached = turn.prompt, turn.reply, turn.cached
+        done = pb.GenerateDone(finish_reason=turn.finish, policy_version=turn.version, prompt_tokens=len(prompt),
                                cached_tokens=cached, completion_tokens=len(reply))
         if request.return_routing:
             rows = len(prompt) + len(reply) - 1 - cached
@@ -128,7 +138,34 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
         self.requests += 1
         self.sampled_tokens += len(reply)
         self.prefilled_tokens += len(prompt) - cached
-        yield pb.GenerateChunk(done=done)
+        return done
+
+    @rpc_errors
+    async def Generate(self, request: pb.GenerateRequest, context: Any) -> AsyncIterator[pb.GenerateChunk]:
+        turn = self._plan(request)
+        await asyncio.sleep(turn.prefill_s)
+        reply, logprobs = turn.reply, turn.logprobs
+        step = self.latency.chunk_tokens or len(reply)
+        for lo in range(0, len(reply), step):
+            hi = min(lo + step, len(reply))
+            await asyncio.sleep(self.latency.per_token_s * (hi - lo))
+            yield pb.GenerateChunk(tokens=pb.TokenChunk(
+                token_ids=to_tensor(reply[lo:hi]), logprobs=to_tensor(logprobs[lo:hi]), policy_version=turn.version))
+        yield pb.GenerateChunk(done=self._finish(request, turn))
+
+    async def GenerateBatched(self, request_iterator: AsyncIterator[pb.GenerateBatchRequest],
+                              context: Any) -> AsyncIterator[pb.GenerateBatchReply]:
+        async for reply in BatchedSession(self._run_one).serve(request_iterator):
+            yield reply
+
+    async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
+        """One whole turn for GenerateBatched: the same latency as Generate, in one sleep."""
+        turn = self._plan(request)
+        await asyncio.sleep(turn.prefill_s + self.latency.per_token_s * len(turn.reply))
+        versions = np.full(len(turn.reply), turn.version, dtype=np.int32)
+        return pb.GenerateResult(request_id=request.request_id, token_ids=to_tensor(turn.reply),
+                                 logprobs=to_tensor(turn.logprobs), token_versions=to_tensor(versions),
+                                 done=self._finish(request, turn))
 
     def _remember(self, session_id: str, context: np.ndarray) -> None:
         self._sessions[session_id] = context

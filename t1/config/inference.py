@@ -48,6 +48,8 @@ class InferencePoolConfig(Section):
     retries: int = Field(3, ge=0, description="Retries on UNAVAILABLE or DEADLINE_EXCEEDED.")
     backoff_s: float = Field(0.5, ge=0, description="First retry backoff; doubles per retry.")
     unhealthy_s: float = Field(10.0, ge=0, description="How long a failed replica is avoided.")
+    batched_stream: bool = Field(
+        True, description="One GenerateBatched stream per replica carries every request (false: a Generate call each).")
 
 
 class InferenceConfig(Section):

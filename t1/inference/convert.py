@@ -8,6 +8,7 @@ from t1.inference.types import (
     FinishReason,
     GenerateDone,
     GenerateRequest,
+    GenerateResult,
     ModelInfo,
     SamplingParams,
     TokenChunk,
@@ -79,6 +80,36 @@ def event_from_proto(msg: pb.GenerateChunk) -> TokenChunk | GenerateDone:
         return GenerateDone(_FINISH_FROM_PB[d.finish_reason], d.policy_version, routing, d.prompt_tokens,
                             d.cached_tokens, d.completion_tokens)
     raise ValueError("GenerateChunk: empty payload")
+
+
+def result_to_proto(request_id: str, result: GenerateResult) -> pb.GenerateResult:
+    """A whole reply as GenerateBatched sends it."""
+    done = pb.GenerateDone(
+        finish_reason=_FINISH_TO_PB[result.finish_reason], policy_version=result.policy_version,
+        prompt_tokens=result.prompt_tokens, cached_tokens=result.cached_tokens,
+        completion_tokens=len(result.token_ids))
+    if result.routing is not None:
+        done.routing.CopyFrom(routing_to_proto(result.routing))
+    return pb.GenerateResult(request_id=request_id, token_ids=to_tensor(result.token_ids),
+                             logprobs=to_tensor(result.logprobs), token_versions=to_tensor(result.token_versions),
+                             done=done)
+
+
+def result_from_proto(msg: pb.GenerateResult) -> GenerateResult:
+    """Decode a successful GenerateResult; a malformed field raises ValueError naming it."""
+    ids = from_tensor(msg.token_ids, "token_ids", dtype="int32", ndim=1)
+    logprobs = from_tensor(msg.logprobs, "logprobs", dtype="float32", ndim=1)
+    versions = from_tensor(msg.token_versions, "token_versions", dtype="int32", ndim=1)
+    if not len(ids) == len(logprobs) == len(versions):
+        raise ValueError(f"token_ids, logprobs, token_versions: lengths differ ({len(ids)}, {len(logprobs)}, "
+                         f"{len(versions)})")
+    d = msg.done
+    if d.finish_reason not in _FINISH_FROM_PB:
+        raise ValueError(f"done.finish_reason: unknown value {d.finish_reason}")
+    routing = routing_from_proto(d.routing, "done.routing") if d.HasField("routing") else None
+    return GenerateResult(token_ids=ids, logprobs=logprobs, finish_reason=_FINISH_FROM_PB[d.finish_reason],
+                          policy_version=d.policy_version, token_versions=versions, routing=routing,
+                          prompt_tokens=d.prompt_tokens, cached_tokens=d.cached_tokens)
 
 
 def info_to_proto(info: ModelInfo) -> pb.ModelInfo:

@@ -1,5 +1,8 @@
 """InferenceService servicer: streams a backend's chunks, reports model info, loads new weights.
 
+Generate streams one request's chunks; GenerateBatched (t1.inference.multiplex) answers many
+requests over one stream with whole results, folded from the same backend streams.
+
 A client that goes away cancels its Generate handler; the cancellation reaches the backend stream
 at its next step and the request's session cache is dropped (it may be half-updated).
 """
@@ -12,8 +15,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from t1.inference.convert import event_to_proto, info_to_proto, request_from_proto
-from t1.inference.types import Backend
+from t1.inference.convert import event_to_proto, info_to_proto, request_from_proto, result_to_proto
+from t1.inference.multiplex import BatchedSession
+from t1.inference.types import Backend, collect
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.server import ServiceBinding
 from t1.v1 import inference_pb2 as pb
@@ -42,6 +46,21 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             raise
         finally:
             await events.aclose()  # type: ignore[attr-defined]
+
+    async def GenerateBatched(self, request_iterator: AsyncIterator[pb.GenerateBatchRequest],
+                              context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateBatchReply]:
+        async for reply in BatchedSession(self._run_one).serve(request_iterator):
+            yield reply
+
+    async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
+        req = request_from_proto(request)
+        try:
+            result = await collect(self.backend.stream(req))
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            log.info("generate %s (session %s) cancelled by the client", request.request_id, request.session_id)
+            raise
+        return result_to_proto(request.request_id, result)
 
     @rpc_errors
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext

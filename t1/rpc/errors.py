@@ -20,7 +20,7 @@ class NotFound(LookupError):
     """The request names something that does not exist."""
 
 
-def _status_for(exc: BaseException) -> grpc.StatusCode | None:
+def status_for(exc: BaseException) -> grpc.StatusCode | None:
     if isinstance(exc, NotFound):
         return grpc.StatusCode.NOT_FOUND
     if isinstance(exc, ValueError):  # RequestError, TensorError
@@ -38,7 +38,7 @@ def rpc_errors(method: F) -> F:
                 async for item in method(self, request, context):
                     yield item
             except (ValueError, NotFound) as exc:
-                code = _status_for(exc)
+                code = status_for(exc)
                 assert code is not None
                 await context.abort(code, str(exc))
 
@@ -49,7 +49,7 @@ def rpc_errors(method: F) -> F:
         try:
             return await method(self, request, context)
         except (ValueError, NotFound) as exc:
-            code = _status_for(exc)
+            code = status_for(exc)
             assert code is not None
             await context.abort(code, str(exc))
 

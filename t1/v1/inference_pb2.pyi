@@ -84,6 +84,38 @@ class GenerateChunk(_message.Message):
     done: GenerateDone
     def __init__(self, tokens: _Optional[_Union[TokenChunk, _Mapping]] = ..., done: _Optional[_Union[GenerateDone, _Mapping]] = ...) -> None: ...
 
+class GenerateBatchRequest(_message.Message):
+    __slots__ = ("requests", "cancel")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[GenerateRequest]
+    cancel: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, requests: _Optional[_Iterable[_Union[GenerateRequest, _Mapping]]] = ..., cancel: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GenerateResult(_message.Message):
+    __slots__ = ("request_id", "token_ids", "logprobs", "token_versions", "done", "error_code", "error_message")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    token_ids: _common_pb2.Tensor
+    logprobs: _common_pb2.Tensor
+    token_versions: _common_pb2.Tensor
+    done: GenerateDone
+    error_code: int
+    error_message: str
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., logprobs: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., token_versions: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., done: _Optional[_Union[GenerateDone, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class GenerateBatchReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[GenerateResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[GenerateResult, _Mapping]]] = ...) -> None: ...
+
 class GetModelInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -40,6 +40,11 @@ class InferenceServiceStub:
                 request_serializer=t1_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=t1_dot_v1_dot_inference__pb2.GenerateChunk.FromString,
                 _registered_method=True)
+        self.GenerateBatched = channel.stream_stream(
+                '/t1.v1.InferenceService/GenerateBatched',
+                request_serializer=t1_dot_v1_dot_inference__pb2.GenerateBatchRequest.SerializeToString,
+                response_deserializer=t1_dot_v1_dot_inference__pb2.GenerateBatchReply.FromString,
+                _registered_method=True)
         self.GetModelInfo = channel.unary_unary(
                 '/t1.v1.InferenceService/GetModelInfo',
                 request_serializer=t1_dot_v1_dot_inference__pb2.GetModelInfoRequest.SerializeToString,
@@ -57,6 +62,16 @@ class InferenceServiceServicer:
 
     def Generate(self, request, context):
         """Streams TokenChunk messages, then exactly one GenerateDone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateBatched(self, request_iterator, context):
+        """Many Generate requests over one long-lived stream: each request (request_id required, unique
+        among the stream's requests in flight) is answered by one GenerateResult, in completion order.
+        A message carries every request or result that is ready, so a busy client pays one message,
+        not one call, per many turns. Closing the stream cancels what is still running.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -82,6 +97,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=t1_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
                     response_serializer=t1_dot_v1_dot_inference__pb2.GenerateChunk.SerializeToString,
+            ),
+            'GenerateBatched': grpc.stream_stream_rpc_method_handler(
+                    servicer.GenerateBatched,
+                    request_deserializer=t1_dot_v1_dot_inference__pb2.GenerateBatchRequest.FromString,
+                    response_serializer=t1_dot_v1_dot_inference__pb2.GenerateBatchReply.SerializeToString,
             ),
             'GetModelInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetModelInfo,
@@ -121,6 +141,33 @@ class InferenceService:
             '/t1.v1.InferenceService/Generate',
             t1_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
             t1_dot_v1_dot_inference__pb2.GenerateChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateBatched(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/t1.v1.InferenceService/GenerateBatched',
+            t1_dot_v1_dot_inference__pb2.GenerateBatchRequest.SerializeToString,
+            t1_dot_v1_dot_inference__pb2.GenerateBatchReply.FromString,
             options,
             channel_credentials,
             insecure,

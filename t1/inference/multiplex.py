@@ -1,0 +1,258 @@
+"""GenerateBatched on both ends: many generate requests over one long-lived gRPC stream.
+
+A rollout coordinator runs thousands of sessions against a few replicas. One Generate call per turn
+costs a call set-up, several messages and a cancel on each side; here each side keeps one stream
+per replica and packs whatever is ready into one message:
+
+    client                                            server (per stream)
+    generate() -> outbox --writer--> GenerateBatchRequest --> reader -> task per request
+    futures   <--reader-- GenerateBatchReply <-- results queue <--------- run_one(request)
+
+Nothing waits to fill a batch: a writer sends what queued while its previous write was in flight,
+so an idle stream adds no latency and a busy one pays one message for many turns.
+Per-request failures travel as GenerateResult.error_code; a broken stream fails every request it
+carried with UNAVAILABLE, which the InferencePool retries like any lost call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+
+from t1.rpc.errors import NotFound, status_for
+from t1.v1 import inference_pb2 as pb
+from t1.v1 import inference_pb2_grpc
+
+log = logging.getLogger(__name__)
+MAX_BATCH_BYTES = 64 << 20   # a reply message stays far below the channels' 256 MB cap
+MAX_BATCH_REQUESTS = 512
+# Stream-level failures that say something about the caller, not the transport: never retried.
+FATAL_STREAM_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                                grpc.StatusCode.UNIMPLEMENTED})
+RunOne = Callable[[pb.GenerateRequest], Awaitable[pb.GenerateResult]]
+
+
+def error_result(request_id: str, code: grpc.StatusCode, message: str) -> pb.GenerateResult:
+    return pb.GenerateResult(request_id=request_id, error_code=code.value[0], error_message=message)
+
+
+def _result_bytes(result: pb.GenerateResult) -> int:
+    """Payload size without serialising: the tensors dominate."""
+    return (len(result.token_ids.data) + len(result.logprobs.data) + len(result.token_versions.data)
+            + len(result.done.routing.experts.data) + 128)
+
+
+class BatchedSession:
+    """The server side of one GenerateBatched stream: a task per request, results packed as they finish."""
+
+    def __init__(self, run_one: RunOne, max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
+        self.run_one = run_one
+        self.max_batch_bytes = max_batch_bytes
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self._results: asyncio.Queue[pb.GenerateResult | None] = asyncio.Queue()
+
+    async def serve(self, requests: AsyncIterator[pb.GenerateBatchRequest]) -> AsyncIterator[pb.GenerateBatchReply]:
+        reader = asyncio.create_task(self._read(requests), name="generate-batched-reader")
+        try:
+            while True:
+                first = await self._results.get()
+                if first is None:
+                    return
+                batch, size, end = [first], _result_bytes(first), False
+                while size < self.max_batch_bytes and not self._results.empty():
+                    item = self._results.get_nowait()
+                    if item is None:
+                        end = True
+                        break
+                    batch.append(item)
+                    size += _result_bytes(item)
+                yield pb.GenerateBatchReply(results=batch)
+                if end:
+                    return
+        finally:  # the client went away (or finished): nothing of this stream keeps running
+            reader.cancel()
+            for task in list(self.running.values()):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(self, requests: AsyncIterator[pb.GenerateBatchRequest]) -> None:
+        try:
+            async for message in requests:
+                for request_id in message.cancel:
+                    task = self.running.get(request_id)
+                    if task is not None:
+                        task.cancel()
+                for request in message.requests:
+                    self._start(request)
+        except grpc.aio.AioRpcError as err:  # the client's side broke; serve() is cancelled with the call
+            log.info("GenerateBatched stream ended by the client: %s", err.code().name)
+        # The client is done writing: answer what runs, then end the stream.
+        while self.running:
+            await asyncio.gather(*self.running.values(), return_exceptions=True)
+        self._results.put_nowait(None)
+
+    def _start(self, request: pb.GenerateRequest) -> None:
+        request_id = request.request_id
+        if not request_id:
+            self._results.put_nowait(error_result("", grpc.StatusCode.INVALID_ARGUMENT,
+                                                  "requests.request_id: required on GenerateBatched"))
+        elif request_id in self.running:
+            self._results.put_nowait(error_result(request_id, grpc.StatusCode.INVALID_ARGUMENT,
+                                                  f"requests.request_id: {request_id!r} is already running"))
+        else:
+            self.running[request_id] = asyncio.create_task(self._one(request), name=f"generate-{request_id}")
+
+    async def _one(self, request: pb.GenerateRequest) -> None:
+        request_id = request.request_id
+        try:
+            result = await self.run_one(request)
+            result.request_id = request_id
+        except asyncio.CancelledError:
+            result = error_result(request_id, grpc.StatusCode.CANCELLED, "cancelled by the client")
+        except (ValueError, NotFound) as exc:  # RequestError, TensorError: the message names the field
+            code = status_for(exc)
+            assert code is not None
+            result = error_result(request_id, code, str(exc))
+        except Exception as exc:
+            log.exception("generate %s (session %s) failed", request_id, request.session_id)
+            result = error_result(request_id, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.running.pop(request_id, None)
+        self._results.put_nowait(result)
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """An error shaped like a failed call, so callers handle stream and call failures alike."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+class BatchedStream:
+    """The client side: one GenerateBatched stream to one replica, opened on first use and after a break.
+
+    `generate` raises grpc.aio.AioRpcError like a Generate call would: the request's own error code,
+    DEADLINE_EXCEEDED after `timeout_s` (the request is cancelled on the server), or UNAVAILABLE when
+    the stream broke under it. `unimplemented` turns true when the server has no GenerateBatched.
+    """
+
+    def __init__(self, stub: inference_pb2_grpc.InferenceServiceStub, address: str,
+                 metadata: tuple[tuple[str, str], ...] = ()) -> None:
+        self.stub, self.address, self.metadata = stub, address, metadata
+        self.unimplemented = False
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._pending: dict[str, asyncio.Future[pb.GenerateResult]] = {}
+        self._outbox: list[pb.GenerateRequest] = []
+        self._cancels: list[str] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def generate(self, request: pb.GenerateRequest, timeout_s: float) -> pb.GenerateResult:
+        request_id = request.request_id
+        if request_id in self._pending:
+            raise ValueError(f"request_id: {request_id!r} is already in flight on {self.address}")
+        self._open()
+        future: asyncio.Future[pb.GenerateResult] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._outbox.append(request)
+        self._wake.set()
+        try:
+            async with asyncio.timeout(timeout_s):
+                result = await future
+        except TimeoutError:
+            self._abandon(request_id)
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"no result from {self.address} within {timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            self._abandon(request_id)
+            raise
+        if result.error_code:
+            raise rpc_error(_CODES.get(result.error_code, grpc.StatusCode.UNKNOWN), result.error_message)
+        return result
+
+    def _abandon(self, request_id: str) -> None:
+        """The caller gave up: drop the request if unsent, else ask the server to cancel it."""
+        if self._pending.pop(request_id, None) is None:
+            return
+        for i, queued in enumerate(self._outbox):
+            if queued.request_id == request_id:
+                del self._outbox[i]
+                return
+        self._cancels.append(request_id)
+        self._wake.set()
+
+    def _open(self) -> None:
+        if self._call is not None:
+            return
+        call = self.stub.GenerateBatched(metadata=self.metadata)
+        self._call = call
+        self._tasks = [asyncio.create_task(self._write(call), name=f"generate-batched-writer-{self.address}"),
+                       asyncio.create_task(self._read(call), name=f"generate-batched-reader-{self.address}")]
+
+    async def _write(self, call: grpc.aio.StreamStreamCall) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):  # the reader reports breaks
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._outbox or self._cancels:
+                    requests, self._outbox = self._outbox[:MAX_BATCH_REQUESTS], self._outbox[MAX_BATCH_REQUESTS:]
+                    cancels, self._cancels = self._cancels, []
+                    await call.write(pb.GenerateBatchRequest(requests=requests, cancel=cancels))
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        error = rpc_error(grpc.StatusCode.UNAVAILABLE, f"GenerateBatched stream to {self.address} ended")
+        try:
+            async for reply in call:
+                for result in reply.results:
+                    future = self._pending.pop(result.request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(result)
+        except grpc.aio.AioRpcError as err:
+            if err.code() in FATAL_STREAM_CODES:
+                self.unimplemented = err.code() == grpc.StatusCode.UNIMPLEMENTED
+                error = err
+            else:
+                error = rpc_error(grpc.StatusCode.UNAVAILABLE, f"GenerateBatched stream to {self.address} broke: "
+                                                               f"{err.code().name}: {err.details()}")
+        except asyncio.CancelledError:
+            error = rpc_error(grpc.StatusCode.UNAVAILABLE, f"GenerateBatched stream to {self.address} closed")
+            raise
+        finally:
+            self._broken(call, error)
+
+    def _broken(self, call: grpc.aio.StreamStreamCall, error: grpc.aio.AioRpcError) -> None:
+        """Fail every request the stream carried; the next generate opens a new stream."""
+        call.cancel()
+        if self._call is call:
+            self._call = None
+            for task in self._tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+            self._tasks = []
+        pending, self._pending = self._pending, {}
+        self._outbox.clear()
+        self._cancels.clear()
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    async def close(self) -> None:
+        call, tasks = self._call, self._tasks
+        self._call, self._tasks = None, []
+        if call is not None:
+            call.cancel()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}

@@ -1,0 +1,201 @@
+"""GenerateBatched over real gRPC on 127.0.0.1: the pool's default transport, with the real torch backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+import pytest
+from inference_helpers import prompt
+
+from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.convert import request_to_proto
+from t1.inference.multiplex import BatchedSession
+from t1.inference.pool import InferencePool, InferenceUnavailable
+from t1.inference.server import InferenceServicer
+from t1.inference.types import GenerateRequest, SamplingParams
+from t1.rpc.client import make_channel
+from t1.rpc.server import GrpcServer, ServiceBinding
+from t1.rpc.tensors import to_tensor
+from t1.v1 import inference_pb2 as pb
+from t1.v1 import inference_pb2_grpc
+
+
+def req(ids: np.ndarray, session: str = "", **sampling) -> GenerateRequest:
+    sampling.setdefault("seed", 5)
+    sampling.setdefault("max_tokens", 10)
+    return GenerateRequest(session, ids.astype(np.int32), SamplingParams(**sampling))
+
+
+async def start_server(servicer: InferenceServicer) -> GrpcServer:
+    """A loopback InferenceService around this servicer (its backend may be wrapped)."""
+    server = GrpcServer([ServiceBinding("t1.v1.InferenceService", inference_pb2_grpc.add_InferenceServiceServicer_to_server,
+                                        servicer)], ServerConfig(host="127.0.0.1", port=0, grace_s=0.5), AuthConfig())
+    await server.start()
+    return server
+
+
+async def raw_stream(address: str, messages: list[pb.GenerateBatchRequest]) -> list[pb.GenerateBatchReply]:
+    """Send these messages on one GenerateBatched stream, close it, and return every reply."""
+    async def requests() -> AsyncIterator[pb.GenerateBatchRequest]:
+        for m in messages:
+            yield m
+
+    async with make_channel(address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        return [r async for r in stub.GenerateBatched(requests(), timeout=60)]
+
+
+async def test_batched_results_equal_generate_calls(served) -> None:
+    """Same seeded requests, both transports: identical ids, logprobs, versions, routing and cache counts."""
+    prompts = [prompt(20 + 3 * i, seed=i) for i in range(6)]
+    calls = InferencePool([served], batched=False)
+    batched = InferencePool([served])
+    try:
+        want = [await calls(req(p, f"c{i}")) for i, p in enumerate(prompts)]
+        got = await asyncio.gather(*(batched(req(p, f"b{i}")) for i, p in enumerate(prompts)))
+        follow = np.concatenate([prompts[0], got[0].token_ids, prompt(5, seed=99)])
+        again = await batched(req(follow, "b0"))  # same session: served from its cache
+    finally:
+        await calls.close()
+        await batched.close()
+    for w, g in zip(want, got, strict=True):
+        assert g.token_ids.tolist() == w.token_ids.tolist()
+        np.testing.assert_array_equal(g.logprobs, w.logprobs)
+        np.testing.assert_array_equal(g.token_versions, w.token_versions)
+        assert g.finish_reason == w.finish_reason and g.prompt_tokens == w.prompt_tokens
+        assert g.routing is not None and w.routing is not None
+        assert g.routing.start == w.routing.start
+        np.testing.assert_array_equal(g.routing.experts, w.routing.experts)
+    assert again.cached_tokens > len(prompts[0]) and again.prompt_tokens == len(follow)
+
+
+async def test_bad_request_fails_alone_naming_the_field(served) -> None:
+    pool = InferencePool([served])
+    bad = GenerateRequest("s-bad", np.array([3, 99999], np.int32), SamplingParams(max_tokens=4))
+    try:
+        results = await asyncio.gather(pool(req(prompt(12), "s-ok")), pool(bad), return_exceptions=True)
+    finally:
+        await pool.close()
+    ok, err = results
+    assert not isinstance(ok, BaseException) and len(ok.token_ids) > 0
+    assert isinstance(err, grpc.aio.AioRpcError)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "prompt_ids" in (err.details() or "")
+
+
+async def test_missing_and_duplicate_request_ids_are_refused(served) -> None:
+    good = request_to_proto(req(prompt(10)), "r1")
+    twin = request_to_proto(req(prompt(11)), "r1")
+    nameless = request_to_proto(req(prompt(9)), "")
+    replies = await raw_stream(served, [pb.GenerateBatchRequest(requests=[good, twin, nameless])])
+    results = [r for reply in replies for r in reply.results]
+    by_error = {(r.request_id, r.error_code) for r in results}
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert ("r1", invalid) in by_error and ("", invalid) in by_error
+    assert any(r.request_id == "r1" and r.error_code == 0 and len(r.token_ids.data) > 0 for r in results)
+    assert all("request_id" in r.error_message for r in results if r.error_code)
+
+
+class _Held:
+    """The real backend, except that requests for session "held" wait (until cancelled) once started."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.started = asyncio.Event()
+
+    def stream(self, request: GenerateRequest):
+        if request.session_id != "held":
+            return self.inner.stream(request)
+        return self._hold()
+
+    async def _hold(self):
+        self.started.set()
+        await asyncio.Event().wait()
+        yield  # never reached: makes this an async generator
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+async def test_client_cancel_stops_the_request_on_the_server(backend) -> None:
+    held = _Held(backend)
+    servicer = InferenceServicer(held)  # type: ignore[arg-type]
+    server = await start_server(servicer)
+    pool = InferencePool([server.address])
+    try:
+        waiting = asyncio.create_task(pool(req(prompt(16), "held")))
+        await asyncio.wait_for(held.started.wait(), 30)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        for _ in range(200):
+            if servicer.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        assert servicer.cancelled == 1
+        after = await pool(req(prompt(8), "next"))  # the stream still serves
+        assert len(after.token_ids) > 0
+    finally:
+        await pool.close()
+        await server.stop()
+
+
+async def test_deadline_raises_and_cancels_on_the_server(backend) -> None:
+    held = _Held(backend)
+    servicer = InferenceServicer(held)  # type: ignore[arg-type]
+    server = await start_server(servicer)
+    pool = InferencePool([server.address], request_timeout_s=0.5, retries=0)
+    try:
+        with pytest.raises(InferenceUnavailable) as err:
+            await pool(req(prompt(16), "held"))
+        cause = err.value.__cause__
+        assert isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        for _ in range(200):
+            if servicer.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        assert servicer.cancelled == 1
+    finally:
+        await pool.close()
+        await server.stop()
+
+
+class _CallsOnly(InferenceServicer):
+    """A server from before GenerateBatched: the generated base answers UNIMPLEMENTED."""
+
+    GenerateBatched = inference_pb2_grpc.InferenceServiceServicer.GenerateBatched  # type: ignore[assignment]
+
+
+async def test_server_without_batched_stream_is_served_by_calls(backend, caplog) -> None:
+    server = await start_server(_CallsOnly(backend))
+    pool = InferencePool([server.address], retries=0)
+    try:
+        with caplog.at_level(logging.WARNING, logger="t1.inference.pool"):
+            first = await pool(req(prompt(12), "a"))
+            second = await pool(req(prompt(13), "b"))
+    finally:
+        await pool.close()
+        await server.stop()
+    assert len(first.token_ids) > 0 and len(second.token_ids) > 0
+    assert sum("no GenerateBatched" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_ready_results_share_one_reply_message() -> None:
+    """Results that finish together leave in one message: the stream's whole point under load."""
+    release = asyncio.Event()
+
+    async def run_one(request: pb.GenerateRequest) -> pb.GenerateResult:
+        await release.wait()
+        return pb.GenerateResult(token_ids=to_tensor(np.array([1], np.int32)))
+
+    async def requests() -> AsyncIterator[pb.GenerateBatchRequest]:
+        yield pb.GenerateBatchRequest(requests=[pb.GenerateRequest(request_id=f"r{i}") for i in range(20)])
+        await asyncio.sleep(0.05)
+        release.set()
+
+    replies = [r async for r in BatchedSession(run_one).serve(requests())]
+    assert [len(r.results) for r in replies] == [20]
+    assert sorted(r.request_id for r in replies[0].results) == sorted(f"r{i}" for i in range(20))
