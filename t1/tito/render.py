@@ -9,6 +9,12 @@ The per-turn delta is rendered in a bounded anchor, not the whole history: a neu
 last assistant message, then the new messages. Its cost does not grow with the context. What the
 anchor cannot see (a template rewriting turns further back) is caught by the full-history check
 (`history_matches`), which the buffer runs every few turns and when a segment ends.
+
+Fast path (default; fast=False is the reference path it is measured and tested against): the anchor
+renders go through a TemplateMemo (a learnt conversation shape renders by concatenation, verified
+against the template; template_memo.py) and encode/decode call the `tokenizers` backend directly
+when that is provably the transformers wrapper's computation (codec.py). The full-history check and
+the opening prompt always render with the template.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from t1.tito.codec import DirectCodec, direct_codec
+from t1.tito.template_memo import TemplateMemo
 
 Message = dict[str, Any]
 
@@ -45,11 +54,14 @@ class ChatRenderer:
     """Renders conversations with the tokenizer's chat template; tokenizes template text only."""
 
     def __init__(self, tokenizer: ChatTokenizer, *, end_of_turn: str, tools: Sequence[dict] | None = None,
-                 template_kwargs: dict[str, Any] | None = None) -> None:
+                 template_kwargs: dict[str, Any] | None = None, fast: bool = True) -> None:
         self.tokenizer = tokenizer
         self.end_of_turn = end_of_turn
         self.tools = list(tools) if tools else None
         self.template_kwargs = dict(template_kwargs or {})
+        self._codec: DirectCodec | None = direct_codec(tokenizer, end_of_turn) if fast else None
+        self.memo: TemplateMemo | None = (TemplateMemo(tokenizer, self.render, self.tools, self.template_kwargs)
+                                          if fast else None)
         self.end_of_turn_ids = tuple(self.encode(end_of_turn))
         if not self.end_of_turn_ids:
             raise ValueError(f"end-of-turn text {end_of_turn!r} tokenizes to nothing")
@@ -63,10 +75,20 @@ class ChatRenderer:
         return text
 
     def encode(self, text: str) -> list[int]:
+        if self._codec is not None:
+            return self._codec.encode(text)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
+        if self._codec is not None:
+            return self._codec.decode(ids)
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _render_anchor(self, messages: Sequence[Message], add_generation_prompt: bool, fixed: int) -> str:
+        """render() of a delta anchor whose first `fixed` messages are constants (memoised when fast)."""
+        if self.memo is None:
+            return self.render(messages, add_generation_prompt)
+        return self.memo.render(messages, add_generation_prompt, fixed)
 
     def delta(self, last: Message, turn_text: str, new: Sequence[Message]) -> Delta:
         """The text that follows the buffer (ending in the assistant turn `last`, whose sampled and
@@ -77,8 +99,8 @@ class ChatRenderer:
         history_stable: appending `new` left the anchor's rendering of `last` unchanged.
         """
         anchor = [_BASE[0], last]
-        prev = self.render(anchor, add_generation_prompt=False)
-        nxt = self.render([*anchor, *new], add_generation_prompt=True)
+        prev = self._render_anchor(anchor, False, fixed=1)
+        nxt = self._render_anchor([*anchor, *new], True, fixed=1)
         cut = prev.rfind(self.end_of_turn)
         matched = cut >= 0 and prev[:cut + len(self.end_of_turn)].endswith(turn_text)
         # What the template writes after the last turn's end-of-turn token, which was not sampled.
@@ -87,8 +109,8 @@ class ChatRenderer:
         if stable:
             added = nxt[len(prev):]
         else:
-            base_prev = self.render(_BASE, add_generation_prompt=False)
-            base_next = self.render([*_BASE, *new], add_generation_prompt=True)
+            base_prev = self._render_anchor(_BASE, False, fixed=len(_BASE))
+            base_next = self._render_anchor([*_BASE, *new], True, fixed=len(_BASE))
             if not base_next.startswith(base_prev):
                 raise ValueError("the chat template is not prefix-stable even on a neutral history; "
                                  "cannot render an observation delta")
