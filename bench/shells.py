@@ -1,6 +1,6 @@
 """Shell round trips and concurrent shells: framed shell vs exec-per-command vs tmux polling.
 
-Run: .venv/bin/python bench/shells.py [--commands 300] [--shells 1000] [--out FILE]
+Run: .venv/bin/python bench/shells.py [--commands 300] [--shells 1000] [--out FILE] [--cpu-only]
 
 Against a loopback OpenSSH sshd and the embedded server (bubblewrap on) it measures, for a
 trivial command, the round trip (p50/p99) and commands per second of
@@ -10,12 +10,20 @@ trivial command, the round trip (p50/p99) and commands per second of
 then how many idle framed shells one process holds open at once and the client memory per
 shell (RSS growth of this process / shells). For the concurrency run the embedded server lives
 in a child process so that its memory is not counted as client memory.
+
+The client-CPU section measures what a coordinator pays per `SshShell.run("true")`: process CPU
+time (user + system) of this process over many commands, with the server in another process.
+It compares cipher settings side by side in one run, rounds alternating between them, because
+the machine is noisy: chacha20-poly1305 alone (asyncssh's default choice) against T1's
+preference list (`ssh_sandbox.CIPHERS`), each against sshd and the embedded server.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -25,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +42,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import asyncssh
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.rpc.loop import run as run_on_coordinator_loop
 from t1.sandbox.local import LocalProvider
-from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
+from t1.sandbox.ssh_sandbox import CIPHERS, SshEndpoint, SshSandbox
 from t1.sandbox.ssh_shell import SshShell
 from t1.sandbox.sshd import SshdProcess
 from t1.sandbox.types import SandboxRequest
 
 SHELL_CFG = ShellConfig()
+CIPHER_SETTINGS = {"chacha20": ("chacha20-poly1305@openssh.com",), "preferred": CIPHERS}
+"""Client cipher settings compared by the CPU section: asyncssh's default pick, and T1's list."""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -100,6 +112,48 @@ async def bench_tmux(sandbox: SshSandbox, n: int, scratch: str) -> dict[str, flo
     return out
 
 
+async def client_cpu(endpoints: dict[str, SshEndpoint], n: int, rounds: int) -> dict[str, dict[str, Any]]:
+    """Process CPU ms per framed round trip for each named endpoint setting, rounds alternating."""
+    boxes = {name: await SshSandbox.connect(name, endpoint, SHELL_CFG) for name, endpoint in endpoints.items()}
+    try:
+        shells = {name: await box.open_shell() for name, box in boxes.items()}
+        for shell in shells.values():
+            for _ in range(20):
+                await shell.run("true")
+        per_round: dict[str, list[float]] = {name: [] for name in shells}
+        for _ in range(rounds):
+            for name, shell in shells.items():
+                gc.collect()
+                start = time.process_time()
+                for _ in range(n):
+                    await shell.run("true")
+                per_round[name].append(1000 * (time.process_time() - start) / n)
+        return {name: {"cpu_ms_per_cmd": statistics.median(ms), "min_ms": min(ms), "rounds_ms": ms,
+                       "cipher": boxes[name].conn.get_extra_info("send_cipher"), "n": n * rounds}
+                for name, ms in per_round.items()}
+    finally:
+        for box in boxes.values():
+            await box.close()
+
+
+async def cpu_section(n: int, rounds: int) -> dict[str, Any]:
+    """`client_cpu` for every cipher setting against sshd and against an embedded server in a child process."""
+    out: dict[str, Any] = {"loop": type(asyncio.get_running_loop()).__module__}
+    sshd_proc = SshdProcess()
+    try:
+        sshd = sshd_proc.start().endpoint()
+        out["sshd"] = await client_cpu(
+            {name: dataclasses.replace(sshd, ciphers=algs) for name, algs in CIPHER_SETTINGS.items()}, n, rounds)
+    finally:
+        sshd_proc.stop()
+    async with embedded_server(len(CIPHER_SETTINGS)) as spec:
+        sandboxes = [e for _, e in _endpoints({**spec, "users": spec["ids"]})]  # one sandbox per setting
+        settings = zip(CIPHER_SETTINGS.items(), sandboxes, strict=True)
+        out["embedded"] = await client_cpu(
+            {name: dataclasses.replace(e, ciphers=algs) for (name, algs), e in settings}, n, rounds)
+    return out
+
+
 def _rss_kb() -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -108,7 +162,7 @@ def _rss_kb() -> int:
     return 0
 
 
-async def hold_shells(endpoints: list[tuple[str, SshEndpoint]], parallel: int = 16) -> dict[str, float]:
+async def hold_shells(endpoints: list[tuple[str, SshEndpoint]], parallel: int = 16) -> dict[str, Any]:
     """Open one connection + framed shell per endpoint, all at once held idle; memory per shell."""
     gc.collect()
     before = _rss_kb()
@@ -179,7 +233,9 @@ async def hold_in_fresh_client(spec: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(out.decode().strip().splitlines()[-1]))
 
 
-async def concurrent_embedded(n: int) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def embedded_server(n: int) -> AsyncIterator[dict[str, Any]]:
+    """An embedded server with n sandboxes in a child process (its CPU and memory are not ours)."""
     root = tempfile.mkdtemp(prefix="t1-bench-")
     os.chmod(root, 0o711)
     server = await asyncio.create_subprocess_exec(
@@ -187,13 +243,17 @@ async def concurrent_embedded(n: int) -> dict[str, Any]:
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 24,
     )
     assert server.stdout is not None and server.stdin is not None
-    info = json.loads(await server.stdout.readline())
     try:
-        return await hold_in_fresh_client({"port": info["port"], "key_file": info["key_file"],
-                                           "host_key": info["host_key"], "users": info["ids"]})
+        yield json.loads(await server.stdout.readline())
     finally:
         server.stdin.close()
         await server.wait()
+
+
+async def concurrent_embedded(n: int) -> dict[str, Any]:
+    async with embedded_server(n) as info:
+        return await hold_in_fresh_client({"port": info["port"], "key_file": info["key_file"],
+                                           "host_key": info["host_key"], "users": info["ids"]})
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -207,8 +267,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     os.chmod(root, 0o711)
     provider = LocalProvider(LocalProviderConfig(root=Path(root) / "trees"), SHELL_CFG)
     try:
-        servers = {"sshd": (await SshSandbox.connect("sshd", sshd.endpoint(), SHELL_CFG), sshd_proc.work),
-                   "embedded": (await provider.create(SandboxRequest()), "/tmp")}
+        sshd_box = await SshSandbox.connect("sshd", sshd.endpoint(), SHELL_CFG)
+        servers = {"sshd": (sshd_box, sshd_proc.work), "embedded": (await provider.create(SandboxRequest()), "/tmp")}
         for name, (box, scratch) in servers.items():
             assert isinstance(box, SshSandbox)
             results[name] = {
@@ -216,7 +276,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "exec": await bench_exec(box, max(20, args.commands // 5)),
                 "tmux": await bench_tmux(box, box_tmux_n(args), str(scratch)),
             }
-        await servers["sshd"][0].close()
+        await sshd_box.close()
         results["concurrent"] = {
             "embedded": await concurrent_embedded(args.shells),
             "sshd": await hold_in_fresh_client({"port": sshd.port, "key_file": str(sshd.key_file),
@@ -233,7 +293,22 @@ def box_tmux_n(args: argparse.Namespace) -> int:
     return max(10, args.commands // 10)
 
 
+def print_cpu_table(results: dict[str, Any]) -> None:
+    print(f"{'server':9} {'ciphers':10} {'negotiated':30} {'CPU ms/cmd':>10} {'min':>6} {'vs chacha20':>12}")
+    for server in ("sshd", "embedded"):
+        settings = results["client_cpu"][server]
+        base = settings["chacha20"]["cpu_ms_per_cmd"]
+        for name, r in settings.items():
+            print(f"{server:9} {name:10} {r['cipher']:30} {r['cpu_ms_per_cmd']:10.3f} {r['min_ms']:6.3f} "
+                  f"{r['cpu_ms_per_cmd'] / base:11.2f}x")
+    print(f"(client process CPU per SshShell.run('true'), median of rounds, {results['client_cpu']['loop']} loop)")
+    print()
+
+
 def print_table(results: dict[str, Any]) -> None:
+    print_cpu_table(results)
+    if "concurrent" not in results:
+        return
     print(f"{'server':9} {'mode':7} {'p50 ms':>8} {'p99 ms':>8} {'cmds/s':>8} {'p50 vs framed':>14}")
     for server in ("sshd", "embedded"):
         framed = results[server]["framed"]["p50_ms"]
@@ -253,6 +328,9 @@ if __name__ == "__main__":
     parser.add_argument("--commands", type=int, default=300, help="Framed-shell commands per server (exec: /5, tmux: /10).")
     parser.add_argument("--shells", type=int, default=1000, help="Concurrent idle shells against the embedded server.")
     parser.add_argument("--sshd-shells", type=int, default=200, help="Concurrent idle shells against sshd.")
+    parser.add_argument("--cpu-commands", type=int, default=400, help="Commands per setting and round, client-CPU section.")
+    parser.add_argument("--cpu-rounds", type=int, default=6, help="Alternating rounds of the client-CPU section.")
+    parser.add_argument("--cpu-only", action="store_true", help="Run only the client-CPU section.")
     parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
     parser.add_argument("--serve-embedded", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -265,7 +343,13 @@ if __name__ == "__main__":
     if cli.serve_embedded is not None:
         asyncio.run(_serve_embedded(cli.serve_embedded, cli.root))
         sys.exit(0)
-    res = asyncio.run(main(cli))
+    # On the coordinator's loop (uvloop where installed), unlike the rest: the in-process embedded
+    # server of `main` spawns sessions as other users, which uvloop's subprocess_exec rejects.
+    cpu = run_on_coordinator_loop(cpu_section(cli.cpu_commands, cli.cpu_rounds))
+    res = {"machine": f"{platform.node()} {os.cpu_count()} cpus {platform.platform()}", "settings": vars(cli).copy()}
+    if not cli.cpu_only:
+        res = asyncio.run(main(cli))
+    res["client_cpu"] = cpu
     print_table(res)
     if cli.out:
         cli.out.write_text(json.dumps(res, indent=2, default=str))

@@ -53,6 +53,7 @@ _ANSI_RE = re.compile(
     rb"|\x1b[ -/][0-~]"  # charset selection
 )
 _CONTROL_RE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_NEEDS_CLEANING_RE = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")  # controls, ESC and CR: all `clean_output` changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,8 @@ class CappedOutput:
 
 def clean_output(raw: bytes) -> str:
     """Strip ANSI sequences and control bytes, resolve carriage returns as a terminal would, decode."""
+    if _NEEDS_CLEANING_RE.search(raw) is None:  # most output: one scan, no copies
+        return raw.decode("utf-8", "replace")
     data = _ANSI_RE.sub(b"", raw)
     data = data.replace(b"\r\n", b"\n")
     if b"\r" in data:
@@ -181,28 +184,29 @@ class FrameScanner:
         """Start the next command; bytes already past the last frame count as its output."""
         self.output = CappedOutput(self._cap)
         self.frame = None
-        leftover, self._pending = bytes(self._pending), bytearray()
-        if leftover:
+        if self._pending:
+            leftover, self._pending = bytes(self._pending), bytearray()
             self.feed(leftover)
 
     def feed(self, data: bytes) -> None:
         if self.frame is not None:
             self._pending += data  # belongs to the next command
             return
-        buf = self._pending + data
-        idx = buf.find(self._marker)
+        buf = self._pending + data if self._pending else data
+        marker = self._marker
+        idx = buf.find(marker)
         if idx < 0:
-            keep = min(len(buf), len(self._marker) - 1)
+            keep = min(len(buf), len(marker) - 1)
             self.output.add(memoryview(buf)[: len(buf) - keep])
-            self._pending = buf[len(buf) - keep :]
+            self._pending = bytearray(buf[len(buf) - keep :])
             return
         self.output.add(memoryview(buf)[:idx])
-        rest = buf[idx + len(self._marker) :]
-        end = rest.find(b"\n")
+        status = idx + len(marker)
+        end = buf.find(b"\n", status)
         if end < 0:
-            if len(rest) > self._MAX_STATUS:
+            if len(buf) - status > self._MAX_STATUS:
                 raise ValueError("malformed frame from the remote shell (status line too long)")
-            self._pending = buf[idx:]
+            self._pending = bytearray(buf[idx:])
             return
-        self.frame = _parse_status(bytes(rest[:end]))
-        self._pending = bytearray(rest[end + 1 :])
+        self.frame = _parse_status(bytes(buf[status:end]))
+        self._pending = bytearray(buf[end + 1 :])

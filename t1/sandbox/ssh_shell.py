@@ -27,14 +27,28 @@ START_TIMEOUT_S = 30.0
 
 
 class _FramedSession(asyncssh.SSHClientSession[bytes]):
-    """Feeds channel bytes to the scanner and wakes the waiting command on a frame or channel end."""
+    """Feeds channel bytes to the scanner and wakes the waiting command on a frame or channel end.
+
+    The waiter is a bare future rather than an `asyncio.Event` under `wait_for`: on Python 3.11
+    `wait_for` wraps the wait in a new Task, which costs loop iterations on every command.
+    """
 
     def __init__(self, scanner: framing.FrameScanner) -> None:
         self.scanner = scanner
-        self.event = asyncio.Event()
+        self.waiter: asyncio.Future[bool] | None = None
         self.closed = False
         self.lost: Exception | None = None
         self.error: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        """A frame arrived, the stream broke the protocol, or the channel ended."""
+        return self.scanner.frame is not None or self.error is not None or self.closed
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
         try:
@@ -42,12 +56,31 @@ class _FramedSession(asyncssh.SSHClientSession[bytes]):
         except ValueError as exc:
             self.error = exc
         if self.scanner.frame is not None or self.error is not None:
-            self.event.set()
+            self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.lost = exc
-        self.event.set()
+        self._wake()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when `done` within `timeout` seconds."""
+        if self.done:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        timer = loop.call_later(timeout, _expire, waiter)
+        self.waiter = waiter
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 class SftpFiles:
@@ -132,9 +165,7 @@ class SshShell(SftpFiles):
         assert isinstance(session, _FramedSession)
         self._chan, self._session = chan, session
         chan.write(framing.worker_message(framing.init_body(self._token, self._cwd)))
-        try:
-            await asyncio.wait_for(session.event.wait(), START_TIMEOUT_S)
-        except TimeoutError:
+        if not await session.wait(START_TIMEOUT_S):
             chan.abort()
             raise SandboxLost(f"the remote shell did not start within {START_TIMEOUT_S:.0f}s") from None
         frame = scanner.frame
@@ -171,15 +202,14 @@ class SshShell(SftpFiles):
             restarted = True
         session, scanner = self._session, self._session.scanner
         scanner.reset()
-        session.event.clear()
         start = time.monotonic()
         self._in_flight = True
         self._send(framing.worker_message(framing.command_body(command, self._token)))  # token of this shell
-        timed_out = not await self._wait(session, timeout)
+        timed_out = not await session.wait(timeout)
         if timed_out:
             for message, grace in ((b"I\n", self._grace_s), (b"K\n", KILL_GRACE_S)):
                 self._send(message)
-                if await self._wait(session, grace):
+                if await session.wait(grace):
                     break
         self._in_flight = False
         if session.error is not None:
@@ -208,15 +238,6 @@ class SshShell(SftpFiles):
             self._chan.write(data)
         except (OSError, asyncssh.Error, BrokenPipeError):
             self._raise_if_connection_lost()
-
-    @staticmethod
-    async def _wait(session: _FramedSession, timeout: float) -> bool:
-        """True when a frame arrived or the channel ended within `timeout`."""
-        try:
-            await asyncio.wait_for(session.event.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
 
     async def _restart(self) -> None:
         """Kill what is left of the old shell and start a new one in the last known cwd."""

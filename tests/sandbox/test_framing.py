@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,3 +73,29 @@ def test_tokens_never_appear_joined_in_what_is_sent() -> None:
     assert joined not in supervisor_command(token)
     assert joined not in command_body("echo hi", token)
     assert "'it'\\''s'" in command_body("it's", token)
+
+
+_SHOWN_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+_TERMINAL_BYTES = st.lists(
+    st.sampled_from([b"a", b"\xc3\xa9", b"\xff", b"\n", b"\t", b"\r", b"\r\n", b"\x1b", b"\x1b[1;31m", b"\x1b]0;t\x07",
+                     b"\x1b(B", b"\x00", b"\x07", b"\x08", b"\x7f", b"[", b"m"]),
+    max_size=40,
+).map(b"".join)
+
+
+@given(st.one_of(st.binary(max_size=200), _TERMINAL_BYTES))
+def test_clean_output_leaves_no_terminal_controls(raw: bytes) -> None:
+    cleaned = clean_output(raw)
+    assert _SHOWN_CONTROLS.search(cleaned) is None
+    if not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", raw):
+        assert cleaned == raw.decode("utf-8", "replace")
+
+
+def test_status_line_without_end_is_an_error() -> None:
+    token = Token.new()
+    scanner = FrameScanner(token, cap_bytes=4096)
+    scanner.feed(b"out" + token.marker + b"0 /a")
+    assert scanner.frame is None
+    with pytest.raises(ValueError, match="status line too long"):
+        scanner.feed(b"x" * 70000)

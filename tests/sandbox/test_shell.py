@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from t1.sandbox.ssh_sandbox import CIPHERS, SshEndpoint, SshSandbox
 from t1.sandbox.ssh_shell import SshShell
 from t1.sandbox.terminal import TerminalShell
 from t1.sandbox.types import SandboxLost, Terminal
 
-from .conftest import Server
+from .conftest import SHELL_CFG, Server
 
 
 async def _shell(server: Server) -> SshShell:
@@ -180,6 +182,26 @@ async def test_bad_arguments_are_named(server: Server) -> None:
         await shell.run("true", timeout_s=0)
     with pytest.raises(ValueError, match="NUL"):
         await shell.run("echo \x00")
+
+
+async def test_aead_cipher_first_and_fallbacks_still_work(server: Server) -> None:
+    conn = server.sandbox.conn
+    assert conn.get_extra_info("send_cipher") == conn.get_extra_info("recv_cipher") == CIPHERS[0]
+    assert conn.get_extra_info("send_compression") == "none"
+    chacha = dataclasses.replace(server.sandbox.endpoint, ciphers=("chacha20-poly1305@openssh.com",))
+    box = await SshSandbox.connect(f"{server.sandbox.id}-chacha", chacha, SHELL_CFG)
+    try:
+        assert box.conn.get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
+        shell = await box.open_shell()
+        assert (await shell.run("echo $((6*7))")).output == "42\n"
+    finally:
+        await box.close()
+
+
+def test_endpoints_refuse_the_none_cipher() -> None:
+    for ciphers in [("none",), ("aes256-gcm@openssh.com", "none"), ()]:
+        with pytest.raises(ValueError, match="ciphers"):
+            SshEndpoint("127.0.0.1", 22, "root", ciphers=ciphers)
 
 
 async def _screen_until(term: TerminalShell, text: str, count: int = 1, timeout_s: float = 10.0) -> str:
