@@ -38,6 +38,7 @@ from t1.tasks.transfer import SetupError
 from t1.tasks.verifier import run_verifier
 from t1.tito import ChatRenderer, TokenBuffer
 from t1.tito.diagnostics import retokenize_mismatch, segment_drift
+from t1.trajectory.offload import offload
 from t1.trajectory.types import EpisodeStatus, Trajectory, VerifierSummary
 
 log = logging.getLogger(__name__)
@@ -140,8 +141,17 @@ class Episode:
         self._pending_obs: list[dict] = []
         # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids).
         self._sampled: list[tuple[int, int, np.ndarray]] = []
+        # Labelled children looked up once, not per turn.
+        self._generate_latency = m.TURN_LATENCY.labels(part="generate")
+        self._commands_latency = m.TURN_LATENCY.labels(part="commands")
 
     async def run(self) -> EpisodeResult:
+        try:
+            return await self._run()
+        finally:
+            self.tx.close()  # flushes the buffered transcript however the episode ends, cancelled included
+
+    async def _run(self) -> EpisodeResult:
         t0 = time.monotonic()
         spec, task = self.spec, self.spec.task
         deadline = t0 + task.agent_timeout_sec * spec.limits.timeout_multiplier
@@ -172,7 +182,7 @@ class Episode:
                 failure_mode=FailureMode.INFRA_ERROR, detail=str(exc))
         finally:
             m.ACTIVE_EPISODES.dec()
-        return self._finish(status, why, report, time.monotonic() - t0)
+        return await self._finish(status, why, report, time.monotonic() - t0)
 
     async def _in_sandbox(self, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
@@ -225,13 +235,14 @@ class Episode:
             self._fit_context()
             t_gen = time.monotonic()
             result = await self._generate_turn(deadline)
-            m.TURN_LATENCY.labels(part="generate").observe(time.monotonic() - t_gen)
+            self._generate_latency.observe(time.monotonic() - t_gen)
             ids = result.token_ids.tolist()
             eot = self._renderer.end_of_turn_ids
             text = self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
             self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
                                   np.array(result.token_ids, np.int64)))
-            self.buf.append_generation(result)
+            # The buffer's default message is this same decoded text: handing it over saves a second decode.
+            self.buf.append_generation(result, {"role": "assistant", "content": text})
             self.tx.turn(self.turns, text, len(ids), len(self.buf.prompt_ids()), result.policy_version,
                          str(result.finish_reason))
             parsed = self.spec.fmt.parse(text)
@@ -249,7 +260,7 @@ class Episode:
                 self._commands.append((cmd.text, res.exit_code))
                 self.tx.command(cmd.text, res.output, res.exit_code, res.duration_s, res.timed_out)
                 outputs.append(format_output(cmd.text, res.output, res.exit_code, res.timed_out, res.truncated))
-            m.TURN_LATENCY.labels(part="commands").observe(time.monotonic() - t_cmd)
+            self._commands_latency.observe(time.monotonic() - t_cmd)
             self.turns += 1
             m.ROLLOUT_TURNS.inc()
             k = limits.process_every_k
@@ -323,7 +334,8 @@ class Episode:
                          if report.failure_mode is not FailureMode.NONE else "")
         return report
 
-    def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float) -> EpisodeResult:
+    async def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float
+                      ) -> EpisodeResult:
         spec = self.spec
         infra = status is EpisodeStatus.INFRA_ERROR
         reward = 0.0 if infra else episode_reward(report, spec.reward_mode)
@@ -331,20 +343,26 @@ class Episode:
             last = self.turns - 1
             self._turn_rewards[last] = self._turn_rewards.get(last, 0.0) + report.passed - self._passed_so_far
         turn_rewards = {} if infra else self._turn_rewards
-        traj = self.buf.export(
-            id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id, attempt=spec.attempt, reward=reward,
-            status=status, verifier=VerifierSummary(report.passed, report.total,
-                                                    tuple((t.name, t.status.value) for t in report.tests)),
-            timings=(("episode_s", duration),), turn_rewards=turn_rewards)
+        verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
+        # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
+        # touches this episode's buffer any more.
+        traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration, turn_rewards)
         m.EPISODES.labels(status=status.value).inc()
         if not infra:
             m.EPISODE_REWARD.observe(reward)
         failure = why or ("" if report.failure_mode is FailureMode.NONE else report.failure_mode.value)
         self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
         self.tx.close()
-        drift, changed, total = self._tito_checks(traj)
         return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
                              total)
+
+    def _export(self, status: EpisodeStatus, reward: float, verifier: VerifierSummary, duration: float,
+                turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int]]:
+        spec = self.spec
+        traj = self.buf.export(id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id,
+                               attempt=spec.attempt, reward=reward, status=status, verifier=verifier,
+                               timings=(("episode_s", duration),), turn_rewards=turn_rewards)
+        return traj, self._tito_checks(traj)
 
     def _tito_checks(self, traj: Trajectory) -> tuple[int, int, int]:
         """Drift of the exported segments against the sampler's record, and the re-tokenization diagnostic."""

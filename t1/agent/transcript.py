@@ -1,4 +1,10 @@
-"""Per-episode transcripts a person can read: one Markdown file, written turn by turn (tail -f works)."""
+"""Per-episode transcripts a person can read: one Markdown file, written turn by turn (tail -f works).
+
+Writes are buffered: a turn's text reaches the file at the latest FLUSH_EVERY_S after it was written,
+and at once for the rare events that explain an episode (notes, verifier results, the result). The
+episode closes its transcript however it ends (finished, failed or cancelled), so nothing written
+is lost with the episode; a killed process loses at most the last FLUSH_EVERY_S of turns.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ from pathlib import Path
 from typing import IO
 
 _FENCE = "````"
+FLUSH_EVERY_S = 2.0
+_BUFFER_BYTES = 1 << 16
 
 
 class Transcript:
@@ -18,17 +26,21 @@ class Transcript:
         if directory is not None:
             self.path = directory / task_id.replace("/", "__") / f"{episode_id}.md"
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
-        self._t0 = time.monotonic()
+            self._file = self.path.open("w", encoding="utf-8", buffering=_BUFFER_BYTES)
+        self._t0 = self._flushed = time.monotonic()
 
-    def _w(self, text: str) -> None:
-        if self._file is not None:
-            self._file.write(text)
+    def _w(self, text: str, flush: bool = False) -> None:
+        if self._file is None:
+            return
+        self._file.write(text)
+        now = time.monotonic()
+        if flush or now - self._flushed >= FLUSH_EVERY_S:
             self._file.flush()
+            self._flushed = now
 
     def header(self, task_id: str, episode_id: str, agent_format: str, instruction: str, prompt_tokens: int) -> None:
         self._w(f"# Episode {episode_id}\n\n- task: {task_id}\n- format: {agent_format}\n"
-                f"- opening prompt: {prompt_tokens} tokens\n\n## Instruction\n\n{instruction.strip()}\n\n")
+                f"- opening prompt: {prompt_tokens} tokens\n\n## Instruction\n\n{instruction.strip()}\n\n", flush=True)
 
     def turn(self, turn: int, reply: str, sampled: int, context: int, version: int, finish: str) -> None:
         self._w(f"## Turn {turn}  (t={time.monotonic() - self._t0:.1f}s, sampled {sampled} tokens, context "
@@ -40,18 +52,19 @@ class Transcript:
                 f"exit {exit_code}, {duration_s:.2f}s{flag}\n\n{_FENCE}\n{output.rstrip()}\n{_FENCE}\n\n")
 
     def note(self, text: str) -> None:
-        self._w(f"> {text}\n\n")
+        self._w(f"> {text}\n\n", flush=True)
 
     def verifier(self, label: str, passed: int, total: int, detail: str = "") -> None:
-        self._w(f"### Verifier ({label}): {passed}/{total} passed{(' - ' + detail) if detail else ''}\n\n")
+        self._w(f"### Verifier ({label}): {passed}/{total} passed{(' - ' + detail) if detail else ''}\n\n", flush=True)
 
     def footer(self, status: str, reward: float, turns: int, tokens: int, duration_s: float,
                turn_rewards: dict[int, float]) -> None:
         rewards = ", ".join(f"t{k}: {v:g}" for k, v in sorted(turn_rewards.items()) if v)
         self._w(f"## Result\n\n- status: {status}\n- reward: {reward:g}\n- turns: {turns}\n- tokens: {tokens}\n"
-                f"- duration: {duration_s:.1f}s\n" + (f"- turn rewards: {rewards}\n" if rewards else ""))
+                f"- duration: {duration_s:.1f}s\n" + (f"- turn rewards: {rewards}\n" if rewards else ""), flush=True)
 
     def close(self) -> None:
+        """Flush and close; safe to call more than once."""
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -27,7 +27,8 @@ from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
 from t1.trajectory.codec import encode_trajectory
-from t1.trajectory.types import EpisodeStatus
+from t1.trajectory.offload import offload
+from t1.trajectory.types import EpisodeStatus, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +112,10 @@ class RolloutRunner:
     async def train_episode(self, task: TaskSpec, group_id: str, attempt: int, spool: Spool) -> EpisodeResult:
         """One training attempt; its trajectory (infra errors too, so the group completes) is spooled."""
         result = await self.run_episode(task, group_id, attempt)
-        traj = result.trajectory
-        for seg in traj.segments:
-            self.stats.versions.update(int(v) for v in np.unique(seg.policy_versions[seg.loss_mask]))
-        await spool.append(traj.id, encode_trajectory(traj))
+        # Encoding tens of MB of routing is pure work: off the event loop, like the export before it.
+        payload, versions = await offload(_encode, result.trajectory)
+        self.stats.versions.update(versions)
+        await spool.append(result.trajectory.id, payload)
         return result
 
     def as_attempt_runner(self):  # -> AttemptRunner
@@ -127,6 +128,14 @@ class RolloutRunner:
             return outcome_of(a.task.id, a.attempt, r)
 
         return run
+
+
+def _encode(traj: Trajectory) -> tuple[bytes, set[int]]:
+    """The spool payload, and the policy versions that sampled the trajectory's tokens."""
+    versions: set[int] = set()
+    for seg in traj.segments:
+        versions.update(int(v) for v in np.unique(seg.policy_versions[seg.loss_mask]))
+    return encode_trajectory(traj), versions
 
 
 def outcome_of(task_id: str, attempt: int, r: EpisodeResult) -> AttemptOutcome:

@@ -148,13 +148,15 @@ class Spool:
         async with self._write_lock:
             if trajectory_id in self._seq_of:
                 return False
-            frame = sf.encode_record(trajectory_id, payload)
-            if self._active_size and self._active_size + len(frame) > self.segment_bytes:
+            head = sf.record_head(trajectory_id, len(payload))
+            size = sf.record_frame_size(head, len(payload))
+            if self._active_size and self._active_size + size > self.segment_bytes:
                 self._active += 1
                 self._active_size = 0
             index = self._active
-            await asyncio.to_thread(self._write, sf.segment_path(self.directory, index), frame)
-            self._active_size += len(frame)
+            # The frame's CRC, write and fsync run on a thread: the loop never touches the payload's bytes.
+            await asyncio.to_thread(self._write, sf.segment_path(self.directory, index), head, payload)
+            self._active_size += size
             self._seg_live[index] = self._seg_live.get(index, 0) + 1
             self._seg_acked.setdefault(index, set())
             seq = self._add_pending(Record(trajectory_id, payload, index))
@@ -165,9 +167,9 @@ class Spool:
             q.put_nowait(seq)
         return True
 
-    def _write(self, path: Path, frame: bytes) -> None:
+    def _write(self, path: Path, head: bytes, payload: bytes) -> None:
         with path.open("ab") as f:
-            f.write(frame)
+            sf.write_record(f, head, payload)
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())

@@ -13,6 +13,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import msgpack
 
@@ -46,6 +47,37 @@ def encode_frame(body: bytes) -> bytes:
 
 def encode_record(trajectory_id: str, payload: bytes) -> bytes:
     return encode_frame(msgpack.packb([trajectory_id, payload], use_bin_type=True))
+
+
+def record_head(trajectory_id: str, payload_len: int) -> bytes:
+    """The msgpack bytes of a record body before its payload: `[trajectory_id, bin header]`.
+
+    body = record_head(id, len(payload)) + payload is exactly encode_record's body, built without
+    copying a payload of tens of MB.
+    """
+    if payload_len < 1 << 8:
+        bin_head = struct.pack(">BB", 0xC4, payload_len)
+    elif payload_len < 1 << 16:
+        bin_head = struct.pack(">BH", 0xC5, payload_len)
+    elif payload_len < 1 << 32:
+        bin_head = struct.pack(">BI", 0xC6, payload_len)
+    else:
+        raise ValueError(f"a spool payload is at most 4 GiB, got {payload_len} bytes")
+    return b"\x92" + msgpack.packb(trajectory_id, use_bin_type=True) + bin_head
+
+
+def record_frame_size(head: bytes, payload_len: int) -> int:
+    return _HEADER.size + len(head) + payload_len
+
+
+def write_record(f: BinaryIO, head: bytes, payload: bytes) -> None:
+    """Write the frame of encode_record(id, payload) given record_head(id, len(payload)), in place of a copy.
+
+    Pure C work on the payload (CRC, write) that releases the GIL: meant for a worker thread.
+    """
+    crc = zlib.crc32(payload, zlib.crc32(head))
+    f.write(_HEADER.pack(len(head) + len(payload), crc) + head)
+    f.write(payload)
 
 
 def read_frames(path: Path) -> tuple[list[bytes], int]:

@@ -93,8 +93,54 @@ def trajectory_to_obj(t: Trajectory) -> dict[str, Any]:
 
 
 def encode_trajectory(t: Trajectory) -> bytes:
-    """One trajectory as msgpack bytes."""
-    return msgpack.packb(trajectory_to_obj(t), default=_default, use_bin_type=True)
+    """One trajectory as msgpack bytes: msgpack.packb(trajectory_to_obj(t), default=_default), built in one copy.
+
+    The array bytes (tens of MB of routing) are not copied into an ExtType and then into msgpack's
+    growing buffer: every small part is packed by msgpack, arrays are framed here, and one join
+    copies each array's buffer once into the record.
+    """
+    parts: list[Any] = []
+    _pack_into(trajectory_to_obj(t), parts, msgpack.Packer(use_bin_type=True))
+    return b"".join(parts)
+
+
+def _pack_into(obj: Any, parts: list[Any], packer: msgpack.Packer) -> None:
+    """Append the msgpack bytes of obj to parts (byte-identical to packb): containers of arrays are walked,
+    arrays framed in place, everything else packed whole."""
+    if isinstance(obj, np.ndarray):
+        _array_parts(obj, parts)
+    elif isinstance(obj, dict) and any(isinstance(v, (np.ndarray, dict, list)) for v in obj.values()):
+        parts.append(packer.pack_map_header(len(obj)))
+        for k, v in obj.items():
+            parts.append(packer.pack(k))
+            _pack_into(v, parts, packer)
+    elif isinstance(obj, list) and obj and all(isinstance(v, dict) for v in obj):
+        parts.append(packer.pack_array_header(len(obj)))
+        for v in obj:
+            _pack_into(v, parts, packer)
+    else:
+        parts.append(msgpack.packb(obj, default=_default, use_bin_type=True))
+
+
+def _array_parts(arr: np.ndarray, parts: list[Any]) -> None:
+    """The ExtType of _pack_array(arr) as parts: ext header, array header, the array's own buffer."""
+    dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+    code = dt.str.encode()
+    head = _HEADER.pack(len(code), arr.ndim) + code + struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    body = memoryview(np.ascontiguousarray(arr, dtype=dt)).cast("B")  # type: ignore[arg-type]
+    n = len(head) + body.nbytes
+    if n in _FIXEXT:
+        ext = struct.pack(">BB", _FIXEXT[n], NDARRAY_EXT)
+    elif n < 1 << 8:
+        ext = struct.pack(">BBB", 0xC7, n, NDARRAY_EXT)
+    elif n < 1 << 16:
+        ext = struct.pack(">BHB", 0xC8, n, NDARRAY_EXT)
+    else:
+        ext = struct.pack(">BIB", 0xC9, n, NDARRAY_EXT)
+    parts += (ext, head, body)
+
+
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
 
 
 def _field(obj: dict[str, Any], key: str, where: str) -> Any:

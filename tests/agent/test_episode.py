@@ -6,12 +6,14 @@ are known: a solvable task resolves, and the tokens in the loss region are exact
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from t1.agent import transcript as transcript_module
 from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedPolicy
@@ -110,3 +112,58 @@ async def test_process_rewards_sum_to_final_count(tmp_path: Path, provider, rend
     rewards = [t.reward for t in result.trajectory.segments[0].turns]
     assert rewards == [1.0, 0.0] and result.trajectory.reward == 1.0
     assert json.dumps(rewards)
+
+
+async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, renderers, monkeypatch) -> None:
+    """Transcript writes are buffered; an episode cancelled mid-turn still leaves every turn it wrote on disk."""
+    monkeypatch.setattr(transcript_module, "FLUSH_EVERY_S", 3600.0)
+    task = load_task(_task(tmp_path, "t", "x"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    fmt = get_format("tool_calls")
+    policy = ScriptedPolicy(renderer)
+    policy.plan("ep-5", task, fmt)
+    second_turn = asyncio.Event()
+
+    async def stalls_on_second_turn(req: GenerateRequest) -> GenerateResult:
+        if policy.calls == 1:
+            second_turn.set()
+            await asyncio.Event().wait()  # the model never answers: the episode is cancelled here
+        return await policy(req)
+
+    tx = Transcript(tmp_path / "tx", task.id, "ep-5")
+    spec = EpisodeSpec("ep-5", task, "g", 0, fmt, SamplingParams(max_tokens=400))
+    run = asyncio.create_task(Episode(spec, stalls_on_second_turn, acquire_from(provider), renderer, tx).run())
+    await asyncio.wait_for(second_turn.wait(), 60)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert tx.path is not None
+    text = tx.path.read_text()
+    assert "## Turn 0" in text and "base64 -d" in text and "exit 0" in text
+
+
+async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, renderers) -> None:
+    """RolloutRunner.train_episode: export, encode and the fsynced append run off the loop; the spooled
+    record is the episode's trajectory, and the runner knows which policy versions sampled it."""
+    from t1.config.loader import load_config
+    from t1.coordinator.rollout import RolloutRunner
+    from t1.coordinator.spool import Spool
+    from t1.trajectory.codec import decode_trajectory, encode_trajectory
+
+    task = load_task(_task(tmp_path, "spooled", "yes"))
+    policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS], policy_version=7)
+    cfg = load_config(None)
+    runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, episode_id: policy, tmp_path / "tx",
+                           plan=policy.plan)
+    spool = Spool.open(tmp_path / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
+    result = await runner.train_episode(task, "grp", 0, spool)
+    assert result.status is EpisodeStatus.OK and result.trajectory.reward == 1.0
+    with spool.cursor() as cursor:
+        rec = cursor.next_nowait()
+    assert rec is not None and rec.trajectory_id == result.trajectory.id
+    assert rec.payload == encode_trajectory(result.trajectory)
+    back = decode_trajectory(rec.payload)
+    assert np.array_equal(back.segments[0].token_ids, result.trajectory.segments[0].token_ids)
+    assert runner.stats.versions == {7} and runner.stats.finished == 1
+    assert "## Result" in Path(result.transcript).read_text()
+    spool.close()

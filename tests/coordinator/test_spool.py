@@ -160,3 +160,32 @@ async def test_cursor_sees_new_appends_and_skips_acked(tmp_path: Path) -> None:
 def test_bad_sizes_are_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_bytes=0"):
         Spool.open(tmp_path, max_bytes=0, segment_bytes=10)
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 3 << 20])
+@pytest.mark.parametrize("tid", ["a", "g-" + "x" * 40 + "-a3", "tâche/épisode-1"])
+def test_record_written_in_pieces_is_byte_identical(tmp_path: Path, size: int, tid: str) -> None:
+    """The spool writes head and payload apart (no copy of a 30 MB payload): the frame is encode_record's."""
+    payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    head = sf.record_head(tid, len(payload))
+    path = tmp_path / "f"
+    with path.open("wb") as f:
+        sf.write_record(f, head, payload)
+    assert path.read_bytes() == sf.encode_record(tid, payload)
+    assert sf.record_frame_size(head, len(payload)) == path.stat().st_size
+    bodies, _ = sf.read_frames(path)
+    assert sf.decode_record(bodies[0], path) == (tid, payload)
+
+
+async def test_large_appends_read_back_after_reopen(tmp_path: Path) -> None:
+    spool = Spool.open(tmp_path, max_bytes=1 << 30, segment_bytes=5 << 20)
+    payloads = {f"t{i}": bytes([i]) * ((2 << 20) + i) for i in range(4)}
+    assert all(await asyncio.gather(*(spool.append(t, p) for t, p in payloads.items())))
+    spool.close()
+    again = Spool.open(tmp_path, max_bytes=1 << 30, segment_bytes=5 << 20)
+    with again.cursor() as cur:
+        got = {}
+        while (rec := cur.next_nowait()) is not None:
+            got[rec.trajectory_id] = rec.payload
+    assert got == payloads and len(sf.list_segments(tmp_path)) == 2
+    again.close()

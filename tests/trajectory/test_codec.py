@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import msgpack
@@ -93,3 +94,30 @@ def test_bad_bytes_name_the_field():
         obj = trajectory_to_obj(make())
         obj["segments"][0]["token_ids"] = obj["segments"][0]["token_ids"].astype(np.complex64)
         decode_trajectory(msgpack.packb(obj, default=_default))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 40, 12000])  # ext widths: fixext16 (3 bools), 8, 16, 32
+@pytest.mark.parametrize("routing_dtype", [np.uint8, np.uint16, None])
+def test_encoding_is_packb_of_the_object_byte_for_byte(n: int, routing_dtype) -> None:
+    """encode_trajectory frames arrays itself (one copy): the bytes stay msgpack's own, ext sizes of every width."""
+    from t1.trajectory.codec import _default
+
+    t = make(n, routing_dtype or np.uint8, seed=n)
+    if routing_dtype is None:
+        t = dataclasses.replace(t, segments=tuple(dataclasses.replace(s, routing=None) for s in t.segments))
+    want = msgpack.packb(trajectory_to_obj(t), default=_default, use_bin_type=True)
+    assert encode_trajectory(t) == want
+
+
+def test_big_endian_and_strided_arrays_encode_as_before() -> None:
+    from t1.trajectory.codec import _default
+
+    t = make(64)
+    s = t.segments[0]
+    odd = Segment(s.token_ids.astype(">i4"), s.logprobs, s.loss_mask, s.policy_versions,
+                  np.asfortranarray(s.routing), s.turns)
+    t = Trajectory(t.id, t.task_id, t.group_id, t.attempt, (odd,), t.reward, t.status)
+    assert encode_trajectory(t) == msgpack.packb(trajectory_to_obj(t), default=_default, use_bin_type=True)
+    back = decode_trajectory(encode_trajectory(t)).segments[0]
+    assert back.token_ids.dtype == np.dtype("<i4") and np.array_equal(back.token_ids, s.token_ids)
+    assert np.array_equal(back.routing, s.routing)
