@@ -39,7 +39,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.load_metrics import LagSampler, ProcessMeter, TurnClock, machine
+from bench.load_metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, machine
 from bench.load_report import print_table, scale_result
 from bench.sim_inference import Latency
 
@@ -172,6 +172,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pid})
     lag = LagSampler()
     lag.start()
+    gc_pauses = GcPauses()
+    gc_pauses.start()
     acker = asyncio.create_task(ack_everything(spool))
     rss_base = meter.rss("coordinator")
     t_start = time.monotonic()
@@ -198,7 +200,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             # with psutil takes seconds of this process's CPU and must not count as coordinator work.
             cpu0["coordinator"] = time.process_time()
             w0 = time.monotonic()
-            lag.recording = True
+            lag.recording = gc_pauses.recording = True
             deadline = float("inf") if finite else w0 + args.window_s
             timeline: list[dict[str, float]] = []
             mark = (w0, 0, time.process_time())
@@ -206,7 +208,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
                 await asyncio.sleep(0.1)
                 if time.monotonic() - mark[0] >= args.timeline_s:
                     mark = timeline_point(timeline, mark, w0, clock.generations, live.turn_of)
-            lag.recording = False
+            lag.recording = gc_pauses.recording = False
             window = time.monotonic() - w0
             turns = clock.generations
             live_at_end = live.live
@@ -223,6 +225,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         stop.set()
         scheduler.stop()
         await lag.stop()
+        gc_pauses.stop()
         acker.cancel()
         await pool.close()
         await sandboxes.close()
@@ -240,6 +243,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         round((rss_ramp - rss_base) / live_ramp / 1024, 1) if gate is not None and live_ramp else None)
     if out["rss_per_episode_at_ramp_end_kb"] is not None:  # the clean figure: no trajectory arrays yet
         out["targets"]["rss_per_live_episode_under_200kb"] = out["rss_per_episode_at_ramp_end_kb"] < 200
+    out["gc_pauses"] = gc_pauses.summary()
     out["episode_statuses"] = dict(run.statuses)
     out["timeline"] = timeline
     out["episodes_launched"] = run.launched

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import platform
 import subprocess
@@ -54,6 +55,37 @@ class LagSampler:
             await asyncio.sleep(self.interval_s)
             if self.recording:
                 self.samples.append(max(0.0, loop.time() - expected))
+
+
+class GcPauses:
+    """Durations of this process's garbage collections while recording (a full collection stalls the loop)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self.recording = False
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self.recording:
+            self.pauses.append((info["generation"], time.perf_counter() - self._t0))
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per generation: collections, total and longest pause in ms."""
+        out = {}
+        for gen in (0, 1, 2):
+            d = [s for g, s in self.pauses if g == gen]
+            out[f"gen{gen}"] = {"count": len(d), "total_ms": round(sum(d) * 1e3, 1),
+                                "max_ms": round(max(d, default=0.0) * 1e3, 1)}
+        return out
 
 
 class ProcessMeter:

@@ -31,12 +31,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from t1.coordinator.app import Coordinator
 
     coordinator = Coordinator(cfg, args.config, list(args.overrides))
-    if cfg.sandbox.provider == "local":
-        # The embedded SSH server spawns sessions with user=/group= (per-sandbox uids), which
-        # uvloop's subprocess_exec does not accept: the local run uses the default loop.
-        import asyncio
-
-        return asyncio.run(coordinator.run())
     from t1.rpc.loop import run
 
     return run(coordinator.run())

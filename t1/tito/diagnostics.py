@@ -70,6 +70,8 @@ def retokenize_changes(ids: Sequence[int], encode: Callable[[str], list[int]],
     if not ids:
         return 0
     again = encode(decode(ids))
+    if again == ids:  # the common case; the matcher below is O(n) Python work per episode
+        return 0
     sm = difflib.SequenceMatcher(None, ids, again, autojunk=False)
     kept = sum(b.size for b in sm.get_matching_blocks())
     return len(ids) - kept
