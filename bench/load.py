@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -199,6 +200,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             # Our own CPU is read here and before the end scan: scanning thousands of shell processes
             # with psutil takes seconds of this process's CPU and must not count as coordinator work.
             cpu0["coordinator"] = time.process_time()
+            packing0 = pool.stream_stats()
             w0 = time.monotonic()
             lag.recording = gc_pauses.recording = True
             deadline = float("inf") if finite else w0 + args.window_s
@@ -211,6 +213,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             lag.recording = gc_pauses.recording = False
             window = time.monotonic() - w0
             turns = clock.generations
+            packing = {k: v - packing0.get(k, 0) for k, v in pool.stream_stats().items()}
             live_at_end = live.live
             rss_end = meter.rss("coordinator")
             live_traj_bytes = live.trajectory_bytes(routing_bytes_per_token(args))
@@ -244,6 +247,10 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     if out["rss_per_episode_at_ramp_end_kb"] is not None:  # the clean figure: no trajectory arrays yet
         out["targets"]["rss_per_live_episode_under_200kb"] = out["rss_per_episode_at_ramp_end_kb"] < 200
     out["gc_pauses"] = gc_pauses.summary()
+    out["generate_packing"] = {
+        "requests_per_message": round(packing["requests_sent"] / max(packing["messages_sent"], 1), 2),
+        "results_per_message": round(packing["results_received"] / max(packing["messages_received"], 1), 2),
+        **packing} if packing else None
     out["episode_statuses"] = dict(run.statuses)
     out["timeline"] = timeline
     out["episodes_launched"] = run.launched
@@ -291,7 +298,44 @@ def strict_json(value: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    return main_from_args(parse_args(argv))
+    args = parse_args(argv)
+    if len(args.scale_list) > 1:
+        return run_scales_apart(args, list(sys.argv[1:] if argv is None else argv))
+    return main_from_args(args)
+
+
+def run_scales_apart(args: argparse.Namespace, argv: list[str]) -> int:
+    """Each scale in a fresh process, so one scale's memory and sockets do not bias the next."""
+    own = [a for i, a in enumerate(argv) if not _is_flag_or_value(argv, i, ("--scales", "--out"))]
+    out: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="t1-load-scales-") as tmp:
+        for n in args.scale_list:
+            part = Path(tmp) / f"{n}.json"
+            code = subprocess.call([sys.executable, str(Path(__file__).resolve()), *own, "--scales", str(n),
+                                    "--out", str(part)])
+            if code != 0:
+                log.error("scale %d failed (exit %d)", n, code)
+                return code
+            result = json.loads(part.read_text())
+            if out is None:
+                out = result
+                out["settings"]["scales"] = args.scales
+            else:
+                out["scales"].extend(result["scales"])
+    assert out is not None
+    print_table(out["scales"], title="load: all scales")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=2, allow_nan=False) + "\n")
+    return 0
+
+
+def _is_flag_or_value(argv: list[str], i: int, flags: tuple[str, ...]) -> bool:
+    """True for `--flag`, `--flag=v`, and the value after a bare `--flag`, for any of `flags`."""
+    a = argv[i]
+    if a in flags or any(a.startswith(f + "=") for f in flags):
+        return True
+    return i > 0 and argv[i - 1] in flags
 
 
 def main_from_args(args: argparse.Namespace) -> int:
@@ -301,8 +345,6 @@ def main_from_args(args: argparse.Namespace) -> int:
     from t1.rpc.loop import run
 
     out = run(main_async(args))
-    if len(out["scales"]) > 1:
-        print_table(out["scales"], title="load: all scales")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(strict_json(out), indent=2, allow_nan=False) + "\n")

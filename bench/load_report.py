@@ -88,6 +88,9 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
         ("trajectory B/token (raw)", lambda s: f"{s['trajectory_bytes_per_token']} ({s['raw_bytes_per_token']})"),
         ("trajectory / raw", lambda s: s["trajectory_bytes_ratio"]),
         ("spool MB/s, traj/s", lambda s: f"{s['spool_mb_per_s']}, {s['spool_trajectories_per_s']}"),
+        ("GenerateBatched requests / results per message",
+         lambda s: (f"{s['generate_packing']['requests_per_message']} / {s['generate_packing']['results_per_message']}"
+                    if s.get("generate_packing") else "n/a (calls)")),
         ("full GC: count / longest ms", lambda s: (f"{s['gc_pauses']['gen2']['count']} / {s['gc_pauses']['gen2']['max_ms']}"
                                                   if "gc_pauses" in s else "n/a")),
         ("errors", lambda s: s["num_errors"]),

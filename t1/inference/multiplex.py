@@ -30,6 +30,7 @@ from t1.v1 import inference_pb2_grpc
 log = logging.getLogger(__name__)
 MAX_BATCH_BYTES = 64 << 20   # a reply message stays far below the channels' 256 MB cap
 MAX_BATCH_REQUESTS = 512
+SWEEP_S = 0.5   # how often a stream checks its requests' deadlines (at most timeout / 8 between checks)
 # Stream-level failures that say something about the caller, not the transport: never retried.
 FATAL_STREAM_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
                                 grpc.StatusCode.UNIMPLEMENTED})
@@ -135,7 +136,8 @@ class BatchedStream:
     """The client side: one GenerateBatched stream to one replica, opened on first use and after a break.
 
     `generate` raises grpc.aio.AioRpcError like a Generate call would: the request's own error code,
-    DEADLINE_EXCEEDED after `timeout_s` (the request is cancelled on the server), or UNAVAILABLE when
+    DEADLINE_EXCEEDED once `timeout_s` has passed (checked every SWEEP_S, or timeout / 8 if shorter;
+    the request is cancelled on the server), or UNAVAILABLE when
     the stream broke under it. `unimplemented` turns true when the server has no GenerateBatched.
     """
 
@@ -149,6 +151,11 @@ class BatchedStream:
         self._cancels: list[str] = []
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._deadlines: dict[str, tuple[float, float]] = {}  # request id -> (loop deadline, timeout)
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sweep_s = SWEEP_S
+        # How well packing works: requests per message sent, results per message received.
+        self.stats = {"messages_sent": 0, "requests_sent": 0, "messages_received": 0, "results_received": 0}
 
     @property
     def in_flight(self) -> int:
@@ -159,23 +166,45 @@ class BatchedStream:
         if request_id in self._pending:
             raise ValueError(f"request_id: {request_id!r} is already in flight on {self.address}")
         self._open()
-        future: asyncio.Future[pb.GenerateResult] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[pb.GenerateResult] = loop.create_future()
         self._pending[request_id] = future
+        self._deadlines[request_id] = (loop.time() + timeout_s, timeout_s)
+        self._watch_deadlines(timeout_s)
         self._outbox.append(request)
         self._wake.set()
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await future
-        except TimeoutError:
-            self._abandon(request_id)
-            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"no result from {self.address} within {timeout_s:g} s") from None
+            result = await future
         except asyncio.CancelledError:
             self._abandon(request_id)
             raise
+        finally:
+            self._deadlines.pop(request_id, None)
         if result.error_code:
             raise rpc_error(_CODES.get(result.error_code, grpc.StatusCode.UNKNOWN), result.error_message)
         return result
+
+    def _watch_deadlines(self, timeout_s: float) -> None:
+        """One sweeper per stream instead of a timer per request (thousands of requests in flight)."""
+        self._sweep_s = min(self._sweep_s, max(timeout_s / 8, 0.01))
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep(), name=f"generate-batched-deadlines-{self.address}")
+
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._deadlines:
+            await asyncio.sleep(self._sweep_s)
+            now = loop.time()
+            for request_id, (deadline, timeout_s) in list(self._deadlines.items()):
+                if now < deadline:
+                    continue
+                del self._deadlines[request_id]
+                future = self._pending.get(request_id)
+                self._abandon(request_id)  # cancels it on the server
+                if future is not None and not future.done():
+                    future.set_exception(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                                   f"no result from {self.address} within {timeout_s:g} s"))
+        self._sweep_s = SWEEP_S
 
     def _abandon(self, request_id: str) -> None:
         """The caller gave up: drop the request if unsent, else ask the server to cancel it."""
@@ -205,11 +234,15 @@ class BatchedStream:
                     requests, self._outbox = self._outbox[:MAX_BATCH_REQUESTS], self._outbox[MAX_BATCH_REQUESTS:]
                     cancels, self._cancels = self._cancels, []
                     await call.write(pb.GenerateBatchRequest(requests=requests, cancel=cancels))
+                    self.stats["messages_sent"] += 1
+                    self.stats["requests_sent"] += len(requests)
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         error = rpc_error(grpc.StatusCode.UNAVAILABLE, f"GenerateBatched stream to {self.address} ended")
         try:
             async for reply in call:
+                self.stats["messages_received"] += 1
+                self.stats["results_received"] += len(reply.results)
                 for result in reply.results:
                     future = self._pending.pop(result.request_id, None)
                     if future is not None and not future.done():
@@ -245,7 +278,9 @@ class BatchedStream:
 
     async def close(self) -> None:
         call, tasks = self._call, self._tasks
-        self._call, self._tasks = None, []
+        if self._sweeper is not None:
+            tasks.append(self._sweeper)
+        self._call, self._tasks, self._sweeper = None, [], None
         if call is not None:
             call.cancel()
         for task in tasks:

@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -99,6 +100,9 @@ class _Replica:
     version: int | None = None  # the policy version it is known to serve; None: ask before routing to it
     sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one weight load at a time per replica
     stream: BatchedStream | None = None  # None: one Generate call per request
+    # Its labelled metric children, looked up once (a labels() call per request is measurable).
+    healthy_gauge: Any = None
+    outstanding_gauge: Any = None
 
     def healthy(self, now: float) -> bool:
         return now >= self.unhealthy_until
@@ -125,7 +129,9 @@ class InferencePool:
         self._ids = itertools.count()
         self.metrics = PoolMetrics(registry)
         for r in self._replicas:
-            self.metrics.healthy.labels(r.address).set(1)
+            r.healthy_gauge = self.metrics.healthy.labels(r.address)
+            r.outstanding_gauge = self.metrics.outstanding.labels(r.address)
+            r.healthy_gauge.set(1)
 
     @classmethod
     def from_config(cls, cfg: InferencePoolConfig, auth: AuthConfig, endpoints: Sequence[str] | None = None,
@@ -154,6 +160,14 @@ class InferencePool:
     def latest_weights(self) -> tuple[str, int] | None:
         """The latest (path, version) update_weights was told; replicas are brought up to it."""
         return self._weights
+
+    def stream_stats(self) -> dict[str, int]:
+        """GenerateBatched packing, summed over replicas: messages and requests sent, messages and results received."""
+        total: dict[str, int] = {}
+        for r in self._replicas:
+            for key, value in (r.stream.stats.items() if r.stream is not None else ()):
+                total[key] = total.get(key, 0) + value
+        return total
 
     def replica_of(self, session_id: str) -> str | None:
         idx = self._affinity.get(session_id)
@@ -210,7 +224,7 @@ class InferencePool:
                     self.metrics.retries.inc()
                     await asyncio.sleep(self.backoff_s * 2**attempt)
                 continue
-            self.metrics.healthy.labels(replica.address).set(1)
+            replica.healthy_gauge.set(1)
             if known is not None and result.policy_version < known:
                 log.warning("%s served v%d, it had v%d: restarted; checking it before its next request",
                             replica.address, result.policy_version, known)
@@ -227,7 +241,7 @@ class InferencePool:
     def _mark_unhealthy(self, replica: _Replica) -> None:
         replica.unhealthy_until = time.monotonic() + self.unhealthy_s
         replica.version = None  # it may come back restarted, on the base model
-        self.metrics.healthy.labels(replica.address).set(0)
+        replica.healthy_gauge.set(0)
 
     async def _catch_up(self, replica: _Replica) -> bool:
         """Bring a replica of unknown version up to the latest weights before it serves anything.
@@ -259,7 +273,7 @@ class InferencePool:
 
     async def _attempt(self, replica: _Replica, request: GenerateRequest) -> GenerateResult:
         replica.outstanding += 1
-        self.metrics.outstanding.labels(replica.address).set(replica.outstanding)
+        replica.outstanding_gauge.set(replica.outstanding)
         message = request_to_proto(request, f"req-{next(self._ids)}")
         try:
             stream = replica.stream
@@ -278,7 +292,7 @@ class InferencePool:
                 call.cancel()
         finally:
             replica.outstanding -= 1
-            self.metrics.outstanding.labels(replica.address).set(replica.outstanding)
+            replica.outstanding_gauge.set(replica.outstanding)
 
     def _observe(self, result: GenerateResult, seconds: float) -> None:
         m = self.metrics

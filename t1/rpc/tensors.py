@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from t1.routing.block import RoutingBlock
 from t1.v1 import common_pb2
 
 ALLOWED_DTYPES = frozenset({"int32", "int64", "float32", "float16", "bfloat16", "uint8", "uint16", "bool"})
+
+
+@functools.cache
+def _little_endian(name: str) -> np.dtype:
+    return np.dtype(name).newbyteorder("<")
 
 
 class TensorError(ValueError):
@@ -32,8 +40,8 @@ def from_tensor(msg: common_pb2.Tensor, field: str, *, dtype: str | None = None,
         raise TensorError(f"{field}: expected {ndim} dimensions, got shape {list(shape)}")
     if any(s < 0 for s in shape):
         raise TensorError(f"{field}: negative dimension in shape {list(shape)}")
-    dt = np.dtype(msg.dtype).newbyteorder("<")
-    expected = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    dt = _little_endian(msg.dtype)
+    expected = math.prod(shape) * dt.itemsize
     if len(msg.data) != expected:
         raise TensorError(f"{field}: {len(msg.data)} bytes do not match shape {list(shape)} of {msg.dtype}")
     return np.frombuffer(msg.data, dtype=dt).reshape(shape)
