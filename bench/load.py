@@ -40,7 +40,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.load_metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, machine
+from bench.load_metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census, machine
 from bench.load_report import print_table, scale_result
 from bench.sim_inference import Latency
 
@@ -68,6 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--per-prefill-token-ms", type=float, default=0.02)
     p.add_argument("--chunk-tokens", type=int, default=64,
                    help="tokens per streamed chunk of a Generate call (--transport calls); 0: one chunk per reply")
+    p.add_argument("--linger-ms", type=float, default=0.0,
+                   help="GenerateBatched linger on both ends (inference.pool/server.batch_linger_ms)")
     p.add_argument("--transport", choices=["batched", "calls"], default="batched",
                    help="batched: one GenerateBatched stream (the pool's default); calls: a Generate call per turn")
     p.add_argument("--min-tokens", type=int, default=50)
@@ -110,7 +112,8 @@ async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.su
             "--ready-file", str(ready), "--commands", args.shell, "--min-tokens", str(args.min_tokens),
             "--max-tokens", str(args.max_tokens), "--per-request-ms", str(args.per_request_ms),
             "--per-token-ms", str(args.per_token_ms), "--per-prefill-token-ms", str(args.per_prefill_token_ms),
-            "--chunk-tokens", str(args.chunk_tokens), "--layers", str(args.layers), "--experts", str(args.experts), "--top-k", str(args.top_k)]
+            "--chunk-tokens", str(args.chunk_tokens), "--linger-ms", str(args.linger_ms), "--layers", str(args.layers),
+            "--experts", str(args.experts), "--top-k", str(args.top_k)]
     proc = await asyncio.create_subprocess_exec(*argv, cwd=str(Path(__file__).resolve().parents[1]))
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -146,6 +149,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     from t1.coordinator.scheduler import Scheduler
     from t1.coordinator.spool import Spool
     from t1.inference.pool import InferencePool
+    from t1.rpc.loop import freeze_long_lived
     from t1.sandbox.pool import SandboxPool
     from t1.tasks.dataset import load_task
 
@@ -154,7 +158,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
                           log_file=workdir / "sandbox_host.log")
     await host.start()
     spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
-    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched")
+    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched",
+                         batch_linger_s=args.linger_ms / 1e3)
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
     clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
     gate = None if args.quick else asyncio.Event()
@@ -170,6 +175,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     finite = args.quick or args.once
     run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
                   on_stop_after=scheduler.stop)
+    freeze_long_lived()  # as the coordinator does once its parts are built
     meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pid})
     lag = LagSampler()
     lag.start()
@@ -220,6 +226,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             own_cpu = time.process_time()
             cpu1 = await asyncio.to_thread(meter.cpu, True)
             cpu1["coordinator"] = own_cpu
+            census = gc_census()  # after the window: walking every object takes a while
             t_stop = time.monotonic()
             stop.set()
             scheduler.stop()
@@ -247,6 +254,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     if out["rss_per_episode_at_ramp_end_kb"] is not None:  # the clean figure: no trajectory arrays yet
         out["targets"]["rss_per_live_episode_under_200kb"] = out["rss_per_episode_at_ramp_end_kb"] < 200
     out["gc_pauses"] = gc_pauses.summary()
+    out["gc_census_at_window_end"] = census
     out["generate_packing"] = {
         "requests_per_message": round(packing["requests_sent"] / max(packing["messages_sent"], 1), 2),
         "results_per_message": round(packing["results_received"] / max(packing["messages_received"], 1), 2),

@@ -88,6 +88,15 @@ class GcPauses:
         return out
 
 
+def gc_census(top: int = 12) -> dict[str, object]:
+    """How many objects the collector tracks (what a full collection walks), and the most common types."""
+    from collections import Counter
+
+    objects = gc.get_objects()
+    counts = Counter(type(o).__name__ for o in objects)
+    return {"tracked": len(objects), "top_types": dict(counts.most_common(top))}
+
+
 class ProcessMeter:
     """CPU time and RSS of named processes (this one, the sim server, the sandbox server and its shells)."""
 

@@ -52,6 +52,7 @@ class Latency:
     per_prefill_token_s: float = 0.00002
     per_token_s: float = 0.02
     chunk_tokens: int = 64   # tokens per streamed TokenChunk; 0 sends one chunk at the end
+    linger_s: float = 0.0    # GenerateBatched: wait this long before replying, so more results share a message
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,7 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def GenerateBatched(self, request_iterator: AsyncIterator[pb.GenerateBatchRequest],
                               context: Any) -> AsyncIterator[pb.GenerateBatchReply]:
-        async for reply in BatchedSession(self._run_one).serve(request_iterator):
+        async for reply in BatchedSession(self._run_one, linger_s=self.latency.linger_s).serve(request_iterator):
             yield reply
 
     async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
@@ -207,6 +208,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--per-token-ms", type=float, default=20.0)
     p.add_argument("--per-prefill-token-ms", type=float, default=0.02)
     p.add_argument("--chunk-tokens", type=int, default=64)
+    p.add_argument("--linger-ms", type=float, default=0.0)
     p.add_argument("--layers", type=int, default=48)
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--top-k", type=int, default=8)
@@ -218,7 +220,7 @@ async def serve(args: argparse.Namespace) -> None:
     book = ReplyBook(args.tokenizer, ReplySettings(args.min_tokens, args.max_tokens, CommandMix(args.commands)))
     shape = ModelShape(args.layers, args.experts, args.top_k, vocab_size=book.vocab_size)
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3,
-                      args.chunk_tokens)
+                      args.chunk_tokens, args.linger_ms / 1e3)
     servicer = SimInferenceServicer(book, shape, latency, seed=args.seed)
     server = GrpcServer([binding(servicer)], ServerConfig(host=args.host, port=args.port, grace_s=1.0), AuthConfig())
     port = await server.start()

@@ -62,7 +62,8 @@ async def serve(cfg: T1Config) -> None:
     from t1.rpc.server import GrpcServer
 
     backend = make_backend(cfg.inference)
-    server = GrpcServer([inference_binding(backend)], cfg.inference.server.server, cfg.auth)
+    server = GrpcServer([inference_binding(backend, cfg.inference.server.batch_linger_ms / 1e3)],
+                        cfg.inference.server.server, cfg.auth)
     await server.start()
     print(f"t1-inference listening on {server.address}", flush=True)
     stop = asyncio.Event()

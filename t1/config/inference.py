@@ -33,6 +33,8 @@ class InferenceServerConfig(Section):
     num_threads: int = Field(0, ge=0, description="torch intra-op threads for the torch backend; 0 keeps torch's default.")
     stream_chunk_tokens: int = Field(16, ge=1, description="Sampled tokens per streamed TokenChunk.")
     prefill_chunk_tokens: int = Field(1024, ge=1, description="Most prompt tokens prefilled in one model step (torch backend).")
+    batch_linger_ms: float = Field(
+        0.0, ge=0, le=1000, description="GenerateBatched: wait this long before replying, so more results share a message.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="Where the server listens.")
     vllm_args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra vLLM engine arguments (vllm backend only)."
@@ -50,6 +52,8 @@ class InferencePoolConfig(Section):
     unhealthy_s: float = Field(10.0, ge=0, description="How long a failed replica is avoided.")
     batched_stream: bool = Field(
         True, description="One GenerateBatched stream per replica carries every request (false: a Generate call each).")
+    batch_linger_ms: float = Field(
+        0.0, ge=0, le=1000, description="GenerateBatched: wait this long before sending, so more requests share a message.")
 
 
 class InferenceConfig(Section):

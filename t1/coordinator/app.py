@@ -39,6 +39,7 @@ from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
 from t1.coordinator.report import print_report
 from t1.metrics.watchdog import LagWatchdog
+from t1.rpc.loop import freeze_long_lived
 from t1.tasks.spec import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Coordinator:
             self.parts = parts = await Parts.build(self.cfg, self.run_dir, early)
             try:
                 await parts.start_services()
+                freeze_long_lived()  # task sets, tokenizers, clients: full collections skip them from now on
                 parts.show_progress()
                 log.info("coordinator serving on %s (run dir %s)", parts.address, self.run_dir)
                 await self._until_stopped(self._work(parts, sets, endpoints))

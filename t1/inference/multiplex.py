@@ -8,8 +8,9 @@ per replica and packs whatever is ready into one message:
     generate() -> outbox --writer--> GenerateBatchRequest --> reader -> task per request
     futures   <--reader-- GenerateBatchReply <-- results queue <--------- run_one(request)
 
-Nothing waits to fill a batch: a writer sends what queued while its previous write was in flight,
-so an idle stream adds no latency and a busy one pays one message for many turns.
+By default nothing waits to fill a batch: a writer sends what queued while its previous write was
+in flight, so an idle stream adds no latency and a busy one pays one message for many turns. A
+linger (`linger_s`, each side its own) trades that much latency per request for fuller messages.
 Per-request failures travel as GenerateResult.error_code; a broken stream fails every request it
 carried with UNAVAILABLE, which the InferencePool retries like any lost call.
 """
@@ -50,9 +51,10 @@ def _result_bytes(result: pb.GenerateResult) -> int:
 class BatchedSession:
     """The server side of one GenerateBatched stream: a task per request, results packed as they finish."""
 
-    def __init__(self, run_one: RunOne, max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
+    def __init__(self, run_one: RunOne, max_batch_bytes: int = MAX_BATCH_BYTES, linger_s: float = 0.0) -> None:
         self.run_one = run_one
         self.max_batch_bytes = max_batch_bytes
+        self.linger_s = linger_s
         self.running: dict[str, asyncio.Task[None]] = {}
         self._results: asyncio.Queue[pb.GenerateResult | None] = asyncio.Queue()
 
@@ -63,6 +65,8 @@ class BatchedSession:
                 first = await self._results.get()
                 if first is None:
                     return
+                if self.linger_s > 0:  # let more results finish into this message
+                    await asyncio.sleep(self.linger_s)
                 batch, size, end = [first], _result_bytes(first), False
                 while size < self.max_batch_bytes and not self._results.empty():
                     item = self._results.get_nowait()
@@ -142,8 +146,9 @@ class BatchedStream:
     """
 
     def __init__(self, stub: inference_pb2_grpc.InferenceServiceStub, address: str,
-                 metadata: tuple[tuple[str, str], ...] = ()) -> None:
+                 metadata: tuple[tuple[str, str], ...] = (), linger_s: float = 0.0) -> None:
         self.stub, self.address, self.metadata = stub, address, metadata
+        self.linger_s = linger_s
         self.unimplemented = False
         self._call: grpc.aio.StreamStreamCall | None = None
         self._pending: dict[str, asyncio.Future[pb.GenerateResult]] = {}
@@ -229,6 +234,8 @@ class BatchedStream:
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):  # the reader reports breaks
             while True:
                 await self._wake.wait()
+                if self.linger_s > 0:  # let more requests queue into this message
+                    await asyncio.sleep(self.linger_s)
                 self._wake.clear()
                 while self._outbox or self._cancels:
                     requests, self._outbox = self._outbox[:MAX_BATCH_REQUESTS], self._outbox[MAX_BATCH_REQUESTS:]

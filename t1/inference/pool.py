@@ -114,7 +114,7 @@ class InferencePool:
     def __init__(self, endpoints: Sequence[str], *, auth: AuthConfig | None = None, request_timeout_s: float = 300.0,
                  retries: int = 3, backoff_s: float = 0.5, unhealthy_s: float = 10.0,
                  registry: CollectorRegistry | None = None, weights_timeout_s: float = 600.0,
-                 probe_timeout_s: float = 5.0, batched: bool = True) -> None:
+                 probe_timeout_s: float = 5.0, batched: bool = True, batch_linger_s: float = 0.0) -> None:
         if not endpoints:
             raise ValueError("InferencePool needs at least one endpoint")
         self._auth = auth or AuthConfig()
@@ -122,7 +122,7 @@ class InferencePool:
         self.retries, self.backoff_s, self.unhealthy_s = retries, backoff_s, unhealthy_s
         self.weights_timeout_s, self.probe_timeout_s = weights_timeout_s, probe_timeout_s
         self._timeout_s = request_timeout_s
-        self._batched = batched
+        self._batched, self._linger_s = batched, batch_linger_s
         self._weights: tuple[str, int] | None = None  # the latest (path, version) update_weights was told
         self._replicas = [self._connect(a) for a in endpoints]
         self._affinity: OrderedDict[str, int] = OrderedDict()
@@ -138,12 +138,13 @@ class InferencePool:
                     registry: CollectorRegistry | None = None) -> InferencePool:
         return cls(list(endpoints if endpoints is not None else cfg.endpoints), auth=auth,
                    request_timeout_s=cfg.request_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s,
-                   unhealthy_s=cfg.unhealthy_s, registry=registry, batched=cfg.batched_stream)
+                   unhealthy_s=cfg.unhealthy_s, registry=registry, batched=cfg.batched_stream,
+                   batch_linger_s=cfg.batch_linger_ms / 1e3)
 
     def _connect(self, address: str) -> _Replica:
         channel = make_channel(address, self._auth)
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
-        stream = BatchedStream(stub, address, self._opts.metadata) if self._batched else None
+        stream = BatchedStream(stub, address, self._opts.metadata, self._linger_s) if self._batched else None
         return _Replica(address, channel, stub, stream=stream)
 
     @property

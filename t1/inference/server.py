@@ -28,8 +28,9 @@ SERVICE_NAME = "t1.v1.InferenceService"
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, batch_linger_s: float = 0.0) -> None:
         self.backend = backend
+        self.batch_linger_s = batch_linger_s
         self.cancelled = 0
 
     @rpc_errors
@@ -49,7 +50,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
 
     async def GenerateBatched(self, request_iterator: AsyncIterator[pb.GenerateBatchRequest],
                               context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateBatchReply]:
-        async for reply in BatchedSession(self._run_one).serve(request_iterator):
+        async for reply in BatchedSession(self._run_one, linger_s=self.batch_linger_s).serve(request_iterator):
             yield reply
 
     async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
@@ -77,6 +78,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                                         load_seconds=seconds)
 
 
-def inference_binding(backend: Backend) -> ServiceBinding:
+def inference_binding(backend: Backend, batch_linger_s: float = 0.0) -> ServiceBinding:
     return ServiceBinding(SERVICE_NAME, inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                          InferenceServicer(backend))
+                          InferenceServicer(backend, batch_linger_s))

@@ -199,3 +199,16 @@ async def test_ready_results_share_one_reply_message() -> None:
     replies = [r async for r in BatchedSession(run_one).serve(requests())]
     assert [len(r.results) for r in replies] == [20]
     assert sorted(r.request_id for r in replies[0].results) == sorted(f"r{i}" for i in range(20))
+
+
+async def test_linger_packs_results_that_finish_apart() -> None:
+    async def run_one(request: pb.GenerateRequest) -> pb.GenerateResult:
+        await asyncio.sleep(0.02 * int(request.request_id[1:]))  # r0..r4 finish 20 ms apart
+        return pb.GenerateResult(token_ids=to_tensor(np.array([1], np.int32)))
+
+    async def requests() -> AsyncIterator[pb.GenerateBatchRequest]:
+        yield pb.GenerateBatchRequest(requests=[pb.GenerateRequest(request_id=f"r{i}") for i in range(5)])
+
+    eager = [len(r.results) async for r in BatchedSession(run_one).serve(requests())]
+    lingering = [len(r.results) async for r in BatchedSession(run_one, linger_s=0.5).serve(requests())]
+    assert eager == [1, 1, 1, 1, 1] and lingering == [5]
