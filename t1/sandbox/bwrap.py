@@ -66,8 +66,11 @@ def find_sftp_server() -> str:
     raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
 
 
-def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None) -> list[str]:
-    """The bubblewrap command line confining `inner` to `tree` (pure); `info_fd` gets its namespace info."""
+def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False) -> list[str]:
+    """The bubblewrap command line confining `inner` to `tree` (pure); `info_fd` gets its namespace info.
+
+    With `as_pid_1`, `inner` is PID 1 of the new PID namespace itself (it must reap orphans).
+    """
     argv = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
     if not tree.allow_network:
@@ -82,13 +85,23 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None) 
         argv += ["--bind", str(tree.host_path(name)), target]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if as_pid_1:
+        argv.append("--as-pid-1")
     argv += ["--chdir", "/app", "--remount-ro", "/", "--"]
     return argv + inner
 
 
+HOLDER_SCRIPT = 'echo {ready}; exec {{hold}}<> <(:); while :; do read -r -u "$hold" _; done'
+"""PID 1 of a sandbox: bash blocked reading a pipe only it holds. Bash reaps every child in its
+SIGCHLD handler, orphans included, so it serves as the namespace's init by itself; bubblewrap's own
+init plus a `sleep` would be one host task more per sandbox, and every pivot_root on the host (two
+per sandbox start) walks all host tasks."""
+
+
 def init_argv(tree: SandboxTree, info_fd: int, ready: str) -> list[str]:
-    """The sandbox's init: prints `ready` once every mount is in place, then only holds the namespaces."""
-    return bwrap_argv(tree, ["/bin/sh", "-c", f"echo {ready}; exec sleep infinity"], info_fd)
+    """The sandbox's init: prints `ready` once every mount is in place, then holds the namespaces and reaps orphans."""
+    return bwrap_argv(tree, ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready=ready)],
+                      info_fd, as_pid_1=True)
 
 
 NAMESPACE_FLAGS = {"user": "--user", "mnt": "--mount", "pid": "--pid", "net": "--net", "ipc": "--ipc",

@@ -2,13 +2,14 @@
 
 Every session of one local sandbox shares one set of namespaces, as the shells of one VM do.
 `SandboxInit` starts a long-lived bubblewrap over the sandbox's tree whose only job is to hold
-its user, mount, PID, network, IPC, UTS and cgroup namespaces (bubblewrap's PID 1 there also
-reaps orphans); sessions enter them with `nsenter` (`t1.sandbox.bwrap.enter_argv`). Killing the
-init kills its PID namespace and with it every process of the sandbox.
+its user, mount, PID, network, IPC, UTS and cgroup namespaces (its PID 1 there, a bash blocked
+on a pipe, also reaps orphans; see `t1.sandbox.bwrap.HOLDER_SCRIPT`); sessions enter them with
+`nsenter` (`t1.sandbox.bwrap.enter_argv`). Killing the init kills its PID namespace and with it every process of the sandbox.
 
-`spawn` runs `subprocess.Popen` in a worker thread (forking a large process and waiting for
-its exec must not stall the loop) and `wait_exit` waits for a process through a pidfd on the
-loop, without a waiter thread per process.
+`spawn` runs `subprocess.Popen` off the loop (forking a large process and waiting for its exec
+must not stall it) and `wait_exit` waits for a process through a pidfd on the loop, without a
+waiter thread per process. Every fork happens in the `t1.sandbox.forker` thread, whose file table
+is nearly empty, so a start does not cost time in proportion to the number of live sandboxes.
 """
 
 from __future__ import annotations
@@ -23,16 +24,15 @@ from collections.abc import Callable
 from typing import Any
 
 from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
+from t1.sandbox.forker import popen
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
 HANGUP_GRACE_S = 2.0
-
-
 async def spawn(argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
     """Start `argv` from a worker thread; the loop keeps running while the child forks and execs."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, lambda: subprocess.Popen(argv, **popen_kwargs))
+    return await loop.run_in_executor(None, lambda: popen(argv, **popen_kwargs))
 
 
 async def wait_pidfd(pid: int, timeout: float | None = None) -> bool:
@@ -132,7 +132,7 @@ class SandboxInit:
     def _start_blocking(cls, tree: SandboxTree) -> SandboxInit:
         info_r, info_w = os.pipe()
         try:
-            proc = subprocess.Popen(
+            proc = popen(
                 host_prefix(tree, pty=False) + init_argv(tree, info_w, INIT_READY.decode().strip()),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(info_w,),
                 env={"PATH": "/usr/bin:/bin"}, start_new_session=True,

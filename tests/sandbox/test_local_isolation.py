@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -101,3 +103,22 @@ async def test_destroy_kills_processes_and_removes_the_tree(local_provider: Loca
     ps = subprocess.run(["ps", "-o", "stat=,args=", "-u", str(tree.uid)], capture_output=True, text=True)
     running = [line for line in ps.stdout.splitlines() if not line.strip().startswith("Z")]  # zombies await init
     assert running == [] and not tree.root.exists()
+
+
+async def test_sessions_fork_from_a_small_file_table(local_provider: LocalProvider) -> None:
+    """Many open files in the server neither reach a session nor sit in the table its fork copies."""
+    held = [socket.socketpair() for _ in range(500)]
+    try:
+        box = await local_provider.create(SandboxRequest())
+        shell = await box.open_shell()
+        listed = await shell.run("ls /proc/self/fd | wc -l")
+        assert int(listed.output.strip()) < 10, listed  # stdio and a few of the shell's own
+        result = await box.exec("echo from-exec; echo err >&2")  # type: ignore[attr-defined]
+        assert result.stdout == "from-exec\n" and result.stderr == "err\n"
+        thread = next(t for t in threading.enumerate() if t.name == "t1-forker")
+        forker_fds = os.listdir(f"/proc/self/task/{thread.native_id}/fd")
+        assert len(forker_fds) < 10 < 1000 < len(os.listdir("/proc/self/fd")), forker_fds
+    finally:
+        for a, b in held:
+            a.close()
+            b.close()

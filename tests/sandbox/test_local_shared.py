@@ -100,8 +100,17 @@ async def test_closing_a_shell_keeps_the_sandbox_alive(local_provider: LocalProv
     await one.run("echo kept > /tmp/kept")
     await one.close()
     two = await box.open_shell()
-    result = await two.run("cat /tmp/kept; ps -eo args= | grep -c '^bwrap'")
+    result = await two.run("cat /tmp/kept; ps -eo args= | grep -c '^/bin/bash --norc --noprofile -c echo t1-sandbox-ready'")
     assert result.output.split() == ["kept", "1"], result  # one init holds the namespaces, none leaked per shell
+
+
+async def test_the_init_reaps_orphans(local_provider: LocalProvider) -> None:
+    shell = await (await local_provider.create(SandboxRequest())).open_shell()
+    init = await shell.run("cat /proc/1/cmdline | tr '\\0' ' '")
+    assert "t1-sandbox-ready" in init.output, init  # the holder itself is PID 1
+    await shell.run("sh -c 'sleep 0.2 & sleep 0.3 & exit'")  # both sleeps are left to PID 1
+    zombies = await shell.run("sleep 1; grep -l '^State:.Z' /proc/[0-9]*/status 2>/dev/null | wc -l")
+    assert zombies.output.strip() == "0", zombies
 
 
 async def test_entered_sessions_hold_no_privileges(local_provider: LocalProvider) -> None:
