@@ -1,6 +1,7 @@
 """Per-episode transcripts a person can read: one Markdown file, written turn by turn (tail -f works).
 
-Writes are buffered: a turn's text reaches the file at the latest FLUSH_EVERY_S after it was written,
+Writes are held in a list of pending strings (no fixed-size buffer per episode: thousands of episodes
+run at once): a turn's text reaches the file at the latest FLUSH_EVERY_S after it was written,
 and at once for the rare events that explain an episode (notes, verifier results, the result). The
 episode closes its transcript however it ends (finished, failed or cancelled), so nothing written
 is lost with the episode; a killed process loses at most the last FLUSH_EVERY_S of turns.
@@ -10,11 +11,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import IO
+from typing import BinaryIO
 
 _FENCE = "````"
 FLUSH_EVERY_S = 2.0
-_BUFFER_BYTES = 1 << 16
 
 
 class Transcript:
@@ -22,21 +22,27 @@ class Transcript:
 
     def __init__(self, directory: Path | None, task_id: str, episode_id: str) -> None:
         self.path: Path | None = None
-        self._file: IO[str] | None = None
+        self._file: BinaryIO | None = None
+        self._pending: list[str] = []
         if directory is not None:
             self.path = directory / task_id.replace("/", "__") / f"{episode_id}.md"
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8", buffering=_BUFFER_BYTES)
+            self._file = self.path.open("wb", buffering=0)
         self._t0 = self._flushed = time.monotonic()
 
     def _w(self, text: str, flush: bool = False) -> None:
         if self._file is None:
             return
-        self._file.write(text)
+        self._pending.append(text)
         now = time.monotonic()
         if flush or now - self._flushed >= FLUSH_EVERY_S:
-            self._file.flush()
-            self._flushed = now
+            self._flush(now)
+
+    def _flush(self, now: float) -> None:
+        if self._file is not None and self._pending:
+            self._file.write("".join(self._pending).encode("utf-8", "replace"))
+            self._pending.clear()
+        self._flushed = now
 
     def header(self, task_id: str, episode_id: str, agent_format: str, instruction: str, prompt_tokens: int) -> None:
         self._w(f"# Episode {episode_id}\n\n- task: {task_id}\n- format: {agent_format}\n"
@@ -66,5 +72,6 @@ class Transcript:
     def close(self) -> None:
         """Flush and close; safe to call more than once."""
         if self._file is not None:
+            self._flush(time.monotonic())
             self._file.close()
             self._file = None
