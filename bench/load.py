@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import json
 import logging
@@ -83,6 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--creates-per-s", type=float, default=100.0, help="sandbox creation rate during ramp-up")
     p.add_argument("--no-bubblewrap", action="store_true", help="sandbox sessions without bubblewrap")
     p.add_argument("--no-transcripts", action="store_true", help="do not write per-episode transcripts")
+    p.add_argument("--gc-full-interval-s", type=float, default=300.0,
+                   help="as coordinator.gc_full_interval_s: full collections on this schedule; 0: CPython's policy")
+    p.add_argument("--peer-nice", type=int, default=0,
+                   help="nice value of the simulated inference server and the sandbox host (and its shells): they "
+                        "stand in for other machines, and a positive value keeps them from taking the "
+                        "coordinator's CPU when the machine is saturated")
     p.add_argument("--once", action="store_true",
                    help="run each of the N episodes to its turn limit (no replacement); measure until the last ends")
     p.add_argument("--quick", action="store_true",
@@ -114,6 +121,8 @@ async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.su
             "--per-token-ms", str(args.per_token_ms), "--per-prefill-token-ms", str(args.per_prefill_token_ms),
             "--chunk-tokens", str(args.chunk_tokens), "--linger-ms", str(args.linger_ms), "--layers", str(args.layers),
             "--experts", str(args.experts), "--top-k", str(args.top_k)]
+    if getattr(args, "peer_nice", 0):
+        argv = ["nice", "-n", str(args.peer_nice), *argv]
     proc = await asyncio.create_subprocess_exec(*argv, cwd=str(Path(__file__).resolve().parents[1]))
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -144,6 +153,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     )
     from bench.sandbox_host import HostedProvider
     from t1.config.sandbox import PoolConfig, ShellConfig
+    from t1.coordinator.gc_policy import scheduled_full_collections, young_collections_only
     from t1.coordinator.rollout import RolloutRunner, new_group_id
     from t1.coordinator.runtime import make_renderers
     from t1.coordinator.scheduler import Scheduler
@@ -155,7 +165,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
 
     sim, port = await start_sim(args, workdir)
     host = HostedProvider(workdir / "sandboxes", ShellConfig(), bubblewrap=not args.no_bubblewrap,
-                          log_file=workdir / "sandbox_host.log")
+                          log_file=workdir / "sandbox_host.log", nice=args.peer_nice)
     await host.start()
     spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
     pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched",
@@ -175,7 +185,10 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     finite = args.quick or args.once
     run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
                   on_stop_after=scheduler.stop)
-    freeze_long_lived()  # as the coordinator does once its parts are built
+    freeze_long_lived()  # as the coordinator does once its parts are built, with its GC schedule
+    thresholds = young_collections_only() if args.gc_full_interval_s > 0 else gc.get_threshold()
+    gc_task = (asyncio.create_task(scheduled_full_collections(args.gc_full_interval_s))
+               if args.gc_full_interval_s > 0 else None)
     meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pid})
     lag = LagSampler()
     lag.start()
@@ -236,6 +249,9 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         scheduler.stop()
         await lag.stop()
         gc_pauses.stop()
+        if gc_task is not None:
+            gc_task.cancel()
+        gc.set_threshold(*thresholds)
         acker.cancel()
         await pool.close()
         await sandboxes.close()

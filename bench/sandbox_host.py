@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", type=Path, required=True, help="where sandbox trees are created")
     p.add_argument("--no-bubblewrap", action="store_true", help="run sessions without bubblewrap")
     args = p.parse_args(argv)
-    # The default loop, not uvloop: the server spawns sessions with user/group, which uvloop rejects.
-    asyncio.run(_serve(args.root, not args.no_bubblewrap))
+    from t1.rpc.loop import run
+
+    run(_serve(args.root, not args.no_bubblewrap))
 
 
 # -- the parent side ----------------------------------------------------------------------------
@@ -87,8 +88,9 @@ class HostedProvider:
     """SandboxProvider over a `bench.sandbox_host` child: trees there, real SSH connections here."""
 
     def __init__(self, root: Path, shell_cfg: ShellConfig, bubblewrap: bool = True,
-                 log_file: Path | None = None) -> None:
+                 log_file: Path | None = None, nice: int = 0) -> None:
         self.root = root
+        self.nice = nice  # the host and every sandbox process it starts run at this nice value
         self.log_file = log_file
         self.shell_cfg = shell_cfg
         self.bubblewrap = bubblewrap
@@ -104,6 +106,8 @@ class HostedProvider:
 
     async def start(self) -> None:
         argv = [sys.executable, "-m", "bench.sandbox_host", "--root", str(self.root)]
+        if self.nice:
+            argv = ["nice", "-n", str(self.nice), *argv]
         if not self.bubblewrap:
             argv.append("--no-bubblewrap")
         stderr = self.log_file.open("ab") if self.log_file is not None else None

@@ -34,5 +34,7 @@ class CoordinatorConfig(Section):
     spool: SpoolConfig = Field(default_factory=SpoolConfig, description="Trajectory spool.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Eval jobs.")
     loop_lag_warn_ms: float = Field(100.0, gt=0, description="Event-loop lag that triggers a slow-callback report.")
+    gc_full_interval_s: float = Field(
+        300.0, ge=0, description="Full garbage collections run this often instead of automatically; 0 keeps CPython's policy.")
     shutdown_grace_s: float = Field(30.0, ge=0, description="Time given to in-flight episodes on SIGTERM.")
     train: bool = Field(True, description="Run training; false serves eval jobs only.")

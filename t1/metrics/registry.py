@@ -51,6 +51,8 @@ BAD_REPLIES = Counter("t1_agent_bad_replies", "Model replies that did not parse 
                       registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram("t1_event_loop_lag_seconds", "Lateness of the coordinator's event loop.",
                            buckets=_LAG_BUCKETS, registry=REGISTRY)
+GC_FULL_SECONDS = Histogram("t1_gc_full_collection_seconds", "Scheduled full garbage collections (the loop stands still).",
+                            buckets=_LAG_BUCKETS, registry=REGISTRY)
 EPISODE_REWARD = Histogram("t1_episode_reward", "Episode rewards (infra errors excluded).",
                            buckets=(0, 0.25, 0.5, 0.75, 1, 2, 3, 5, 10, 20), registry=REGISTRY)
 RESOLVE_RATE = Gauge("t1_resolve_rate", "Resolve rate of the last window or eval job.", ["split"], registry=REGISTRY)
