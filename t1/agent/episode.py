@@ -24,6 +24,7 @@ import numpy as np
 
 from t1.agent.compaction import compact_messages
 from t1.agent.formats import AgentFormat, format_output
+from t1.agent.pacing import pace
 from t1.agent.transcript import Transcript
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
 from t1.metrics import registry as m
@@ -80,6 +81,7 @@ class EpisodeLimits:
     process_every_k: int | None = None
     turn_retries: int = 2
     setup_retries: int = 2
+    steps_per_loop_tick: int = 0  # t1.agent.pacing; 0: no pacing
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +231,7 @@ class Episode:
                 return
             if time.monotonic() >= deadline:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout")
+            await pace(limits.steps_per_loop_tick)  # the observation, the request: this turn's CPU
             if self._pending_obs:
                 self.buf.append_observation(self._pending_obs)
                 self._pending_obs = []
@@ -236,6 +239,7 @@ class Episode:
             t_gen = time.monotonic()
             result = await self._generate_turn(deadline)
             self._generate_latency.observe(time.monotonic() - t_gen)
+            await pace(limits.steps_per_loop_tick)  # decode, parse, the commands' start
             ids = result.token_ids.tolist()
             eot = self._renderer.end_of_turn_ids
             text = self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)

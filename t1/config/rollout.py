@@ -37,6 +37,8 @@ class RolloutConfig(Section):
     max_context_tokens: int = Field(32768, ge=64, description="Context limit of one segment.")
     group_size: int = Field(8, ge=1, description="Attempts per task (G) for group-relative statistics.")
     max_concurrent_episodes: int = Field(1024, ge=1, description="Global concurrency limit.")
+    steps_per_loop_tick: int = Field(
+        32, ge=0, description="Most episode steps (half-turns) started per event-loop iteration; 0: unpaced.")
     timeout_multiplier: float = Field(1.0, gt=0, description="Scales the task's wall-clock timeouts.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")
     compaction: CompactionConfig = Field(default_factory=CompactionConfig, description="Context compaction.")

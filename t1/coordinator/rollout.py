@@ -39,7 +39,8 @@ def limits_from_config(cfg: T1Config, timeout_multiplier: float | None = None) -
         max_turns=r.max_turns, max_context_tokens=r.max_context_tokens,
         timeout_multiplier=timeout_multiplier or r.timeout_multiplier, compaction=r.compaction.enabled,
         compaction_trigger=r.compaction.trigger_fraction, keep_last_turns=r.compaction.keep_last_turns,
-        max_segments=r.compaction.max_segments, process_every_k=cfg.reward.process_every_k_turns)
+        max_segments=r.compaction.max_segments, process_every_k=cfg.reward.process_every_k_turns,
+        steps_per_loop_tick=r.steps_per_loop_tick)
 
 
 def sampling_from_config(cfg: T1Config) -> SamplingParams:
