@@ -121,10 +121,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     summary = {}
     for variant, results in rounds.items():
         summary[variant] = {
-            "client_cpu_ms_per_request_median": statistics.median(x["client_cpu_ms_per_request"] for x in results),
-            "requests_per_s_median": statistics.median(x["requests_per_s"] for x in results),
-            **({"requests_per_message_median": statistics.median(x["requests_per_message"] for x in results),
-                "results_per_message_median": statistics.median(x["results_per_message"] for x in results)}
+            "client_cpu_ms_per_request_median": round(statistics.median(x["client_cpu_ms_per_request"] for x in results), 4),
+            "requests_per_s_median": round(statistics.median(x["requests_per_s"] for x in results), 1),
+            **({"requests_per_message_median": round(statistics.median(x["requests_per_message"] for x in results), 2),
+                "results_per_message_median": round(statistics.median(x["results_per_message"] for x in results), 2)}
                if "requests_per_message" in results[0] else {}),
         }
     base = summary.get("calls", {}).get("client_cpu_ms_per_request_median")
