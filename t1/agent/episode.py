@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
@@ -125,8 +125,16 @@ class Episode:
     """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
-                 transcript: Transcript, *, local: bool = True) -> None:
+                 transcript: Transcript, *, local: bool = True,
+                 persist: Callable[[Trajectory], Awaitable[None]] | None = None,
+                 ending: asyncio.Semaphore | None = None) -> None:
         self.spec = spec
+        # The end of an episode: `persist` (e.g. encode and spool) receives the trajectory while the
+        # episode holds one of the `ending` slots, from the export on. The slots bound how many
+        # exported trajectories (copies of tens of MB each) exist at once when many episodes end
+        # together (a SIGTERM drain, a failure storm, the load bench's stop).
+        self._persist = persist
+        self._ending = ending
         self._generate = generate
         self._acquire = acquire
         self._renderer = renderer
@@ -350,7 +358,11 @@ class Episode:
         verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
         # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
         # touches this episode's buffer any more.
-        traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration, turn_rewards)
+        async with self._ending if self._ending is not None else contextlib.nullcontext():
+            traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration,
+                                                          turn_rewards)
+            if self._persist is not None:
+                await self._persist(traj)
         m.EPISODES.labels(status=status.value).inc()
         if not infra:
             m.EPISODE_REWARD.observe(reward)

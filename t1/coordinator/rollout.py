@@ -6,9 +6,10 @@ jobs (`as_attempt_runner` turns the result into an AttemptOutcome; nothing is sp
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from t1.trajectory.offload import offload
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 log = logging.getLogger(__name__)
+ENDING_SLOTS = 4
 
 
 def limits_from_config(cfg: T1Config, timeout_multiplier: float | None = None) -> EpisodeLimits:
@@ -79,11 +81,15 @@ class RolloutRunner:
         self._reward_mode = RewardMode(reward_mode or cfg.reward.mode)
         self._plan = plan  # the scripted policy learns each episode's task here
         self.stats = RolloutStats()
+        # Episodes between export and spooled at once (see Episode): memory stays bounded when
+        # thousands end together, and the spool's disk sets the pace.
+        self._ending = asyncio.Semaphore(ENDING_SLOTS)
 
     async def run_episode(self, task: TaskSpec, group_id: str, attempt: int, *, fmt_name: str = "",
                           timeout_multiplier: float | None = None, job: EvalAttempt | None = None,
                           reward_mode: RewardMode | None = None, subdir: str = "train",
-                          generate: GenerateFn | None = None) -> EpisodeResult:
+                          generate: GenerateFn | None = None,
+                          persist: Callable[[Trajectory], Awaitable[None]] | None = None) -> EpisodeResult:
         fmt = get_format(fmt_name or self.cfg.rollout.agent_format)
         # Eval attempts may run again after a restart: each run gets its own id (and transcript).
         episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
@@ -93,7 +99,8 @@ class RolloutRunner:
             self._plan(episode_id, task, fmt)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         episode = Episode(spec, generate or self._generate_for(job, episode_id), self._acquire, self.renderers[fmt.name],
-                          Transcript(tx_dir, task.id, episode_id), local=self._local)
+                          Transcript(tx_dir, task.id, episode_id), local=self._local, persist=persist,
+                          ending=self._ending)
         result = await episode.run()
         self.stats.finished += 1
         self.stats.turns += result.turns
@@ -112,12 +119,13 @@ class RolloutRunner:
 
     async def train_episode(self, task: TaskSpec, group_id: str, attempt: int, spool: Spool) -> EpisodeResult:
         """One training attempt; its trajectory (infra errors too, so the group completes) is spooled."""
-        result = await self.run_episode(task, group_id, attempt)
-        # Encoding tens of MB of routing is pure work: off the event loop, like the export before it.
-        payload, versions = await offload(_encode, result.trajectory)
-        self.stats.versions.update(versions)
-        await spool.append(result.trajectory.id, payload)
-        return result
+        async def persist(traj: Trajectory) -> None:
+            # Encoding tens of MB of routing is pure work: off the event loop, like the export before it.
+            payload, versions = await offload(_encode, traj)
+            self.stats.versions.update(versions)
+            await spool.append(traj.id, payload)
+
+        return await self.run_episode(task, group_id, attempt, persist=persist)
 
     def as_attempt_runner(self):  # -> AttemptRunner
         async def run(a: EvalAttempt) -> AttemptOutcome:

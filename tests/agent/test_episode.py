@@ -167,3 +167,30 @@ async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, 
     assert runner.stats.versions == {7} and runner.stats.finished == 1
     assert "## Result" in Path(result.transcript).read_text()
     spool.close()
+
+
+async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: Path, provider, renderers) -> None:
+    """Between its export and the end of `persist`, an episode holds one slot: copies stay bounded."""
+    task = load_task(_task(tmp_path, "t", "x"))
+
+    async def dead(req: GenerateRequest) -> GenerateResult:
+        raise ConnectionError("replica gone")
+
+    holding, most, persisted = 0, 0, []
+
+    async def persist(traj) -> None:
+        nonlocal holding, most
+        holding += 1
+        most = max(most, holding)
+        await asyncio.sleep(0.05)  # a slow disk
+        persisted.append(traj.id)
+        holding -= 1
+
+    ending = asyncio.Semaphore(2)
+    episodes = [Episode(EpisodeSpec(f"ep-{i}", task, "g", i, get_format("tool_calls"), SamplingParams(max_tokens=64),
+                                    EpisodeLimits(turn_retries=0)),
+                        dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e"),
+                        persist=persist, ending=ending) for i in range(6)]
+    results = await asyncio.gather(*(e.run() for e in episodes))
+    assert sorted(persisted) == sorted(r.trajectory.id for r in results) and len(persisted) == 6
+    assert most == 2
