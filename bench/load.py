@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import itertools
 import json
 import logging
@@ -153,7 +152,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     )
     from bench.sandbox_host import HostedProvider
     from t1.config.sandbox import PoolConfig, ShellConfig
-    from t1.coordinator.gc_policy import scheduled_full_collections, young_collections_only
+    from t1.coordinator.gc_policy import GcSchedule
     from t1.coordinator.rollout import RolloutRunner, new_group_id
     from t1.coordinator.runtime import make_renderers
     from t1.coordinator.scheduler import Scheduler
@@ -186,9 +185,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
                   on_stop_after=scheduler.stop)
     freeze_long_lived()  # as the coordinator does once its parts are built, with its GC schedule
-    thresholds = young_collections_only() if args.gc_full_interval_s > 0 else gc.get_threshold()
-    gc_task = (asyncio.create_task(scheduled_full_collections(args.gc_full_interval_s))
-               if args.gc_full_interval_s > 0 else None)
+    gc_schedule = GcSchedule(args.gc_full_interval_s)
+    gc_schedule.start()
     meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pid})
     lag = LagSampler()
     lag.start()
@@ -249,9 +247,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         scheduler.stop()
         await lag.stop()
         gc_pauses.stop()
-        if gc_task is not None:
-            gc_task.cancel()
-        gc.set_threshold(*thresholds)
+        gc_schedule.stop()
         acker.cancel()
         await pool.close()
         await sandboxes.close()

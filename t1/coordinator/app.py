@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 from collections.abc import Coroutine
@@ -36,7 +35,7 @@ from typing import Any
 
 from t1.config.schema import T1Config
 from t1.coordinator import stages
-from t1.coordinator.gc_policy import scheduled_full_collections, young_collections_only
+from t1.coordinator.gc_policy import GcSchedule
 from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
 from t1.coordinator.report import print_report
@@ -57,7 +56,7 @@ class Coordinator:
         self.parts: Parts | None = None
         self.stop_requested = asyncio.Event()
         self.report: dict[str, Any] | None = None
-        self._gc_thresholds = gc.get_threshold()
+        self._gc = GcSchedule(cfg.coordinator.gc_full_interval_s)
 
     def request_stop(self) -> None:
         if not self.stop_requested.is_set():
@@ -79,18 +78,15 @@ class Coordinator:
             endpoints = asyncio.ensure_future(self.local.inference_endpoints())
             early = await endpoints if not self.cfg.coordinator.train else []
             self.parts = parts = await Parts.build(self.cfg, self.run_dir, early)
-            gc_task: asyncio.Task[None] | None = None
             try:
                 await parts.start_services()
                 freeze_long_lived()  # task sets, tokenizers, clients: full collections skip them from now on
-                gc_task = self._schedule_gc()
+                self._gc.start()
                 parts.show_progress()
                 log.info("coordinator serving on %s (run dir %s)", parts.address, self.run_dir)
                 await self._until_stopped(self._work(parts, sets, endpoints))
             finally:
-                if gc_task is not None:
-                    gc_task.cancel()
-                    gc.set_threshold(*self._gc_thresholds)
+                self._gc.stop()
                 await _discard(endpoints)
                 await parts.close(self.cfg.coordinator.shutdown_grace_s)
         finally:
@@ -123,13 +119,6 @@ class Coordinator:
             await _discard(trainer)
         await parts.hide_progress()
         print_report(self.report)
-
-    def _schedule_gc(self) -> asyncio.Task[None] | None:
-        interval = self.cfg.coordinator.gc_full_interval_s
-        if interval <= 0:
-            return None
-        self._gc_thresholds = young_collections_only()
-        return asyncio.create_task(scheduled_full_collections(interval), name="t1-gc-full")
 
     async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work`; on a stop request give it the grace period (training drains itself), then cancel it."""

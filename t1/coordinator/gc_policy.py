@@ -39,3 +39,26 @@ async def scheduled_full_collections(interval_s: float) -> None:
         seconds = time.perf_counter() - t0
         m.GC_FULL_SECONDS.observe(seconds)
         log.info("scheduled full collection: %.0f ms, %d unreachable objects", seconds * 1e3, found)
+
+
+class GcSchedule:
+    """The policy above for one run: `start()` once long-lived state is built, `stop()` restores CPython's."""
+
+    def __init__(self, full_interval_s: float) -> None:
+        self.full_interval_s = full_interval_s  # 0: leave CPython's policy alone
+        self._before: tuple[int, int, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.full_interval_s <= 0 or self._task is not None:
+            return
+        self._before = young_collections_only()
+        self._task = asyncio.create_task(scheduled_full_collections(self.full_interval_s), name="t1-gc-full")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._before is not None:
+            gc.set_threshold(*self._before)
+            self._before = None
