@@ -1,9 +1,16 @@
-"""Process starts from a thread with its own, nearly empty file table.
+"""Process starts from a thread with its own, nearly empty file table and every signal blocked.
 
 A fork copies the forking task's file table and the child then closes every inherited
 descriptor; the local sandbox server holds a socket and three pipes per live sandbox, so forking
 from its table made each process start cost time in proportion to the number of live sandboxes
-(0.74 ms with 100 open files, 3-4 ms with 16,000). `popen` forks from the `Forker` thread instead.
+(0.74 ms with 100 open files, 3-4 ms with 16,000). `popen` starts processes from the `Forker`
+thread instead, with `posix_spawn`.
+
+That thread must never run a signal handler. Handlers name descriptors by number: libuv's
+SIGCHLD handler takes a lock by reading a pipe, CPython's writes to the loop's wakeup fd. Run on
+this thread, those numbers mean other files (or none), and the lock read blocked the thread, and
+with it every later process start, for good. So the thread blocks every signal, and each child
+gets an empty signal mask from `posix_spawn` instead of inheriting that one.
 """
 
 from __future__ import annotations
@@ -15,155 +22,211 @@ import gc
 import logging
 import os
 import queue
+import shutil
+import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 _CLONE_FILES = 0x400
+_CLONE_FS = 0x200
 _STDIO = ("stdin", "stdout", "stderr")
+_RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
+"""Ignored in CPython, back to their defaults in children (as `subprocess`'s `restore_signals` does)."""
 
 log = logging.getLogger(__name__)
 
 
-class Forker:
-    """Runs `subprocess.Popen` in a thread with a private file table that holds only stdio and a socket.
+class Child:
+    """A process `popen` started: the part of `subprocess.Popen` the sandbox code uses."""
 
-    Descriptors a child needs (a PTY slave, an info pipe) go to that thread over the socket
-    (SCM_RIGHTS) and the parent ends of new pipes come back the same way, so the returned `Popen`
-    is used exactly like one made here. Children stay children of this process (waits, pidfds and
-    process groups are unchanged), and since the thread never exits, `PR_SET_PDEATHSIG` (bubblewrap's
-    `--die-with-parent`) fires only when the process dies. The cyclic GC is off while the thread
+    def __init__(self, pid: int, argv: list[str], pipes: Mapping[str, IO[bytes]]) -> None:
+        self.pid = pid
+        self.args = argv
+        self.returncode: int | None = None
+        self.stdin: IO[bytes] | None = pipes.get("stdin")
+        self.stdout: IO[bytes] | None = pipes.get("stdout")
+        self.stderr: IO[bytes] | None = pipes.get("stderr")
+
+    def poll(self) -> int | None:
+        """The exit status if the process has ended (reaping it), else None."""
+        if self.returncode is None:
+            self._reap(os.WNOHANG)
+        return self.returncode
+
+    def wait(self) -> int:
+        """Block until the process ends; its exit status (-N: killed by signal N)."""
+        while self.returncode is None:
+            self._reap(0)
+        return self.returncode
+
+    def _reap(self, flags: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:  # reaped elsewhere; its status is lost
+            self.returncode = 255
+            return
+        if pid == self.pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __repr__(self) -> str:
+        return f"Child(pid={self.pid}, args={self.args[:1]}, returncode={self.returncode})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    path: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    setsid: bool
+    targets: tuple[int, ...]
+    """Per received descriptor, the number the child finds it at: 0-2 for stdio, or its pass_fds number."""
+    devnull: tuple[int, ...]
+    """Stdio numbers opened on /dev/null in the child."""
+
+
+class Forker:
+    """Starts processes from a thread whose file table holds only stdio and one socket.
+
+    The descriptors a child gets (its ends of new pipes, a PTY slave, an info pipe) go to that
+    thread over the socket (SCM_RIGHTS); the caller keeps the other ends of the pipes. Children
+    stay children of this process (waits, pidfds and process groups are unchanged), and since the
+    thread never exits, `PR_SET_PDEATHSIG` (bubblewrap's `--die-with-parent`) fires only when the
+    process dies. The thread also has its own cwd, set per start. The cyclic GC is off while it
     runs Python code: a finalizer run there would close a number in the wrong file table.
     """
 
     def __init__(self) -> None:
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._jobs: queue.SimpleQueue[tuple[list[str], dict[str, Any], int, list[Any], threading.Event]] = \
-            queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[_Job, int, list[int | BaseException], threading.Event]] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        started: Future[None] = Future()
+        started: Future[int] = Future()
         threading.Thread(target=self._run, args=(started,), name="t1-forker", daemon=True).start()
-        started.result()
+        self.native_id = started.result()
 
-    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        """`subprocess.Popen(argv, **kwargs)`, forked from the thread (blocks; call it off the loop)."""
-        given = [kwargs[name] for name in _STDIO if isinstance(kwargs.get(name), int) and kwargs[name] >= 0]
-        given += list(kwargs.get("pass_fds", ()))
-        _reap_abandoned()  # here, in the process's file table (see _popen_without_cleanup)
-        slot: list[Any] = []
-        done = threading.Event()
-        with self._lock:  # one exchange on the socket at a time
-            if given:
-                socket.send_fds(self._ours, [b"in"], given)
-            self._jobs.put((argv, kwargs, len(given), slot, done))
-            done.wait()
+    def popen(
+        self, argv: list[str], *, stdin: int | None = None, stdout: int | None = None, stderr: int | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+        start_new_session: bool = False, pass_fds: Iterable[int] = (),
+    ) -> Child:
+        """Start `argv` as `subprocess.Popen` would with these arguments (blocks; call it off the loop).
+
+        stdin/stdout/stderr: None (this process's own), `subprocess.PIPE`, `subprocess.DEVNULL` or
+        a descriptor. `pass_fds` keep their numbers in the child.
+        """
+        env = dict(os.environ if env is None else env)
+        path = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+        if path is None:
+            raise FileNotFoundError(errno.ENOENT, f"{argv[0]!r} not found on PATH", argv[0])
+        send: list[int] = []
+        targets: list[int] = []
+        devnull: list[int] = []
+        ours: dict[str, int] = {}
+        child_ends: list[int] = []
+        try:
+            for number, (name, spec) in enumerate(zip(_STDIO, (stdin, stdout, stderr), strict=True)):
+                if spec == subprocess.PIPE:
+                    read, write = os.pipe()
+                    child_end, ours[name] = (read, write) if number == 0 else (write, read)
+                    child_ends.append(child_end)
+                    send.append(child_end)
+                    targets.append(number)
+                elif spec == subprocess.DEVNULL:
+                    devnull.append(number)
+                elif spec is not None:
+                    if spec < 0:
+                        raise ValueError(f"{name}={spec}: not a descriptor")
+                    send.append(spec)
+                    targets.append(number)
+            for fd in pass_fds:
+                send.append(fd)
+                targets.append(fd)
+            job = _Job(path, list(argv), env, os.fspath(cwd) if cwd is not None else os.getcwd(),
+                       start_new_session, tuple(targets), tuple(devnull))
+            slot: list[int | BaseException] = []
+            done = threading.Event()
+            with self._lock:  # one exchange on the socket at a time
+                if send:
+                    socket.send_fds(self._ours, [b"fds"], send)
+                self._jobs.put((job, len(send), slot, done))
+                done.wait()
             result = slot.pop()
             if isinstance(result, BaseException):
                 raise result
-            proc, piped = result
-            if piped:
-                _, fds, _, _ = socket.recv_fds(self._ours, 16, len(piped))
-                if len(fds) != len(piped):  # the kernel drops what does not fit in our table
-                    for fd in fds:
-                        os.close(fd)
-                    proc.kill()
-                    proc.wait()
-                    raise OSError(errno.EMFILE, f"no room for the pipes of {argv[0]!r} in this process's file table")
-                for name, fd in zip(piped, fds, strict=True):
-                    setattr(proc, name, os.fdopen(fd, "wb" if name == "stdin" else "rb"))
-        return proc  # type: ignore[no-any-return]
+        except BaseException:
+            for fd in ours.values():
+                os.close(fd)
+            raise
+        finally:
+            for fd in child_ends:
+                os.close(fd)
+        pipes = {name: os.fdopen(fd, "wb" if name == "stdin" else "rb") for name, fd in ours.items()}
+        return Child(result, list(argv), pipes)
 
-    def _run(self, started: Future[None]) -> None:
+    def _run(self, started: Future[int]) -> None:
         try:
-            if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_FILES) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_FILES)")
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+            if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_FILES | _CLONE_FS) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_FILES | CLONE_FS)")
             keep = self._theirs.fileno()
             os.closerange(3, keep)  # only in this thread's copy of the table
             os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         except OSError as exc:
             started.set_exception(exc)
             return
-        started.set_result(None)
+        started.set_result(threading.get_native_id())
         while True:
-            argv, kwargs, num_fds, slot, done = self._jobs.get()
+            job, num_fds, slot, done = self._jobs.get()
             gc_was_enabled = gc.isenabled()
             gc.disable()
             try:
-                slot.append(self._fork(argv, kwargs, num_fds))
+                slot.append(self._spawn(job, num_fds))
             except BaseException as exc:  # handed to the caller, which raises it
                 slot.append(exc)
             finally:
                 if gc_was_enabled:
                     gc.enable()
-            # Nothing here may hold the result once the caller runs: an object freed in this
-            # thread closes its descriptor in this thread's file table, not the process's.
-            del argv, kwargs, slot
+            # Nothing here may hold the job once the caller runs: an object freed in this thread
+            # closes its descriptor in this thread's file table, not the process's.
+            del job, slot
             done.set()
 
-    def _fork(self, argv: list[str], kwargs: dict[str, Any], num_fds: int) -> tuple[subprocess.Popen[bytes], list[str]]:
-        to_close: set[int] = set()
+    def _spawn(self, job: _Job, num_fds: int) -> int:
+        received: list[int] = []
         try:
-            received: list[int] = []
             if num_fds:
                 _, received, _, _ = socket.recv_fds(self._theirs, 16, num_fds)
-            to_close.update(received)
-            wanted = list(kwargs.get("pass_fds", ()))
-            # the child must find the passed ones at the numbers its command line names
-            fds = [_dup_away(fd, wanted) if fd in wanted else fd for fd in received]
-            to_close.update(fds)
-            kwargs = dict(kwargs)
-            rest = iter(fds)
-            for name in _STDIO:
-                if isinstance(kwargs.get(name), int) and kwargs[name] >= 0:
-                    kwargs[name] = next(rest)
-            for fd, number in zip(rest, wanted, strict=True):
-                os.dup2(fd, number, inheritable=False)
-                to_close.add(number)
-            proc = _popen_without_cleanup(argv, kwargs)
+                if len(received) != num_fds:  # the kernel drops what does not fit in the table
+                    raise OSError(errno.EMFILE, f"no room for the descriptors of {job.argv[0]!r} in the forker's table")
+            numbers = list(job.targets)
+            # Dup every received descriptor to the number the child expects. A source must not sit
+            # on a number that an earlier dup overwrites, so move those out of the way first; and
+            # no source may stay open in the child at its own number.
+            received = [_dup_away(fd, numbers) if fd in numbers else fd for fd in received]
+            for fd in received:
+                os.set_inheritable(fd, False)
+            actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, fd, n) for fd, n in zip(received, numbers, strict=True)]
+            actions += [(os.POSIX_SPAWN_OPEN, n, os.devnull, os.O_RDWR, 0) for n in job.devnull]
+            os.chdir(job.cwd)  # this thread's own cwd (CLONE_FS); the child starts there
+            return os.posix_spawn(job.path, job.argv, job.env, file_actions=actions, setsid=job.setsid,
+                                  setsigmask=(), setsigdef=_RESTORED_SIGNALS)
         finally:
-            for fd in to_close:
+            for fd in received:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        piped = [name for name in _STDIO if getattr(proc, name) is not None]
-        try:
-            if piped:
-                socket.send_fds(self._theirs, [b"out"], [getattr(proc, name).fileno() for name in piped])
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            for name in piped:
-                getattr(proc, name).close()
-                setattr(proc, name, None)
-        return proc, piped
-
-
-def _popen_without_cleanup(argv: list[str], kwargs: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """`Popen` without its reaping of abandoned `Popen` objects, which could free one in this thread.
-
-    `Popen()` first polls the objects dropped before their process ended (`subprocess._active`)
-    and releases those that have; one freed here would close its pipes in the wrong file table.
-    `_reap_abandoned` does that work in the caller's thread instead.
-    """
-    active = getattr(subprocess, "_active", None)
-    if active is None:
-        return subprocess.Popen(argv, **kwargs)
-    subprocess._active = []  # type: ignore[attr-defined]
-    try:
-        return subprocess.Popen(argv, **kwargs)
-    finally:
-        dropped_meanwhile = subprocess._active  # type: ignore[attr-defined]
-        subprocess._active = active  # type: ignore[attr-defined]
-        active.extend(dropped_meanwhile)
-
-
-def _reap_abandoned() -> None:
-    cleanup = getattr(subprocess, "_cleanup", None)
-    if cleanup is not None:
-        cleanup()
 
 
 def _dup_away(fd: int, taken: list[int]) -> int:
@@ -179,24 +242,18 @@ def _dup_away(fd: int, taken: list[int]) -> int:
 
 
 _forker: Forker | None = None
-_forker_failed = False
 _forker_lock = threading.Lock()
 
 
-def forker() -> Forker | None:
-    """The process's Forker, started on first use; None where a thread cannot have its own file table."""
-    global _forker, _forker_failed
+def forker() -> Forker:
+    """The process's Forker, started on first use."""
+    global _forker
     with _forker_lock:
-        if _forker is None and not _forker_failed:
-            try:
-                _forker = Forker()
-            except OSError as exc:
-                _forker_failed = True
-                log.warning("forking from the main file table (%s): process starts slow down with open files", exc)
+        if _forker is None:
+            _forker = Forker()
         return _forker
 
 
-def popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """`subprocess.Popen` from the Forker (blocks until the child has exec'd)."""
-    f = forker()
-    return f.popen(argv, **kwargs) if f is not None else subprocess.Popen(argv, **kwargs)
+def popen(argv: list[str], **kwargs: Any) -> Child:
+    """`Forker.popen` on the process's Forker (blocks until the child has exec'd)."""
+    return forker().popen(argv, **kwargs)

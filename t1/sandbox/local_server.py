@@ -25,6 +25,7 @@ from typing import Any
 import asyncssh
 
 from t1.sandbox.bwrap import NamespaceTarget, SandboxTree, session_launch
+from t1.sandbox.forker import Child
 from t1.sandbox.nsinit import SandboxInit, hang_up, kill_group, spawn, wait_exit
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
         self._command: str | None = None
         self._subsystem: str | None = None
         self._pty: tuple[str, int, int] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: Child | None = None
         self._stdin: asyncio.WriteTransport | None = None
         self._killed = False
         self._hangup: asyncio.Task[None] | None = None

@@ -6,10 +6,10 @@ its user, mount, PID, network, IPC, UTS and cgroup namespaces (its PID 1 there, 
 on a pipe, also reaps orphans; see `t1.sandbox.bwrap.HOLDER_SCRIPT`); sessions enter them with
 `nsenter` (`t1.sandbox.bwrap.enter_argv`). Killing the init kills its PID namespace and with it every process of the sandbox.
 
-`spawn` runs `subprocess.Popen` off the loop (forking a large process and waiting for its exec
-must not stall it) and `wait_exit` waits for a process through a pidfd on the loop, without a
-waiter thread per process. Every fork happens in the `t1.sandbox.forker` thread, whose file table
-is nearly empty, so a start does not cost time in proportion to the number of live sandboxes.
+`spawn` starts a process off the loop (a start that waits for the exec must not stall it) and
+`wait_exit` waits for a process through a pidfd on the loop, without a waiter thread per process.
+Every start happens in the `t1.sandbox.forker` thread, whose file table is nearly empty, so a
+start does not cost time in proportion to the number of live sandboxes.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
-from t1.sandbox.forker import popen
+from t1.sandbox.forker import Child, popen
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
 HANGUP_GRACE_S = 2.0
-async def spawn(argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-    """Start `argv` from a worker thread; the loop keeps running while the child forks and execs."""
+async def spawn(argv: list[str], **popen_kwargs: Any) -> Child:
+    """Start `argv` (`t1.sandbox.forker.popen` arguments) from a worker thread; the loop keeps running meanwhile."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(None, lambda: popen(argv, **popen_kwargs))
 
@@ -59,14 +59,14 @@ async def wait_pidfd(pid: int, timeout: float | None = None) -> bool:
         os.close(fd)
 
 
-async def wait_exit(proc: subprocess.Popen[bytes]) -> int:
+async def wait_exit(proc: Child) -> int:
     """The exit status of a child started by `spawn`, awaited without blocking the loop."""
     if proc.poll() is None:
         await wait_pidfd(proc.pid)
     return proc.wait()
 
 
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: Child) -> None:
     """SIGKILL the process group `proc` leads (it was started with `start_new_session=True`).
 
     A group id stays reserved while the group has members, so this is safe after `proc` is reaped.
@@ -87,7 +87,7 @@ def _first_child(pid: int) -> int | None:
     return int(first[0]) if first else None
 
 
-async def hang_up(proc: subprocess.Popen[bytes], grace_s: float = HANGUP_GRACE_S) -> None:
+async def hang_up(proc: Child, grace_s: float = HANGUP_GRACE_S) -> None:
     """End a session that `nsenter` (`proc`) started: hang up its shell, then kill what is left.
 
     The shell gets SIGHUP first (an interactive bash passes it on to its jobs, as when an SSH
@@ -117,7 +117,7 @@ def _own_namespaces(pid: int) -> tuple[str, ...]:
 class SandboxInit:
     """The long-lived bubblewrap that owns one sandbox's namespaces."""
 
-    def __init__(self, tree: SandboxTree, proc: subprocess.Popen[bytes], target: NamespaceTarget) -> None:
+    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget) -> None:
         self.tree = tree
         self.proc = proc
         self.target = target
