@@ -42,6 +42,7 @@ if __package__ in (None, ""):
 
 from bench.load_metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census, machine
 from bench.load_report import print_table, scale_result
+from bench.sandbox_host import peer_command
 from bench.sim_inference import Latency
 
 log = logging.getLogger("bench.load")
@@ -70,6 +71,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="tokens per streamed chunk of a Generate call (--transport calls); 0: one chunk per reply")
     p.add_argument("--linger-ms", type=float, default=0.0,
                    help="GenerateBatched linger on both ends (inference.pool/server.batch_linger_ms)")
+    p.add_argument("--reply-max-mb", type=float, default=0.0,
+                   help="GenerateBatched: most MB of results per reply message of the simulated server (0: default)")
     p.add_argument("--transport", choices=["batched", "calls"], default="batched",
                    help="batched: one GenerateBatched stream (the pool's default); calls: a Generate call per turn")
     p.add_argument("--min-tokens", type=int, default=50)
@@ -83,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--creates-per-s", type=float, default=100.0, help="sandbox creation rate during ramp-up")
     p.add_argument("--no-bubblewrap", action="store_true", help="sandbox sessions without bubblewrap")
     p.add_argument("--no-transcripts", action="store_true", help="do not write per-episode transcripts")
+    p.add_argument("--steps-per-tick", type=int, default=None,
+                   help="rollout.steps_per_loop_tick (episode steps started per loop iteration; 0: no pacing)")
     p.add_argument("--gc-full-interval-s", type=float, default=300.0,
                    help="as coordinator.gc_full_interval_s: full collections on this schedule; 0: CPython's policy")
     p.add_argument("--peer-nice", type=int, default=0,
@@ -118,11 +123,10 @@ async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.su
             "--ready-file", str(ready), "--commands", args.shell, "--min-tokens", str(args.min_tokens),
             "--max-tokens", str(args.max_tokens), "--per-request-ms", str(args.per_request_ms),
             "--per-token-ms", str(args.per_token_ms), "--per-prefill-token-ms", str(args.per_prefill_token_ms),
-            "--chunk-tokens", str(args.chunk_tokens), "--linger-ms", str(args.linger_ms), "--layers", str(args.layers),
+            "--chunk-tokens", str(args.chunk_tokens), "--linger-ms", str(args.linger_ms),
+            "--reply-max-mb", str(args.reply_max_mb), "--layers", str(args.layers),
             "--experts", str(args.experts), "--top-k", str(args.top_k)]
-    if getattr(args, "peer_nice", 0):
-        argv = ["nice", "-n", str(args.peer_nice), *argv]
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=str(Path(__file__).resolve().parents[1]))
+    proc = await asyncio.create_subprocess_exec(*peer_command(argv, getattr(args, "peer_nice", 0)), cwd=str(Path(__file__).resolve().parents[1]))
     deadline = time.monotonic() + 60
     while not ready.exists():
         if proc.returncode is not None or time.monotonic() > deadline:
@@ -137,7 +141,8 @@ def rollout_config(args: argparse.Namespace) -> Any:
 
     return validate({"rollout": {
         "max_turns": args.turns, "max_context_tokens": args.max_context_tokens, "group_size": args.group_size,
-        "sampling": {"max_tokens": args.max_tokens + 16}, "transcripts": not args.no_transcripts}})
+        "sampling": {"max_tokens": args.max_tokens + 16}, "transcripts": not args.no_transcripts,
+        **({"steps_per_loop_tick": args.steps_per_tick} if args.steps_per_tick is not None else {})}})
 
 
 async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> dict[str, Any]:
@@ -230,7 +235,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             lag.recording = gc_pauses.recording = False
             window = time.monotonic() - w0
             turns = clock.generations
-            packing = {k: v - packing0.get(k, 0) for k, v in pool.stream_stats().items()}
+            packing = {k: v if k.startswith("most_") else v - packing0.get(k, 0)  # a maximum: over the whole run
+                       for k, v in pool.stream_stats().items()}
             live_at_end = live.live
             rss_end = meter.rss("coordinator")
             live_traj_bytes = live.trajectory_bytes(routing_bytes_per_token(args))
@@ -266,6 +272,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     if out["rss_per_episode_at_ramp_end_kb"] is not None:  # the clean figure: no trajectory arrays yet
         out["targets"]["rss_per_live_episode_under_200kb"] = out["rss_per_episode_at_ramp_end_kb"] < 200
     out["gc_pauses"] = gc_pauses.summary()
+    out["late_wakeups"] = lag.late_wakeups()
     out["gc_census_at_window_end"] = census
     out["generate_packing"] = {
         "requests_per_message": round(packing["requests_sent"] / max(packing["messages_sent"], 1), 2),
@@ -298,11 +305,39 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": "load", "machine": machine(), "path": PATH, "settings": settings,
                            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scales": []}
     for n in args.scale_list:
+        check_host_limits(n, bubblewrap=not args.no_bubblewrap)
         with tempfile.TemporaryDirectory(prefix=f"t1-load-{n}-") as tmp:
             log.warning("scale %d: starting", n)
             out["scales"].append(await run_scale(args, n, Path(tmp)))
             print_table(out["scales"][-1:], title=f"load: {n} concurrent episodes")
     return out
+
+
+TASKS_PER_SANDBOX = {True: 6, False: 3}
+"""Host tasks one idle sandbox with its shell holds: with bubblewrap its outer bubblewrap, the bash
+that is its PID 1, nsenter, and the shell's supervisor, subshell and worker; without, the last three."""
+FDS_PER_SANDBOX = 4  # in the sandbox host: an SSH socket and the session's three pipes
+
+
+def check_host_limits(episodes: int, bubblewrap: bool) -> None:
+    """Fail before starting when this host cannot hold `episodes` sandboxes: pids and open files."""
+    import resource
+
+    tasks = episodes * TASKS_PER_SANDBOX[bubblewrap] + 2000  # the rest of the machine
+    with open("/proc/sys/kernel/pid_max") as f:
+        pid_max = int(f.read())
+    with open("/proc/sys/kernel/threads-max") as f:
+        threads_max = int(f.read())
+    fds = episodes * FDS_PER_SANDBOX + 1000
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    problems = []
+    if tasks > min(pid_max, threads_max):
+        problems.append(f"kernel.pid_max / kernel.threads-max is {min(pid_max, threads_max)}; {episodes} sandboxes "
+                        f"need about {tasks} tasks")
+    if soft != resource.RLIM_INFINITY and fds > soft:
+        problems.append(f"the open-files limit (ulimit -n) is {soft}; the sandbox host needs about {fds}")
+    if problems:
+        raise SystemExit(f"load.py: this host cannot run {episodes} episodes: " + "; ".join(problems))
 
 
 def strict_json(value: Any) -> Any:
@@ -331,8 +366,8 @@ def run_scales_apart(args: argparse.Namespace, argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="t1-load-scales-") as tmp:
         for n in args.scale_list:
             part = Path(tmp) / f"{n}.json"
-            code = subprocess.call([sys.executable, str(Path(__file__).resolve()), *own, "--scales", str(n),
-                                    "--out", str(part)])
+            code = subprocess.call(peer_command([sys.executable, str(Path(__file__).resolve()), *own,
+                                                 "--scales", str(n), "--out", str(part)]))
             if code != 0:
                 log.error("scale %d failed (exit %d)", n, code)
                 return code

@@ -30,12 +30,30 @@ def percentiles(values: list[float] | np.ndarray, qs: tuple[float, ...] = (50, 9
     return {**{f"p{q:g}": float(np.percentile(arr, q)) for q in qs}, "max": float(arr.max())}
 
 
+def _schedstat() -> tuple[float, float]:
+    """This thread's time on a CPU and waiting on a run queue so far, in seconds (Linux schedstat)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            on_cpu, run_wait, _ = f.read().split()
+        return int(on_cpu) / 1e9, int(run_wait) / 1e9
+    except (OSError, ValueError):
+        return time.thread_time(), 0.0
+
+
 class LagSampler:
-    """Sleeps `interval_s` in a loop and records how late each wake-up was (seconds)."""
+    """Sleeps `interval_s` in a loop and records how late each wake-up was (seconds).
+
+    With each it records how the loop thread spent that sleep: on a CPU (`on_cpu`, seconds; a
+    late wake-up with about as much CPU as wall time was the loop running long callbacks) and
+    runnable but waiting for a CPU (`run_wait`); the rest of a late wake-up's wall time the thread
+    was blocked (on the GIL, a lock or a blocking call).
+    """
 
     def __init__(self, interval_s: float = 0.02) -> None:
         self.interval_s = interval_s
         self.samples: list[float] = []
+        self.on_cpu: list[float] = []
+        self.run_wait: list[float] = []
         self._task: asyncio.Task[None] | None = None
         self.recording = False
 
@@ -52,9 +70,24 @@ class LagSampler:
         loop = asyncio.get_running_loop()
         while True:
             expected = loop.time() + self.interval_s
+            cpu0, wait0 = _schedstat()
             await asyncio.sleep(self.interval_s)
             if self.recording:
+                cpu1, wait1 = _schedstat()
                 self.samples.append(max(0.0, loop.time() - expected))
+                self.on_cpu.append(cpu1 - cpu0)
+                self.run_wait.append(wait1 - wait0)
+
+    def late_wakeups(self, threshold_s: float = 0.05) -> dict[str, float]:
+        """Wake-ups later than `threshold_s`: how many, and how the loop thread spent their wall time."""
+        late = [i for i, lag in enumerate(self.samples) if lag > threshold_s]
+        wall = sum(self.samples[i] + self.interval_s for i in late)
+        if not wall:
+            return {"threshold_ms": threshold_s * 1e3, "count": 0}
+        on_cpu = sum(self.on_cpu[i] for i in late) / wall
+        run_wait = sum(self.run_wait[i] for i in late) / wall
+        return {"threshold_ms": threshold_s * 1e3, "count": len(late), "on_cpu_share": round(on_cpu, 3),
+                "run_queue_share": round(run_wait, 3), "blocked_share": round(max(0.0, 1 - on_cpu - run_wait), 3)}
 
 
 class GcPauses:

@@ -83,6 +83,9 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
         ("model p50 ms", lambda s: s["model_ms"]["p50"]),
         ("command p50 / p99 ms", lambda s: f"{s['command_ms']['p50']} / {s['command_ms']['p99']}"),
         ("loop lag p50 / p99 / max ms", lambda s: f"{s['loop_lag_ms']['p50']} / {s['loop_lag_ms']['p99']} / {s['loop_lag_ms']['max']}"),
+        ("wake-ups > 50 ms: count; loop thread on CPU / run queue / blocked",
+         lambda s: (f"{w['count']}; {w['on_cpu_share']:.0%} / {w['run_queue_share']:.0%} / {w['blocked_share']:.0%}"
+                    if (w := s.get("late_wakeups")) and w["count"] else "0")),
         ("RSS per episode KB at ramp end (no turns yet)", lambda s: s.get("rss_per_episode_at_ramp_end_kb")),
         ("RSS per live episode KB (window end, less arrays)", lambda s: s["rss_per_live_episode_kb"]),
         ("trajectory B/token (raw)", lambda s: f"{s['trajectory_bytes_per_token']} ({s['raw_bytes_per_token']})"),
@@ -90,6 +93,7 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
         ("spool MB/s, traj/s", lambda s: f"{s['spool_mb_per_s']}, {s['spool_trajectories_per_s']}"),
         ("GenerateBatched requests / results per message",
          lambda s: (f"{s['generate_packing']['requests_per_message']} / {s['generate_packing']['results_per_message']}"
+                    f" (most {s['generate_packing'].get('most_results_in_a_message', '?')})"
                     if s.get("generate_packing") else "n/a (calls)")),
         ("full GC: count / longest ms", lambda s: (f"{s['gc_pauses']['gen2']['count']} / {s['gc_pauses']['gen2']['max_ms']}"
                                                   if "gc_pauses" in s else "n/a")),

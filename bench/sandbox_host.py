@@ -84,6 +84,12 @@ def main(argv: list[str] | None = None) -> None:
 # -- the parent side ----------------------------------------------------------------------------
 
 
+
+def peer_command(argv: list[str], nice: int = 0) -> list[str]:
+    """`argv` as a child of the benchmark: at `nice`, and killed when its parent dies (a killed
+    benchmark leaves no simulated server or sandbox host running)."""
+    return ["setpriv", "--pdeathsig", "KILL", "--", *(["nice", "-n", str(nice)] if nice else []), *argv]
+
 class HostedProvider:
     """SandboxProvider over a `bench.sandbox_host` child: trees there, real SSH connections here."""
 
@@ -106,10 +112,9 @@ class HostedProvider:
 
     async def start(self) -> None:
         argv = [sys.executable, "-m", "bench.sandbox_host", "--root", str(self.root)]
-        if self.nice:
-            argv = ["nice", "-n", str(self.nice), *argv]
         if not self.bubblewrap:
             argv.append("--no-bubblewrap")
+        argv = peer_command(argv, self.nice)
         stderr = self.log_file.open("ab") if self.log_file is not None else None
         self.proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr, limit=1 << 20,

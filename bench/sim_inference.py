@@ -85,8 +85,9 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
     """Generate, GetModelInfo and UpdateWeights over a ReplyBook and routing pool."""
 
     def __init__(self, book: ReplyBook, shape: ModelShape, latency: Latency, seed: int = 0,
-                 max_sessions: int = 16384) -> None:
+                 max_sessions: int = 16384, max_batch_bytes: int = 0) -> None:
         self.book = book
+        self.max_batch_bytes = max_batch_bytes  # 0: GenerateBatched's default
         self.shape = shape
         self.latency = latency
         self.version = 0
@@ -156,7 +157,9 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def GenerateBatched(self, request_iterator: AsyncIterator[pb.GenerateBatchRequest],
                               context: Any) -> AsyncIterator[pb.GenerateBatchReply]:
-        async for reply in BatchedSession(self._run_one, linger_s=self.latency.linger_s).serve(request_iterator):
+        session = BatchedSession(self._run_one, linger_s=self.latency.linger_s,
+                                 **({"max_batch_bytes": self.max_batch_bytes} if self.max_batch_bytes else {}))
+        async for reply in session.serve(request_iterator):
             yield reply
 
     async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
@@ -213,6 +216,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reply-max-mb", type=float, default=0.0,
+                   help="GenerateBatched: most bytes of results per reply message (0: the server's default)")
     return p.parse_args(argv)
 
 
@@ -221,7 +226,7 @@ async def serve(args: argparse.Namespace) -> None:
     shape = ModelShape(args.layers, args.experts, args.top_k, vocab_size=book.vocab_size)
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3,
                       args.chunk_tokens, args.linger_ms / 1e3)
-    servicer = SimInferenceServicer(book, shape, latency, seed=args.seed)
+    servicer = SimInferenceServicer(book, shape, latency, seed=args.seed, max_batch_bytes=int(args.reply_max_mb * 2**20))
     server = GrpcServer([binding(servicer)], ServerConfig(host=args.host, port=args.port, grace_s=1.0), AuthConfig())
     port = await server.start()
     if args.ready_file:

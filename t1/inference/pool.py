@@ -163,11 +163,12 @@ class InferencePool:
         return self._weights
 
     def stream_stats(self) -> dict[str, int]:
-        """GenerateBatched packing, summed over replicas: messages and requests sent, messages and results received."""
+        """GenerateBatched packing over replicas: messages and requests sent, messages and results received
+        (sums), and the most results one reply message carried (the largest)."""
         total: dict[str, int] = {}
         for r in self._replicas:
             for key, value in (r.stream.stats.items() if r.stream is not None else ()):
-                total[key] = total.get(key, 0) + value
+                total[key] = max(total.get(key, 0), value) if key.startswith("most_") else total.get(key, 0) + value
         return total
 
     def replica_of(self, session_id: str) -> str | None:

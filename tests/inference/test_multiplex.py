@@ -212,3 +212,40 @@ async def test_linger_packs_results_that_finish_apart() -> None:
     eager = [len(r.results) async for r in BatchedSession(run_one).serve(requests())]
     lingering = [len(r.results) async for r in BatchedSession(run_one, linger_s=0.5).serve(requests())]
     assert eager == [1, 1, 1, 1, 1] and lingering == [5]
+
+
+async def test_a_reply_message_stops_taking_results_at_its_byte_budget() -> None:
+    """A starved server that finds hundreds of results ready must not send them as one message of
+    tens of MB: receiving it is one uninterrupted step of the coordinator's loop. A result bigger
+    than the budget still travels."""
+    release = asyncio.Event()
+    sizes = {"r0": 700_000, "r1": 700_000, "r2": 700_000, "r3": 700_000, "r4": 3_000_000, "r5": 100}
+
+    async def run_one(request: pb.GenerateRequest) -> pb.GenerateResult:
+        await release.wait()
+        n = sizes[request.request_id] // 4
+        return pb.GenerateResult(token_ids=to_tensor(np.zeros(n, np.int32)))
+
+    async def requests() -> AsyncIterator[pb.GenerateBatchRequest]:
+        yield pb.GenerateBatchRequest(requests=[pb.GenerateRequest(request_id=r) for r in sizes])
+        await asyncio.sleep(0.05)
+        release.set()
+
+    replies = [r async for r in BatchedSession(run_one, max_batch_bytes=2 << 20).serve(requests())]
+    got = [[res.request_id for res in r.results] for r in replies]
+    assert sorted(r for g in got for r in g) == sorted(sizes)
+    assert [len(g) for g in got] == [3, 2, 1], got  # 2.1 MB reaches the budget, r3 + r4 (3.7 MB) too
+    assert all(r.ByteSize() < (2 << 20) + 3_100_000 for r in replies)
+
+
+def test_a_request_message_stops_taking_prompts_at_its_byte_budget() -> None:
+    from t1.inference.multiplex import MAX_BATCH_REQUESTS, _fitting
+
+    def request(tokens: int) -> pb.GenerateRequest:
+        return pb.GenerateRequest(prompt_ids=to_tensor(np.zeros(tokens, np.int32)))
+
+    big = [request(200_000) for _ in range(5)]  # 800 KB of prompt each
+    assert _fitting(big, 2 << 20) == 3  # the third reaches 2 MB
+    assert _fitting([request(10_000_000)], 2 << 20) == 1  # one over the budget still goes
+    assert _fitting([request(10) for _ in range(600)], 2 << 20) == MAX_BATCH_REQUESTS
+    assert _fitting([request(10) for _ in range(7)], 2 << 20) == 7
