@@ -227,7 +227,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             lag.recording = gc_pauses.recording = True
             deadline = float("inf") if finite else w0 + args.window_s
             timeline: list[dict[str, float]] = []
-            mark = (w0, 0, time.process_time())
+            mark = (w0, 0, time.process_time(), os.times().system)
             while time.monotonic() < deadline and not (finite and scheduler.stopping and not scheduler.running):
                 await asyncio.sleep(0.1)
                 if time.monotonic() - mark[0] >= args.timeline_s:
@@ -284,15 +284,17 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     return out
 
 
-def timeline_point(timeline: list[dict[str, float]], mark: tuple[float, int, float], w0: float, generations: int,
-                   turn_of: dict[str, int]) -> tuple[float, int, float]:
-    """Append CPU per turn of this process since `mark`, and how deep the live episodes are; returns the new mark."""
-    now, cpu = time.monotonic(), time.process_time()
+def timeline_point(timeline: list[dict[str, float]], mark: tuple[float, int, float, float], w0: float,
+                   generations: int, turn_of: dict[str, int]) -> tuple[float, int, float, float]:
+    """Append CPU per turn of this process since `mark` (and its kernel part), and how deep the live
+    episodes are; returns the new mark."""
+    now, cpu, sys_cpu = time.monotonic(), time.process_time(), os.times().system
     turns = generations - mark[1]
     timeline.append({"t_s": round(now - w0, 1), "turns": turns, "turns_per_s": round(turns / (now - mark[0]), 1),
                      "coordinator_cpu_ms_per_turn": round((cpu - mark[2]) * 1e3 / max(turns, 1), 3),
+                     "coordinator_kernel_ms_per_turn": round((sys_cpu - mark[3]) * 1e3 / max(turns, 1), 3),
                      "mean_turn_index": round(sum(turn_of.values()) / max(len(turn_of), 1), 1)})
-    return now, generations, cpu
+    return now, generations, cpu, sys_cpu
 
 
 def routing_bytes_per_token(args: argparse.Namespace) -> int:

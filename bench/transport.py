@@ -61,7 +61,7 @@ def sim_args(args: argparse.Namespace, linger_ms: float) -> argparse.Namespace:
     """The simulated server's flags (bench.load.start_sim reads them): fixed latency, routing on."""
     return argparse.Namespace(model=args.model, shell="fast", min_tokens=50, max_tokens=400,
                               per_request_ms=args.per_request_ms, per_token_ms=0.0, per_prefill_token_ms=0.0,
-                              chunk_tokens=64, linger_ms=linger_ms, layers=48, experts=128, top_k=8)
+                              chunk_tokens=64, linger_ms=linger_ms, reply_max_mb=0.0, layers=48, experts=128, top_k=8)
 
 
 async def one_round(args: argparse.Namespace, variant: str, workdir: Path) -> dict[str, float]:
