@@ -3,6 +3,7 @@
 The servicer only adapts: PushTrajectories decodes and validates each record, stores it in the
 durable buffer (off the event loop) and acknowledges it by id; training happens in the loop of
 t1/trainer/app.py, which the servicer wakes when data arrives and asks for manual checkpoints.
+A rejected record that decodes leaves an infra-error stand-in in its group, so the group completes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from t1.trainer.batch import RoutingSpec, validate_trajectory
 from t1.trainer.buffer import TrajectoryBuffer
 from t1.trainer.core import Stage, TrainState
 from t1.trainer.publish import PublishedVersion
-from t1.trajectory.codec import decode_trajectory
+from t1.trajectory.codec import decode_trajectory, encode_trajectory
+from t1.trajectory.types import EpisodeStatus, Trajectory
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc
 
@@ -74,20 +76,33 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             yield await self._accept(env)
 
     async def _accept(self, env: pb.TrajectoryEnvelope) -> pb.PushAck:
+        traj = None
         try:
             if not env.trajectory_id:
                 raise ValueError("trajectory_id is empty")
-            traj = decode_trajectory(env.payload)
-            if traj.id != env.trajectory_id:
-                raise ValueError(f"trajectory_id {env.trajectory_id!r} differs from the record's id {traj.id!r}")
+            decoded = decode_trajectory(env.payload)
+            if decoded.id != env.trajectory_id:
+                raise ValueError(f"trajectory_id {env.trajectory_id!r} differs from the record's id {decoded.id!r}")
+            traj = decoded
             validate_trajectory(traj, self.routing)
         except ValueError as exc:
             log.warning("rejected trajectory %r: %s", env.trajectory_id, exc)
+            if traj is not None and traj.group_id:
+                await self._stand_in(traj)
             return pb.PushAck(trajectory_id=env.trajectory_id, status=pb.ACK_STATUS_REJECTED, error=str(exc))
         new = await asyncio.to_thread(self.buffer.add, traj.id, traj.group_id, bytes(env.payload))
         if new:
             self.wake.set()
         return pb.PushAck(trajectory_id=traj.id, status=pb.ACK_STATUS_ACCEPTED if new else pb.ACK_STATUS_DUPLICATE)
+
+    async def _stand_in(self, traj: Trajectory) -> None:
+        """A rejected member will never come again: an infra-error record takes its place, so its group
+        completes and `reward.infra_error_policy` decides, as for any failed attempt. A record that
+        does not decode, or names another id than its envelope, names no group it can be trusted for."""
+        stand_in = Trajectory(id=traj.id, task_id=traj.task_id, group_id=traj.group_id, attempt=traj.attempt,
+                              segments=(), reward=0.0, status=EpisodeStatus.INFRA_ERROR)
+        if await asyncio.to_thread(self.buffer.add, traj.id, traj.group_id, encode_trajectory(stand_in)):
+            self.wake.set()
 
     @rpc_errors
     async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext) -> pb.TrainerStatus:
