@@ -34,7 +34,7 @@ from bench.sim_replies import (
     RoutingPool,
 )
 from t1.config.service import AuthConfig, ServerConfig
-from t1.inference.multiplex import BatchedSession
+from t1.inference.multiplex import MAX_BATCH_BYTES, BatchedSession
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.rpc.tensors import from_tensor, routing_to_proto, to_tensor
@@ -157,8 +157,7 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def GenerateBatched(self, request_iterator: AsyncIterator[pb.GenerateBatchRequest],
                               context: Any) -> AsyncIterator[pb.GenerateBatchReply]:
-        session = BatchedSession(self._run_one, linger_s=self.latency.linger_s,
-                                 **({"max_batch_bytes": self.max_batch_bytes} if self.max_batch_bytes else {}))
+        session = BatchedSession(self._run_one, self.max_batch_bytes or MAX_BATCH_BYTES, self.latency.linger_s)
         async for reply in session.serve(request_iterator):
             yield reply
 

@@ -34,8 +34,8 @@ MAX_BATCH_BYTES = 1 << 20
 and parsing one message is one uninterrupted step of the receiver's event loop, about 1 ms per MB
 on each side; a message that packed everything a starved server had finished (up to 555 results
 with their routing, 64 MB, at 4,000 episodes) stalled the coordinator's loop for tens of ms.
-Bigger messages save only the fixed cost of a message (about 40 us). The budget is soft: the request or result
-that reaches it still joins the message, so one larger than the budget travels too."""
+Bigger messages save only the fixed cost of a message (about 40 us). The budget is soft: the
+request or result that reaches it still joins the message, so one larger than it travels too."""
 MAX_BATCH_REQUESTS = 512
 SWEEP_S = 0.5   # how often a stream checks its requests' deadlines (at most timeout / 8 between checks)
 # Stream-level failures that say something about the caller, not the transport: never retried.
