@@ -20,7 +20,7 @@ import struct
 import subprocess
 import termios
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import IO, Any
 
 import asyncssh
 
@@ -31,6 +31,24 @@ from t1.sandbox.nsinit import SandboxInit, hang_up, kill_group, spawn, wait_exit
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 65536
+
+
+def transport_pipe(loop: asyncio.AbstractEventLoop, source: IO[bytes] | int, mode: str) -> IO[bytes]:
+    """A file object for `connect_read_pipe`/`connect_write_pipe`, on a copy of `source`'s
+    descriptor that the transport alone closes, once (`source` itself is closed now, or left to
+    its owner when it is a bare number).
+
+    uvloop's pipe transports close the descriptor in libuv and then call close() on the file
+    object too: a second close of a number that another thread, starting a process and creating
+    its pipes, may just have been given. That pipe then failed with EBADF (an SFTP session that
+    could not start). So under uvloop the file object does not close its descriptor; under
+    asyncio, whose transports close only the file object, it does.
+    """
+    fd = os.dup(source if isinstance(source, int) else source.fileno())
+    if not isinstance(source, int):
+        source.close()
+    owns = not type(loop).__module__.startswith("uvloop")
+    return open(fd, mode, buffering=0, closefd=owns)
 
 
 def _set_winsize(fd: int, cols: int, rows: int) -> None:
@@ -171,17 +189,17 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
             finally:
                 os.close(slave)
             reader = asyncio.StreamReader()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(master), "rb", 0))
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), transport_pipe(loop, master, "rb"))
             pumps = [self._pump(reader, chan.write)]
         else:
             proc = self._proc = await spawn(
                 launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen,
             )
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-            self._stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
+            self._stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, transport_pipe(loop, proc.stdin, "wb"))
             out, err = asyncio.StreamReader(), asyncio.StreamReader()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out), proc.stdout)
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(err), proc.stderr)
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out), transport_pipe(loop, proc.stdout, "rb"))
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(err), transport_pipe(loop, proc.stderr, "rb"))
             pumps = [self._pump(out, chan.write), self._pump(err, chan.write_stderr)]
         if self._killed:  # the channel went away while the process was being spawned
             self.kill()

@@ -3,6 +3,9 @@ and children that start with an ordinary signal state."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -76,3 +79,48 @@ def test_missing_program_and_kill() -> None:
     assert proc.poll() is None
     proc.kill()
     assert proc.wait() == -signal.SIGKILL and proc.poll() == -signal.SIGKILL
+
+
+def _pipe_transport_round(loop_factory) -> tuple[bool, bool, bool]:
+    """Hand a pipe's write end to a loop's pipe transport and close it: (the file object closes its
+    descriptor, the transport closed the descriptor, a number reused afterwards survives a late close)."""
+    from t1.sandbox.local_server import transport_pipe
+
+    async def main() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        read, write = os.pipe()
+        handed = transport_pipe(loop, os.fdopen(write, "wb"), "wb")
+        fd = handed.fileno()
+        transport, _ = await loop.connect_write_pipe(asyncio.Protocol, handed)
+        transport.close()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+            closed = False
+        except OSError:
+            closed = True
+        reused = os.dup(read)
+        os.dup2(reused, fd)  # another thread's new pipe lands on the freed number
+        handed.close()
+        try:
+            fcntl.fcntl(fd, fcntl.F_GETFD)
+            survives = True
+        except OSError:
+            survives = False
+        for n in {read, reused, fd}:
+            with contextlib.suppress(OSError):
+                os.close(n)
+        return handed.closefd, closed, survives
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(main())
+
+
+def test_pipe_transports_close_a_sessions_descriptors_once_under_uvloop_and_asyncio():
+    uvloop = pytest.importorskip("uvloop")
+    # uvloop closes the descriptor in libuv, then calls close() on the file object as well; the
+    # object it gets must not close the number again (another thread may hold it by then).
+    assert _pipe_transport_round(uvloop.new_event_loop) == (False, True, True)
+    # asyncio's transports close only the file object: it must own the descriptor, or it leaks.
+    assert _pipe_transport_round(asyncio.new_event_loop) == (True, True, True)
