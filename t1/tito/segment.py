@@ -26,14 +26,17 @@ class SegmentBuilder:
         self._turns: list[TurnSpan] = []
         self._len = 0
         self._flat = np.zeros(1024, np.int32)  # ids[:_len] valid; grown by doubling
+        self._view: np.ndarray | None = None   # ids() until the next append (a turn asks several times)
 
     def __len__(self) -> int:
         return self._len
 
     def ids(self) -> np.ndarray:
         """All ids so far: a read-only int32 view (later appends write past its end, never into it)."""
-        view = self._flat[:self._len]
-        view.flags.writeable = False
+        view = self._view
+        if view is None:
+            view = self._view = self._flat[:self._len]
+            view.flags.writeable = False
         return view
 
     def append_context(self, ids: np.ndarray) -> None:
@@ -76,6 +79,7 @@ class SegmentBuilder:
             self._flat = grown
         self._flat[self._len:end] = ids
         self._len = end
+        self._view = None
 
     def build(self, turn_rewards: dict[int, float] | None = None, first_turn: int = 0) -> Segment:
         """The finished Segment, ending at its last sampled token: context after it (a repair, an

@@ -152,6 +152,40 @@ def test_direct_encode_and_decode_are_the_wrappers(name, text, ids):
     assert fast.decode(np.asarray(ids, np.int32)) == fast.decode(ids)
 
 
+def test_byte_level_decode_goes_through_the_byte_table_and_matches_the_backend_on_long_sequences():
+    rng = np.random.default_rng(0)
+    for name in ("chatml", "llama3"):
+        fam = get_family(name)
+        codec = ChatRenderer(fam.tokenizer, end_of_turn=fam.end_of_turn)._codec
+        assert codec is not None and codec._bytes is not None
+        backend = fam.tokenizer.backend_tokenizer
+        vocab = backend.get_vocab_size(with_added_tokens=True)
+        for n in (1, 7, 225, 2000):
+            ids = rng.integers(0, vocab, n).tolist()
+            assert codec.decode(ids) == backend.decode(ids, skip_special_tokens=False)
+        # An id the vocabulary lacks goes to the backend, which drops it.
+        assert codec.decode([5, vocab + 10, 6]) == backend.decode([5, vocab + 10, 6], skip_special_tokens=False)
+
+
+def test_a_byte_table_that_decodes_differently_from_the_backend_is_not_used(monkeypatch):
+    import t1.tito.codec as codec_module
+
+    fam = get_family("chatml")
+    real = codec_module.byte_level_table
+
+    def off_by_one_byte(backend):
+        table = real(backend)
+        first = min(i for i in table if i not in backend.get_added_tokens_decoder())
+        table[first] = table[first] + b"!"
+        return table
+
+    monkeypatch.setattr(codec_module, "byte_level_table", off_by_one_byte)
+    codec = direct_codec(fam.tokenizer, fam.end_of_turn)
+    assert codec is not None and codec._bytes is None
+    ids = list(range(60))
+    assert codec.decode(ids) == fam.tokenizer.backend_tokenizer.decode(ids, skip_special_tokens=False)
+
+
 def test_direct_encode_resets_backend_state_as_the_wrapper_does():
     fam = get_family("chatml")
     tok = copy.deepcopy(fam.tokenizer)
