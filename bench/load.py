@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="GenerateBatched: most MB of results per reply message of the simulated server (0: default)")
     p.add_argument("--transport", choices=["batched", "calls"], default="batched",
                    help="batched: one GenerateBatched stream (the pool's default); calls: a Generate call per turn")
+    p.add_argument("--no-prompt-deltas", action="store_true",
+                   help="every request carries its whole prompt (inference.pool.prompt_deltas: false)")
+    p.add_argument("--context-tokens", type=int, default=0,
+                   help="a listing of about this many tokens in the instruction: every prompt starts this deep")
     p.add_argument("--min-tokens", type=int, default=50)
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--max-context-tokens", type=int, default=32768)
@@ -153,6 +157,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         MeasuredProvider,
         TimedSpool,
         ack_everything,
+        listing,
         write_task,
     )
     from bench.sandbox_host import HostedProvider
@@ -173,7 +178,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     await host.start()
     spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
     pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched",
-                         batch_linger_s=args.linger_ms / 1e3)
+                         batch_linger_s=args.linger_ms / 1e3, prompt_deltas=not args.no_prompt_deltas)
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
     clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
     gate = None if args.quick else asyncio.Event()
@@ -181,9 +186,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     sandboxes = SandboxPool(MeasuredProvider(host, clock), PoolConfig(
         max_sandboxes=episodes, max_creates_per_s=args.creates_per_s, acquire_timeout_s=3600))
     cfg = rollout_config(args)
-    runner = RolloutRunner(cfg, make_renderers(args.model), sandboxes.acquire, lambda job, episode_id: generate,
+    renderers = make_renderers(args.model)
+    context = listing(args.context_tokens, next(iter(renderers.values())).encode)
+    runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, episode_id: generate,
                            None if args.no_transcripts else workdir / "transcripts")
-    task = load_task(write_task(workdir / "task"))
+    task = load_task(write_task(workdir / "task", context))
     scheduler = Scheduler(itertools.repeat(task), cfg.rollout.group_size, asyncio.Semaphore(episodes), spool,
                           weights=None, max_policy_lag=0, groups_per_step=1 << 40, new_group_id=new_group_id)
     finite = args.quick or args.once
@@ -223,6 +230,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             # with psutil takes seconds of this process's CPU and must not count as coordinator work.
             cpu0["coordinator"] = time.process_time()
             packing0 = pool.stream_stats()
+            deltas0 = prompt_delta_counts(pool)
             w0 = time.monotonic()
             lag.recording = gc_pauses.recording = True
             deadline = float("inf") if finite else w0 + args.window_s
@@ -237,6 +245,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             turns = clock.generations
             packing = {k: v if k.startswith("most_") else v - packing0.get(k, 0)  # a maximum: over the whole run
                        for k, v in pool.stream_stats().items()}
+            deltas = {k: v - deltas0[k] for k, v in prompt_delta_counts(pool).items()}
             live_at_end = live.live
             rss_end = meter.rss("coordinator")
             live_traj_bytes = live.trajectory_bytes(routing_bytes_per_token(args))
@@ -278,10 +287,18 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         "requests_per_message": round(packing["requests_sent"] / max(packing["messages_sent"], 1), 2),
         "results_per_message": round(packing["results_received"] / max(packing["messages_received"], 1), 2),
         **packing} if packing else None
+    out["prompt_deltas"] = {**deltas, "share_of_requests": round(deltas["sent"] / max(turns, 1), 3)}
     out["episode_statuses"] = dict(run.statuses)
     out["timeline"] = timeline
     out["episodes_launched"] = run.launched
     return out
+
+
+def prompt_delta_counts(pool: Any) -> dict[str, float]:
+    """Requests the pool sent as prompt deltas, and deltas it had to resend whole, so far."""
+    sample = pool.metrics.registry.get_sample_value
+    return {"sent": sample("t1_inference_prompt_deltas_total") or 0.0,
+            "resent_whole": sample("t1_inference_prompt_resends_total") or 0.0}
 
 
 def timeline_point(timeline: list[dict[str, float]], mark: tuple[float, int, float, float], w0: float,

@@ -216,12 +216,28 @@ async def ack_everything(spool: Spool) -> None:
             spool.ack(record.trajectory_id)
 
 
-def write_task(root: Path) -> Path:
-    """A Harbor-format task whose verifier always passes: the load is the agent loop, not the task."""
+def write_task(root: Path, context: str = "") -> Path:
+    """A Harbor-format task whose verifier always passes: the load is the agent loop, not the task.
+
+    `context` (a file listing, say) is appended to the instruction, so every prompt starts that long."""
     (root / "tests").mkdir(parents=True, exist_ok=True)
     (root / "task.toml").write_text('[task]\nname = "load"\n[agent]\ntimeout_sec = 86400\n[verifier]\ntimeout_sec = 60\n')
     (root / "instruction.md").write_text(
         "The repository in /app has a failing test in tests/test_parse.py. Find the bug in the parser, "
-        "fix it, and make sure every test passes. Do not change the tests.\n")
+        "fix it, and make sure every test passes. Do not change the tests.\n" + context)
     (root / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n")
     return root
+
+
+def listing(tokens: int, encode: Callable[[str], list[int]]) -> str:
+    """A repository listing of at least `tokens` tokens, for prompts that start deep from the first turn."""
+    if tokens <= 0:
+        return ""
+    parts, n, i = ["\nFiles in /app:\n"], 0, 0
+    while n < tokens:
+        block = "".join(f"src/pkg_{j % 97:02d}/module_{j:05d}.py  {(j * 7919) % 90000 + 120} bytes\n"
+                        for j in range(i, i + 200))
+        parts.append(block)
+        n += len(encode(block))
+        i += 200
+    return "".join(parts)

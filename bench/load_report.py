@@ -95,6 +95,9 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
          lambda s: (f"{s['generate_packing']['requests_per_message']} / {s['generate_packing']['results_per_message']}"
                     f" (most {s['generate_packing'].get('most_results_in_a_message', '?')})"
                     if s.get("generate_packing") else "n/a (calls)")),
+        ("prompt deltas: share of requests, resent whole",
+         lambda s: (f"{s['prompt_deltas']['share_of_requests']:.0%}, {s['prompt_deltas']['resent_whole']:g}"
+                    if s.get("prompt_deltas") else "n/a")),
         ("full GC: count / longest ms", lambda s: (f"{s['gc_pauses']['gen2']['count']} / {s['gc_pauses']['gen2']['max_ms']}"
                                                   if "gc_pauses" in s else "n/a")),
         ("errors", lambda s: s["num_errors"]),

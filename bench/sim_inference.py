@@ -35,9 +35,10 @@ from bench.sim_replies import (
 )
 from t1.config.service import AuthConfig, ServerConfig
 from t1.inference.multiplex import MAX_BATCH_BYTES, BatchedSession
+from t1.inference.prompt_delta import ServedContexts
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.server import GrpcServer, ServiceBinding
-from t1.rpc.tensors import from_tensor, routing_to_proto, to_tensor
+from t1.rpc.tensors import routing_to_proto, to_tensor
 from t1.v1 import inference_pb2 as pb
 from t1.v1 import inference_pb2_grpc as pb_grpc
 
@@ -96,6 +97,8 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
         self._routing = RoutingPool(shape, seed=seed)
         self._logprobs = LogprobPool(seed=seed + 1)
         self._sessions: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.contexts = ServedContexts()
+        self.prompt_deltas = 0
         self.requests = 0
         self.sampled_tokens = 0
         self.prefilled_tokens = 0
@@ -103,7 +106,8 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
     def _validate(self, request: pb.GenerateRequest) -> np.ndarray:
         if not request.session_id:
             raise RequestError("session_id: must not be empty")
-        prompt = from_tensor(request.prompt_ids, "prompt_ids", dtype="int32", ndim=1)
+        prompt = self.contexts.full_prompt(request)  # prompt_ids, or a delta on the session's last context
+        self.prompt_deltas += request.HasField("prompt_delta")
         if len(prompt) == 0:
             raise RequestError("prompt_ids: must not be empty")
         if prompt.min() < 0 or prompt.max() >= self.book.vocab_size:
@@ -137,6 +141,7 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
             rows = len(prompt) + len(reply) - 1 - cached
             done.routing.CopyFrom(routing_to_proto(self._routing.block(cached, rows, self._rng)))
         self._remember(request.session_id, processed_context(prompt, reply))
+        self.contexts.remember(request.session_id, request.request_id, prompt, reply)
         self.requests += 1
         self.sampled_tokens += len(reply)
         self.prefilled_tokens += len(prompt) - cached

@@ -54,6 +54,8 @@ class InferencePoolConfig(Section):
         True, description="One GenerateBatched stream per replica carries every request (false: a Generate call each).")
     batch_linger_ms: float = Field(
         0.0, ge=0, le=1000, description="GenerateBatched: wait this long before sending, so more requests share a message.")
+    prompt_deltas: bool = Field(
+        True, description="A turn that continues its session's last answered context sends only its new ids.")
 
 
 class InferenceConfig(Section):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from t1.inference.prompt_delta import ServedContexts
 from t1.inference.types import (
     FinishReason,
     GenerateDone,
@@ -25,23 +26,34 @@ _FINISH_TO_PB = {
 _FINISH_FROM_PB = {v: k for k, v in _FINISH_TO_PB.items()}
 
 
-def request_to_proto(req: GenerateRequest, request_id: str = "") -> pb.GenerateRequest:
+def request_to_proto(req: GenerateRequest, request_id: str = "", delta: pb.PromptDelta | None = None
+                     ) -> pb.GenerateRequest:
+    """The request with its whole prompt, or with `delta` (t1.inference.prompt_delta) in its place."""
     s = req.sampling
     sampling = pb.SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                  stop_token_ids=list(s.stop_token_ids), max_tokens=s.max_tokens)
     if s.seed is not None:
         sampling.seed = s.seed
+    if delta is not None:
+        return pb.GenerateRequest(session_id=req.session_id, prompt_delta=delta, sampling=sampling,
+                                  return_routing=req.return_routing, request_id=request_id)
     return pb.GenerateRequest(session_id=req.session_id, prompt_ids=to_tensor(np.asarray(req.prompt_ids, np.int32)),
                               sampling=sampling, return_routing=req.return_routing, request_id=request_id)
 
 
-def request_from_proto(msg: pb.GenerateRequest) -> GenerateRequest:
-    """Decode a request; a missing or malformed field raises RequestError/TensorError naming it."""
-    if not msg.HasField("prompt_ids"):
-        raise RequestError("prompt_ids: required")
+def request_from_proto(msg: pb.GenerateRequest, contexts: ServedContexts | None = None) -> GenerateRequest:
+    """Decode a request; a missing or malformed field raises RequestError/TensorError naming it.
+
+    With `contexts` a prompt_delta is rebuilt on its session's served context (BaseUnknown when
+    that is gone); without, only prompt_ids is read, as a server that predates deltas does."""
     if not msg.HasField("sampling"):
         raise RequestError("sampling: required (at least sampling.max_tokens)")
-    ids = from_tensor(msg.prompt_ids, "prompt_ids", dtype="int32", ndim=1)
+    if contexts is not None:
+        ids = contexts.full_prompt(msg)
+    elif msg.HasField("prompt_ids"):
+        ids = from_tensor(msg.prompt_ids, "prompt_ids", dtype="int32", ndim=1)
+    else:
+        raise RequestError("prompt_ids: required")
     s = msg.sampling
     sampling = SamplingParams(
         temperature=float(s.temperature), top_p=float(s.top_p) if s.top_p > 0 else 1.0, top_k=int(s.top_k),

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
-from t1.rpc.errors import NotFound, status_for
+from t1.rpc.errors import REQUEST_ERRORS, status_for
 from t1.v1 import inference_pb2 as pb
 from t1.v1 import inference_pb2_grpc
 
@@ -136,7 +136,7 @@ class BatchedSession:
             result.request_id = request_id
         except asyncio.CancelledError:
             result = error_result(request_id, grpc.StatusCode.CANCELLED, "cancelled by the client")
-        except (ValueError, NotFound) as exc:  # RequestError, TensorError: the message names the field
+        except REQUEST_ERRORS as exc:  # RequestError, TensorError: the message names the field
             code = status_for(exc)
             assert code is not None
             result = error_result(request_id, code, str(exc))
@@ -175,7 +175,9 @@ class BatchedStream:
         self._cancels: list[str] = []
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._deadlines: dict[str, tuple[float, float]] = {}  # request id -> (loop deadline, timeout)
+        # timeout -> {request id: loop deadline}: within one timeout, insertion order is deadline order,
+        # so a sweep stops at the first request not yet due instead of walking all in flight.
+        self._deadlines: dict[float, dict[str, float]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._sweep_s = SWEEP_S
         # How well packing works: requests per message sent, results per message received.
@@ -194,7 +196,10 @@ class BatchedStream:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[pb.GenerateResult] = loop.create_future()
         self._pending[request_id] = future
-        self._deadlines[request_id] = (loop.time() + timeout_s, timeout_s)
+        due = self._deadlines.get(timeout_s)
+        if due is None:
+            due = self._deadlines[timeout_s] = {}
+        due[request_id] = loop.time() + timeout_s
         self._watch_deadlines(timeout_s)
         self._outbox.append(request)
         self._wake.set()
@@ -204,7 +209,7 @@ class BatchedStream:
             self._abandon(request_id)
             raise
         finally:
-            self._deadlines.pop(request_id, None)
+            due.pop(request_id, None)
         if result.error_code:
             raise rpc_error(_CODES.get(result.error_code, grpc.StatusCode.UNKNOWN), result.error_message)
         return result
@@ -217,18 +222,24 @@ class BatchedStream:
 
     async def _sweep(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._deadlines:
+        while any(self._deadlines.values()):
             await asyncio.sleep(self._sweep_s)
             now = loop.time()
-            for request_id, (deadline, timeout_s) in list(self._deadlines.items()):
-                if now < deadline:
-                    continue
-                del self._deadlines[request_id]
+            expired = []
+            for timeout_s, due in self._deadlines.items():
+                for request_id, deadline in due.items():
+                    if now < deadline:
+                        break
+                    expired.append((request_id, timeout_s))
+            for request_id, timeout_s in expired:
+                del self._deadlines[timeout_s][request_id]
                 future = self._pending.get(request_id)
                 self._abandon(request_id)  # cancels it on the server
                 if future is not None and not future.done():
                     future.set_exception(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED,
                                                    f"no result from {self.address} within {timeout_s:g} s"))
+            for timeout_s in [t for t, due in self._deadlines.items() if not due]:
+                del self._deadlines[timeout_s]
         self._sweep_s = SWEEP_S
 
     def _abandon(self, request_id: str) -> None:

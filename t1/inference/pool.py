@@ -4,9 +4,12 @@
   (its KV cache holds the session's prefix there).
 - New sessions go to the healthy replica with the fewest outstanding requests.
 - UNAVAILABLE and DEADLINE_EXCEEDED are retried with exponential backoff; the failed replica is
-  avoided for `unhealthy_s`. A session whose replica failed moves to another one: every request
-  carries the full context, so the new replica simply prefills it (a failover). A failed attempt's
+  avoided for `unhealthy_s`. A session whose replica failed moves to another one and sends its
+  whole context there, so the new replica simply prefills it (a failover). A failed attempt's
   partial tokens are discarded; with a request seed the retry samples the same tokens.
+- Prompt deltas (t1.inference.prompt_delta): a session's request that continues the context its
+  replica last answered sends only the new ids; a replica that lost that context is sent the whole
+  prompt, and one that predates deltas gets whole prompts from then on.
 - Every call has a deadline (`request_timeout_s`); other errors (INVALID_ARGUMENT, ...) propagate.
 - Transport: by default every replica gets one long-lived GenerateBatched stream that carries all
   of its requests (t1.inference.multiplex): far less CPU per turn than a Generate call each. A
@@ -23,6 +26,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from t1.config.inference import InferencePoolConfig
@@ -43,6 +48,7 @@ from t1.inference.convert import (
     result_from_proto,
 )
 from t1.inference.multiplex import BatchedStream
+from t1.inference.prompt_delta import SentContexts
 from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo, collect
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import inference_pb2 as pb
@@ -88,6 +94,10 @@ class PoolMetrics:
         self.weight_skips = Counter("t1_inference_weight_skips", "Replicas skipped by a weight update.", registry=r)
         self.catch_ups = Counter("t1_inference_weight_catch_ups",
                                  "Recovered or new replicas brought up to the latest weights.", registry=r)
+        self.prompt_deltas = Counter("t1_inference_prompt_deltas",
+                                     "Requests sent as a delta on the session's previous context.", registry=r)
+        self.prompt_resends = Counter("t1_inference_prompt_resends",
+                                      "Deltas a replica could not take, resent with the whole prompt.", registry=r)
 
 
 @dataclass(slots=True)
@@ -100,9 +110,10 @@ class _Replica:
     version: int | None = None  # the policy version it is known to serve; None: ask before routing to it
     sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one weight load at a time per replica
     stream: BatchedStream | None = None  # None: one Generate call per request
+    deltas: bool = True  # takes prompt deltas (False once it answered one as a server without them)
     # Its labelled metric children, looked up once (a labels() call per request is measurable).
     healthy_gauge: Any = None
-    outstanding_gauge: Any = None
+    shown_healthy: bool = True
 
     def healthy(self, now: float) -> bool:
         return now >= self.unhealthy_until
@@ -114,7 +125,8 @@ class InferencePool:
     def __init__(self, endpoints: Sequence[str], *, auth: AuthConfig | None = None, request_timeout_s: float = 300.0,
                  retries: int = 3, backoff_s: float = 0.5, unhealthy_s: float = 10.0,
                  registry: CollectorRegistry | None = None, weights_timeout_s: float = 600.0,
-                 probe_timeout_s: float = 5.0, batched: bool = True, batch_linger_s: float = 0.0) -> None:
+                 probe_timeout_s: float = 5.0, batched: bool = True, batch_linger_s: float = 0.0,
+                 prompt_deltas: bool = True) -> None:
         if not endpoints:
             raise ValueError("InferencePool needs at least one endpoint")
         self._auth = auth or AuthConfig()
@@ -126,12 +138,15 @@ class InferencePool:
         self._weights: tuple[str, int] | None = None  # the latest (path, version) update_weights was told
         self._replicas = [self._connect(a) for a in endpoints]
         self._affinity: OrderedDict[str, int] = OrderedDict()
+        self._sent = SentContexts(MAX_AFFINITY_ENTRIES)
+        self._deltas = prompt_deltas
         self._ids = itertools.count()
         self.metrics = PoolMetrics(registry)
         for r in self._replicas:
             r.healthy_gauge = self.metrics.healthy.labels(r.address)
-            r.outstanding_gauge = self.metrics.outstanding.labels(r.address)
             r.healthy_gauge.set(1)
+            # Read when scraped: no gauge update on each request's start and end.
+            self.metrics.outstanding.labels(r.address).set_function(functools.partial(getattr, r, "outstanding"))
 
     @classmethod
     def from_config(cls, cfg: InferencePoolConfig, auth: AuthConfig, endpoints: Sequence[str] | None = None,
@@ -139,7 +154,7 @@ class InferencePool:
         return cls(list(endpoints if endpoints is not None else cfg.endpoints), auth=auth,
                    request_timeout_s=cfg.request_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s,
                    unhealthy_s=cfg.unhealthy_s, registry=registry, batched=cfg.batched_stream,
-                   batch_linger_s=cfg.batch_linger_ms / 1e3)
+                   batch_linger_s=cfg.batch_linger_ms / 1e3, prompt_deltas=cfg.prompt_deltas)
 
     def _connect(self, address: str) -> _Replica:
         channel = make_channel(address, self._auth)
@@ -177,6 +192,7 @@ class InferencePool:
 
     def end_session(self, session_id: str) -> None:
         self._affinity.pop(session_id, None)
+        self._sent.forget(session_id)
 
     def _pick(self, session_id: str) -> int:
         now = time.monotonic()
@@ -226,7 +242,9 @@ class InferencePool:
                     self.metrics.retries.inc()
                     await asyncio.sleep(self.backoff_s * 2**attempt)
                 continue
-            replica.healthy_gauge.set(1)
+            if not replica.shown_healthy:  # the gauge changes only when the state does
+                replica.shown_healthy = True
+                replica.healthy_gauge.set(1)
             if known is not None and result.policy_version < known:
                 log.warning("%s served v%d, it had v%d: restarted; checking it before its next request",
                             replica.address, result.policy_version, known)
@@ -242,6 +260,7 @@ class InferencePool:
 
     def _mark_unhealthy(self, replica: _Replica) -> None:
         replica.unhealthy_until = time.monotonic() + self.unhealthy_s
+        replica.shown_healthy = False
         replica.version = None  # it may come back restarted, on the base model
         replica.healthy_gauge.set(0)
 
@@ -274,9 +293,36 @@ class InferencePool:
         return True
 
     async def _attempt(self, replica: _Replica, request: GenerateRequest) -> GenerateResult:
+        """One request on one replica: as a prompt delta where the replica holds the session's last
+        context (resent whole if it no longer does), else whole."""
+        request_id = f"req-{next(self._ids)}"
+        prompt = np.asarray(request.prompt_ids, np.int32)
+        delta = (self._sent.delta_for(replica.address, request.session_id, prompt)
+                 if self._deltas and replica.deltas else None)
+        try:
+            if delta is None:
+                result = await self._send(replica, request_to_proto(request, request_id))
+            else:
+                self.metrics.prompt_deltas.inc()
+                try:
+                    result = await self._send(replica, request_to_proto(request, request_id, delta))
+                except grpc.aio.AioRpcError as err:
+                    if err.code() not in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT):
+                        raise
+                    self.metrics.prompt_resends.inc()
+                    result = await self._send(replica, request_to_proto(request, request_id))
+                    if err.code() == grpc.StatusCode.INVALID_ARGUMENT:  # whole, the same request passed
+                        log.info("%s does not take prompt deltas (%s): whole prompts from now on",
+                                 replica.address, err.details())
+                        replica.deltas = False
+        except BaseException:
+            self._sent.forget(request.session_id)
+            raise
+        self._sent.answered(replica.address, request.session_id, request_id, prompt, result.token_ids)
+        return result
+
+    async def _send(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
         replica.outstanding += 1
-        replica.outstanding_gauge.set(replica.outstanding)
-        message = request_to_proto(request, f"req-{next(self._ids)}")
         try:
             stream = replica.stream
             if stream is not None:
@@ -294,7 +340,6 @@ class InferencePool:
                 call.cancel()
         finally:
             replica.outstanding -= 1
-            replica.outstanding_gauge.set(replica.outstanding)
 
     def _observe(self, result: GenerateResult, seconds: float) -> None:
         m = self.metrics

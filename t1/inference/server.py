@@ -5,6 +5,9 @@ requests over one stream with whole results, folded from the same backend stream
 
 A client that goes away cancels its Generate handler; the cancellation reaches the backend stream
 at its next step and the request's session cache is dropped (it may be half-updated).
+
+Each session's last served context is kept (`t1.inference.prompt_delta.ServedContexts`), so its
+next request may send only the ids it adds (`prompt_delta`).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
+import numpy as np
 
 from t1.inference.convert import event_to_proto, info_to_proto, request_from_proto, result_to_proto
 from t1.inference.multiplex import BatchedSession
-from t1.inference.types import Backend, collect
+from t1.inference.prompt_delta import SERVED_CONTEXT_TOKENS, ServedContexts
+from t1.inference.types import Backend, GenerateRequest, TokenChunk, collect
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.server import ServiceBinding
 from t1.v1 import inference_pb2 as pb
@@ -28,18 +33,32 @@ SERVICE_NAME = "t1.v1.InferenceService"
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
-    def __init__(self, backend: Backend, batch_linger_s: float = 0.0) -> None:
+    def __init__(self, backend: Backend, batch_linger_s: float = 0.0,
+                 served_context_tokens: int = SERVED_CONTEXT_TOKENS) -> None:
         self.backend = backend
         self.batch_linger_s = batch_linger_s
         self.cancelled = 0
+        self.contexts = ServedContexts(served_context_tokens)  # the bases of prompt deltas
+        self.prompt_deltas = 0  # requests that came as a delta
+
+    def _request(self, request: pb.GenerateRequest) -> GenerateRequest:
+        req = request_from_proto(request, self.contexts)
+        self.prompt_deltas += request.HasField("prompt_delta")
+        return req
 
     @rpc_errors
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[pb.GenerateChunk]:
-        req = request_from_proto(request)
+        req = self._request(request)
         events = self.backend.stream(req)
+        sampled: list[np.ndarray] = []
         try:
             async for event in events:
+                if isinstance(event, TokenChunk):
+                    sampled.append(event.token_ids)
+                else:
+                    self.contexts.remember(request.session_id, request.request_id, req.prompt_ids,
+                                           np.concatenate(sampled) if sampled else np.zeros(0, np.int32))
                 yield event_to_proto(event)
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled += 1
@@ -54,13 +73,14 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             yield reply
 
     async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
-        req = request_from_proto(request)
+        req = self._request(request)
         try:
             result = await collect(self.backend.stream(req))
         except asyncio.CancelledError:
             self.cancelled += 1
             log.info("generate %s (session %s) cancelled by the client", request.request_id, request.session_id)
             raise
+        self.contexts.remember(request.session_id, request.request_id, req.prompt_ids, result.token_ids)
         return result_to_proto(request.request_id, result)
 
     @rpc_errors

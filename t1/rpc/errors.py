@@ -1,4 +1,5 @@
-"""Status codes for bad requests: validation errors become INVALID_ARGUMENT naming the field."""
+"""Status codes for bad requests: validation errors become INVALID_ARGUMENT naming the field;
+state the server lacks for a request (FailedPrecondition) becomes FAILED_PRECONDITION."""
 
 from __future__ import annotations
 
@@ -20,16 +21,27 @@ class NotFound(LookupError):
     """The request names something that does not exist."""
 
 
+class FailedPrecondition(Exception):
+    """The request is well formed but needs state this server does not hold (the caller can resend)."""
+
+
+# What the servicers map to a status code: everything status_for knows.
+REQUEST_ERRORS = (ValueError, NotFound, FailedPrecondition)
+
+
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
     if isinstance(exc, NotFound):
         return grpc.StatusCode.NOT_FOUND
+    if isinstance(exc, FailedPrecondition):
+        return grpc.StatusCode.FAILED_PRECONDITION
     if isinstance(exc, ValueError):  # RequestError, TensorError
         return grpc.StatusCode.INVALID_ARGUMENT
     return None
 
 
 def rpc_errors(method: F) -> F:
-    """Map RequestError/ValueError to INVALID_ARGUMENT and NotFound to NOT_FOUND, for unary and streaming methods."""
+    """Map RequestError/ValueError to INVALID_ARGUMENT, NotFound to NOT_FOUND and FailedPrecondition to
+    FAILED_PRECONDITION, for unary and streaming methods."""
     if inspect.isasyncgenfunction(method):
 
         @functools.wraps(method)
@@ -37,7 +49,7 @@ def rpc_errors(method: F) -> F:
             try:
                 async for item in method(self, request, context):
                     yield item
-            except (ValueError, NotFound) as exc:
+            except REQUEST_ERRORS as exc:
                 code = status_for(exc)
                 assert code is not None
                 await context.abort(code, str(exc))
@@ -48,7 +60,7 @@ def rpc_errors(method: F) -> F:
     async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await method(self, request, context)
-        except (ValueError, NotFound) as exc:
+        except REQUEST_ERRORS as exc:
             code = status_for(exc)
             assert code is not None
             await context.abort(code, str(exc))

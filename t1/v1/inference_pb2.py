@@ -26,39 +26,41 @@ _sym_db = _symbol_database.Default()
 from t1.v1 import common_pb2 as t1_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15t1/v1/inference.proto\x12\x05t1.v1\x1a\x12t1/v1/common.proto\"\x8b\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\x05\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x42\x07\n\x05_seed\"\x9d\x01\n\x0fGenerateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\nprompt_ids\x18\x02 \x01(\x0b\x32\r.t1.v1.Tensor\x12\'\n\x08sampling\x18\x03 \x01(\x0b\x32\x15.t1.v1.SamplingParams\x12\x16\n\x0ereturn_routing\x18\x04 \x01(\x08\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"g\n\nTokenChunk\x12 \n\ttoken_ids\x18\x01 \x01(\x0b\x32\r.t1.v1.Tensor\x12\x1f\n\x08logprobs\x18\x02 \x01(\x0b\x32\r.t1.v1.Tensor\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\"\xc1\x01\n\x0cGenerateDone\x12*\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x13.t1.v1.FinishReason\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12$\n\x07routing\x18\x03 \x01(\x0b\x32\x13.t1.v1.RoutingBlock\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12\x15\n\rcached_tokens\x18\x05 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\x03\"d\n\rGenerateChunk\x12#\n\x06tokens\x18\x01 \x01(\x0b\x32\x11.t1.v1.TokenChunkH\x00\x12#\n\x04\x64one\x18\x02 \x01(\x0b\x32\x13.t1.v1.GenerateDoneH\x00\x42\t\n\x07payload\"P\n\x14GenerateBatchRequest\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.t1.v1.GenerateRequest\x12\x0e\n\x06\x63\x61ncel\x18\x02 \x03(\t\"\xdc\x01\n\x0eGenerateResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\ttoken_ids\x18\x02 \x01(\x0b\x32\r.t1.v1.Tensor\x12\x1f\n\x08logprobs\x18\x03 \x01(\x0b\x32\r.t1.v1.Tensor\x12%\n\x0etoken_versions\x18\x04 \x01(\x0b\x32\r.t1.v1.Tensor\x12!\n\x04\x64one\x18\x05 \x01(\x0b\x32\x13.t1.v1.GenerateDone\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\"<\n\x12GenerateBatchReply\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.t1.v1.GenerateResult\"\x15\n\x13GetModelInfoRequest\"\x8f\x02\n\tModelInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x12\n\nvocab_size\x18\x04 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x05 \x01(\x05\x12\x16\n\x0enum_moe_layers\x18\x06 \x01(\x05\x12\x13\n\x0bnum_experts\x18\x07 \x01(\x05\x12\r\n\x05top_k\x18\x08 \x01(\x05\x12\x15\n\rrouting_dtype\x18\t \x01(\t\x12\x15\n\reos_token_ids\x18\n \x03(\x05\x12\x1c\n\x14logprob_distribution\x18\x0b \x01(\t\x12\r\n\x05\x64type\x18\x0c \x01(\t\"5\n\x14UpdateWeightsRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"E\n\x15UpdateWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x14\n\x0cload_seconds\x18\x02 \x01(\x01*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xa7\x02\n\x10InferenceService\x12:\n\x08Generate\x12\x16.t1.v1.GenerateRequest\x1a\x14.t1.v1.GenerateChunk0\x01\x12M\n\x0fGenerateBatched\x12\x1b.t1.v1.GenerateBatchRequest\x1a\x19.t1.v1.GenerateBatchReply(\x01\x30\x01\x12<\n\x0cGetModelInfo\x12\x1a.t1.v1.GetModelInfoRequest\x1a\x10.t1.v1.ModelInfo\x12J\n\rUpdateWeights\x12\x1b.t1.v1.UpdateWeightsRequest\x1a\x1c.t1.v1.UpdateWeightsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15t1/v1/inference.proto\x12\x05t1.v1\x1a\x12t1/v1/common.proto\"\x8b\x01\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\x05\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x42\x07\n\x05_seed\"\xc7\x01\n\x0fGenerateRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\nprompt_ids\x18\x02 \x01(\x0b\x32\r.t1.v1.Tensor\x12\'\n\x08sampling\x18\x03 \x01(\x0b\x32\x15.t1.v1.SamplingParams\x12\x16\n\x0ereturn_routing\x18\x04 \x01(\x08\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12(\n\x0cprompt_delta\x18\x06 \x01(\x0b\x32\x12.t1.v1.PromptDelta\"^\n\x0bPromptDelta\x12\x17\n\x0f\x62\x61se_request_id\x18\x01 \x01(\t\x12\x13\n\x0b\x62\x61se_tokens\x18\x02 \x01(\x03\x12!\n\nsuffix_ids\x18\x03 \x01(\x0b\x32\r.t1.v1.Tensor\"g\n\nTokenChunk\x12 \n\ttoken_ids\x18\x01 \x01(\x0b\x32\r.t1.v1.Tensor\x12\x1f\n\x08logprobs\x18\x02 \x01(\x0b\x32\r.t1.v1.Tensor\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\"\xc1\x01\n\x0cGenerateDone\x12*\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x13.t1.v1.FinishReason\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12$\n\x07routing\x18\x03 \x01(\x0b\x32\x13.t1.v1.RoutingBlock\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12\x15\n\rcached_tokens\x18\x05 \x01(\x03\x12\x19\n\x11\x63ompletion_tokens\x18\x06 \x01(\x03\"d\n\rGenerateChunk\x12#\n\x06tokens\x18\x01 \x01(\x0b\x32\x11.t1.v1.TokenChunkH\x00\x12#\n\x04\x64one\x18\x02 \x01(\x0b\x32\x13.t1.v1.GenerateDoneH\x00\x42\t\n\x07payload\"P\n\x14GenerateBatchRequest\x12(\n\x08requests\x18\x01 \x03(\x0b\x32\x16.t1.v1.GenerateRequest\x12\x0e\n\x06\x63\x61ncel\x18\x02 \x03(\t\"\xdc\x01\n\x0eGenerateResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\ttoken_ids\x18\x02 \x01(\x0b\x32\r.t1.v1.Tensor\x12\x1f\n\x08logprobs\x18\x03 \x01(\x0b\x32\r.t1.v1.Tensor\x12%\n\x0etoken_versions\x18\x04 \x01(\x0b\x32\r.t1.v1.Tensor\x12!\n\x04\x64one\x18\x05 \x01(\x0b\x32\x13.t1.v1.GenerateDone\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\x15\n\rerror_message\x18\x07 \x01(\t\"<\n\x12GenerateBatchReply\x12&\n\x07results\x18\x01 \x03(\x0b\x32\x15.t1.v1.GenerateResult\"\x15\n\x13GetModelInfoRequest\"\x8f\x02\n\tModelInfo\x12\x12\n\nmodel_name\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03\x12\x12\n\nvocab_size\x18\x04 \x01(\x05\x12\x1a\n\x12max_context_tokens\x18\x05 \x01(\x05\x12\x16\n\x0enum_moe_layers\x18\x06 \x01(\x05\x12\x13\n\x0bnum_experts\x18\x07 \x01(\x05\x12\r\n\x05top_k\x18\x08 \x01(\x05\x12\x15\n\rrouting_dtype\x18\t \x01(\t\x12\x15\n\reos_token_ids\x18\n \x03(\x05\x12\x1c\n\x14logprob_distribution\x18\x0b \x01(\t\x12\r\n\x05\x64type\x18\x0c \x01(\t\"5\n\x14UpdateWeightsRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"E\n\x15UpdateWeightsResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\x03\x12\x14\n\x0cload_seconds\x18\x02 \x01(\x01*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xa7\x02\n\x10InferenceService\x12:\n\x08Generate\x12\x16.t1.v1.GenerateRequest\x1a\x14.t1.v1.GenerateChunk0\x01\x12M\n\x0fGenerateBatched\x12\x1b.t1.v1.GenerateBatchRequest\x1a\x19.t1.v1.GenerateBatchReply(\x01\x30\x01\x12<\n\x0cGetModelInfo\x12\x1a.t1.v1.GetModelInfoRequest\x1a\x10.t1.v1.ModelInfo\x12J\n\rUpdateWeights\x12\x1b.t1.v1.UpdateWeightsRequest\x1a\x1c.t1.v1.UpdateWeightsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 't1.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FINISHREASON']._serialized_start=1547
-  _globals['_FINISHREASON']._serialized_end=1667
+  _globals['_FINISHREASON']._serialized_start=1685
+  _globals['_FINISHREASON']._serialized_end=1805
   _globals['_SAMPLINGPARAMS']._serialized_start=53
   _globals['_SAMPLINGPARAMS']._serialized_end=192
   _globals['_GENERATEREQUEST']._serialized_start=195
-  _globals['_GENERATEREQUEST']._serialized_end=352
-  _globals['_TOKENCHUNK']._serialized_start=354
-  _globals['_TOKENCHUNK']._serialized_end=457
-  _globals['_GENERATEDONE']._serialized_start=460
-  _globals['_GENERATEDONE']._serialized_end=653
-  _globals['_GENERATECHUNK']._serialized_start=655
-  _globals['_GENERATECHUNK']._serialized_end=755
-  _globals['_GENERATEBATCHREQUEST']._serialized_start=757
-  _globals['_GENERATEBATCHREQUEST']._serialized_end=837
-  _globals['_GENERATERESULT']._serialized_start=840
-  _globals['_GENERATERESULT']._serialized_end=1060
-  _globals['_GENERATEBATCHREPLY']._serialized_start=1062
-  _globals['_GENERATEBATCHREPLY']._serialized_end=1122
-  _globals['_GETMODELINFOREQUEST']._serialized_start=1124
-  _globals['_GETMODELINFOREQUEST']._serialized_end=1145
-  _globals['_MODELINFO']._serialized_start=1148
-  _globals['_MODELINFO']._serialized_end=1419
-  _globals['_UPDATEWEIGHTSREQUEST']._serialized_start=1421
-  _globals['_UPDATEWEIGHTSREQUEST']._serialized_end=1474
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=1476
-  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=1545
-  _globals['_INFERENCESERVICE']._serialized_start=1670
-  _globals['_INFERENCESERVICE']._serialized_end=1965
+  _globals['_GENERATEREQUEST']._serialized_end=394
+  _globals['_PROMPTDELTA']._serialized_start=396
+  _globals['_PROMPTDELTA']._serialized_end=490
+  _globals['_TOKENCHUNK']._serialized_start=492
+  _globals['_TOKENCHUNK']._serialized_end=595
+  _globals['_GENERATEDONE']._serialized_start=598
+  _globals['_GENERATEDONE']._serialized_end=791
+  _globals['_GENERATECHUNK']._serialized_start=793
+  _globals['_GENERATECHUNK']._serialized_end=893
+  _globals['_GENERATEBATCHREQUEST']._serialized_start=895
+  _globals['_GENERATEBATCHREQUEST']._serialized_end=975
+  _globals['_GENERATERESULT']._serialized_start=978
+  _globals['_GENERATERESULT']._serialized_end=1198
+  _globals['_GENERATEBATCHREPLY']._serialized_start=1200
+  _globals['_GENERATEBATCHREPLY']._serialized_end=1260
+  _globals['_GETMODELINFOREQUEST']._serialized_start=1262
+  _globals['_GETMODELINFOREQUEST']._serialized_end=1283
+  _globals['_MODELINFO']._serialized_start=1286
+  _globals['_MODELINFO']._serialized_end=1557
+  _globals['_UPDATEWEIGHTSREQUEST']._serialized_start=1559
+  _globals['_UPDATEWEIGHTSREQUEST']._serialized_end=1612
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_start=1614
+  _globals['_UPDATEWEIGHTSRESPONSE']._serialized_end=1683
+  _globals['_INFERENCESERVICE']._serialized_start=1808
+  _globals['_INFERENCESERVICE']._serialized_end=2103
 # @@protoc_insertion_point(module_scope)

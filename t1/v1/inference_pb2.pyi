@@ -37,18 +37,30 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., max_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("session_id", "prompt_ids", "sampling", "return_routing", "request_id")
+    __slots__ = ("session_id", "prompt_ids", "sampling", "return_routing", "request_id", "prompt_delta")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     RETURN_ROUTING_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_DELTA_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     prompt_ids: _common_pb2.Tensor
     sampling: SamplingParams
     return_routing: bool
     request_id: str
-    def __init__(self, session_id: _Optional[str] = ..., prompt_ids: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., return_routing: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+    prompt_delta: PromptDelta
+    def __init__(self, session_id: _Optional[str] = ..., prompt_ids: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., return_routing: _Optional[bool] = ..., request_id: _Optional[str] = ..., prompt_delta: _Optional[_Union[PromptDelta, _Mapping]] = ...) -> None: ...
+
+class PromptDelta(_message.Message):
+    __slots__ = ("base_request_id", "base_tokens", "suffix_ids")
+    BASE_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BASE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUFFIX_IDS_FIELD_NUMBER: _ClassVar[int]
+    base_request_id: str
+    base_tokens: int
+    suffix_ids: _common_pb2.Tensor
+    def __init__(self, base_request_id: _Optional[str] = ..., base_tokens: _Optional[int] = ..., suffix_ids: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class TokenChunk(_message.Message):
     __slots__ = ("token_ids", "logprobs", "policy_version")
