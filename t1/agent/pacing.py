@@ -23,10 +23,11 @@ from collections import deque
 class LoopPacer:
     """At most `per_tick` steps start per event-loop iteration; later ones wait their turn in order."""
 
-    def __init__(self, per_tick: int) -> None:
+    def __init__(self, per_tick: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
         if per_tick < 1:
             raise ValueError(f"per_tick: must be >= 1, got {per_tick}")
         self.per_tick = per_tick
+        self._loop = loop  # the loop it paces; the running one when first used
         self.deferred = 0   # steps that had to wait for a later iteration
         self._used = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -37,16 +38,21 @@ class LoopPacer:
             self._used += 1
             self._schedule_tick()
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[None] = self._running_loop().create_future()
         self._waiters.append(future)
         self.deferred += 1
         self._schedule_tick()
         await future
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
     def _schedule_tick(self) -> None:
         if not self._tick_scheduled:
             self._tick_scheduled = True
-            asyncio.get_running_loop().call_soon(self._tick)
+            self._running_loop().call_soon(self._tick)
 
     def _tick(self) -> None:
         """A new iteration: release the next `per_tick` waiters (they run in the following one)."""
@@ -62,6 +68,7 @@ class LoopPacer:
 
 
 _pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, LoopPacer]] = weakref.WeakKeyDictionary()
+_last: list[tuple[asyncio.AbstractEventLoop, dict[int, LoopPacer]]] = []  # the last loop's pacers: two calls a turn
 
 
 async def pace(per_tick: int) -> None:
@@ -69,8 +76,12 @@ async def pace(per_tick: int) -> None:
     if per_tick <= 0:
         return
     loop = asyncio.get_running_loop()
-    pacers = _pacers.setdefault(loop, {})
+    if _last and _last[0][0] is loop:
+        pacers = _last[0][1]
+    else:
+        pacers = _pacers.setdefault(loop, {})
+        _last[:] = [(loop, pacers)]
     pacer = pacers.get(per_tick)
     if pacer is None:
-        pacer = pacers[per_tick] = LoopPacer(per_tick)
+        pacer = pacers[per_tick] = LoopPacer(per_tick, loop)
     await pacer.step()

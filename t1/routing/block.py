@@ -7,9 +7,13 @@ A row whose every element has all bits set (the sentinel) marks a position whose
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+# The wire names a routing block's dtype by name; looked up per block, so without building dtypes.
+_WIRE_DTYPES: dict[str, np.dtype] = {"uint8": np.dtype("<u1"), "uint16": np.dtype("<u2")}
 
 
 def routing_dtype(num_experts: int) -> np.dtype:
@@ -59,12 +63,12 @@ class RoutingBlock:
     @classmethod
     def from_bytes(cls, start: int, data: bytes, shape: tuple[int, int, int], dtype: str) -> RoutingBlock:
         """Inverse of to_bytes; checks that the byte count matches the shape."""
-        dt = np.dtype(dtype).newbyteorder("<")
-        if dt not in (np.dtype("<u1"), np.dtype("<u2")):
+        dt = _WIRE_DTYPES.get(dtype)
+        if dt is None:
             raise ValueError(f"routing dtype must be uint8 or uint16, got {dtype}")
         if len(shape) != 3 or any(int(s) < 0 for s in shape):
             raise ValueError(f"routing shape must be [tokens, layers, top_k], got {list(shape)}")
-        expected = int(np.prod(shape)) * dt.itemsize
+        expected = math.prod(shape) * dt.itemsize
         if len(data) != expected:
             raise ValueError(f"routing data has {len(data)} bytes, shape {list(shape)} x {dt} needs {expected}")
         if start < 0:

@@ -22,11 +22,22 @@ class TensorError(ValueError):
     """A Tensor message that does not describe a valid array; the message names the field."""
 
 
+_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    """`dt.name`, which numpy computes in Python on every access (microseconds), remembered per dtype."""
+    name = _NAMES.get(dt)
+    if name is None:
+        name = _NAMES[dt] = dt.name
+    return name
+
+
 def to_tensor(array: np.ndarray) -> common_pb2.Tensor:
     arr = np.ascontiguousarray(array)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return common_pb2.Tensor(dtype=arr.dtype.name, shape=list(arr.shape), data=arr.tobytes())
+    return common_pb2.Tensor(dtype=_dtype_name(arr.dtype), shape=list(arr.shape), data=arr.tobytes())
 
 
 def from_tensor(msg: common_pb2.Tensor, field: str, *, dtype: str | None = None, ndim: int | None = None) -> np.ndarray:
