@@ -96,39 +96,40 @@ async def test_continuing_turns_send_deltas_and_the_model_sees_and_samples_the_w
     assert metric(pool, "t1_inference_prompt_resends_total") == 0
 
 
-async def test_a_server_that_lost_the_context_gets_the_whole_prompt_and_deltas_go_on(recording):
-    servicer = InferenceServicer(recording)
+async def converse(servicer: InferenceServicer, recording: Recording, seed: int, turns: int = 4,
+                   before_turn=None) -> InferencePool:
+    """`turns` continuing turns of one session through a pool, each checking the prompt the model saw."""
     server = await serve(servicer)
     pool = InferencePool([server.address])
-    context = prompt(80, seed=2)
+    context = prompt(80, seed=seed)
     try:
-        for turn in range(4):
-            if turn == 2:
-                servicer.contexts = ServedContexts()  # evicted, or the server restarted
+        for turn in range(turns):
+            if before_turn is not None:
+                before_turn(turn)
             res = await pool(req(read_only(context), seed=turn))
-            assert recording.prompts[-1].tolist() == context.tolist()
+            assert recording.prompts[-1].tolist() == context.tolist(), f"turn {turn}"
             context = np.concatenate([context, res.token_ids, prompt(5, seed=turn)])
     finally:
         await pool.close()
         await server.stop()
+    return pool
+
+
+async def test_a_server_that_lost_the_context_gets_the_whole_prompt_and_deltas_go_on(recording):
+    servicer = InferenceServicer(recording)
+
+    def lose_contexts(turn: int) -> None:
+        if turn == 2:
+            servicer.contexts = ServedContexts()  # evicted, or the server restarted
+
+    pool = await converse(servicer, recording, seed=2, before_turn=lose_contexts)
     assert metric(pool, "t1_inference_prompt_resends_total") == 1
     assert metric(pool, "t1_inference_prompt_deltas_total") == 3  # turns 1, 2 (refused) and 3
     assert servicer.prompt_deltas == 2 and len(recording.prompts) == 4  # served as deltas: turns 1 and 3
 
 
 async def test_a_server_without_deltas_is_sent_whole_prompts_after_its_first_refusal(recording):
-    servicer = WithoutDeltas(recording)
-    server = await serve(servicer)
-    pool = InferencePool([server.address])
-    context = prompt(80, seed=3)
-    try:
-        for turn in range(4):
-            res = await pool(req(read_only(context), seed=turn))
-            assert recording.prompts[-1].tolist() == context.tolist()
-            context = np.concatenate([context, res.token_ids, prompt(5, seed=turn)])
-    finally:
-        await pool.close()
-        await server.stop()
+    pool = await converse(WithoutDeltas(recording), recording, seed=3)
     assert metric(pool, "t1_inference_prompt_deltas_total") == 1
     assert metric(pool, "t1_inference_prompt_resends_total") == 1
     assert len(recording.prompts) == 4
