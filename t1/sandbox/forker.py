@@ -35,8 +35,11 @@ from typing import IO, Any
 _CLONE_FILES = 0x400
 _CLONE_FS = 0x200
 _STDIO = ("stdin", "stdout", "stderr")
-_RESTORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
-"""Ignored in CPython, back to their defaults in children (as `subprocess`'s `restore_signals` does)."""
+_RESTORED_SIGNALS = tuple(sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}))
+"""Back to their defaults in every child. CPython ignores SIGPIPE and SIGXFSZ (`subprocess`'s
+`restore_signals` resets those two), and a process started in the background by a shell without
+job control ignores SIGINT and SIGQUIT: a sandbox's commands inherited that, so an interrupt on
+timeout (and Ctrl-C in a terminal) did nothing until the kill."""
 
 log = logging.getLogger(__name__)
 
