@@ -126,9 +126,6 @@ class SentContexts:
         self.max_sessions = max_sessions
         self._sent: OrderedDict[str, _Sent] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self._sent)
-
     def delta_for(self, replica: str, session_id: str, prompt: np.ndarray) -> pb.PromptDelta | None:
         """A delta for `prompt` on `replica`, or None: send it whole."""
         sent = self._sent.get(session_id)
