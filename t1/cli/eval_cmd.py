@@ -42,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--wait", action="store_true", help="Watch the job to its end and print the report.")
     watch = add("watch", "Follow a job with a live progress bar until it ends.", _watch)
     watch.add_argument("job_id", metavar="JOB")
-    add("list", "List jobs.", _list).add_argument("--limit", type=int, default=0)
+    listing = add("list", "List jobs, newest first, one page at a time.", _list)
+    listing.add_argument("--limit", type=int, default=0, help="Jobs per page (0: the server's page size).")
+    listing.add_argument("--page-token", default="", help="The token printed after the previous page.")
     add("cancel", "Cancel a job.", _cancel).add_argument("job_id", metavar="JOB")
     report = add("report", "Print a job's results.", _report)
     report.add_argument("job_id", metavar="JOB")
@@ -120,12 +122,14 @@ def _list(args: argparse.Namespace) -> int:
     stub, opts, channel = _client(args)
     with channel:
         try:
-            resp = stub.ListJobs(pb.ListJobsRequest(limit=args.limit), **opts.kw())
+            resp = stub.ListJobs(pb.ListJobsRequest(limit=args.limit, page_token=args.page_token), **opts.kw())
         except grpc.RpcError as err:
             return _rpc_failed(err)
     for job in resp.jobs:
         print(f"{job.job_id}  {state_name(job.state):10s} {job.finished_attempts:>4}/{job.total_attempts:<4} "
               f"resolve {job.summary.resolve_rate:.3f}  {job.request.name or job.request.tasks}")
+    if resp.next_page_token:
+        print(f"more: --page-token {resp.next_page_token}", file=sys.stderr)
     return 0
 
 

@@ -1,9 +1,14 @@
 """Eval jobs: run every (task, attempt) of a job once, record each result as it lands, resume after a crash.
 
-A job is submitted (validated, its task list resolved and frozen in the store), then runs
-as one asyncio task: a bounded number of attempts at a time, each through the
-`AttemptRunner` seam (the real one drives an episode; tests may plug a scripted one).
-Watchers get an event per started and finished attempt and a final summary.
+A job is submitted (checked against config limits, its task list resolved and frozen in the
+store), then runs as one asyncio task: `concurrency` workers take (task, attempt) pairs from a
+lazy iterator, so a job holds as many pending attempts in memory as it runs, whatever its size.
+Each attempt goes through the `AttemptRunner` seam (the real one drives an episode; tests may
+plug a scripted one). Watchers get an event per started and finished attempt and a summary.
+
+Every store call runs on a worker thread; the event loop never waits on SQLite. A job that
+cannot be loaded on resume (its request does not parse, exceeds the limits, or its tasks are
+gone) is marked FAILED with the reason instead of being run into a crash.
 """
 
 from __future__ import annotations
@@ -12,12 +17,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from google.protobuf.message import DecodeError
+
+from t1.config.limits import LimitsConfig
+from t1.coordinator.eval_request import AGENT_FORMATS, check_job_size, check_submit
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
-from t1.coordinator.results import AttemptOutcome, JobSummaryValues, summarize
+from t1.coordinator.results import AttemptOutcome, JobSummaryValues
+from t1.coordinator.tallies import summary_of
 from t1.rpc.errors import NotFound, RequestError
 from t1.tasks.spec import TaskSpec
 from t1.trajectory.types import EpisodeStatus
@@ -64,21 +74,19 @@ class JobUpdate:
 class _Live:
     record: JobRecord
     tasks: dict[str, TaskSpec]
+    finished: int = 0
     running: int = 0
     task: asyncio.Task[None] | None = None
     watchers: set[asyncio.Queue[JobUpdate]] = field(default_factory=set)
-
-
-_FORMATS = {pb.AGENT_FORMAT_UNSPECIFIED: "", pb.AGENT_FORMAT_TOOL_CALLS: "tool_calls",
-            pb.AGENT_FORMAT_TERMINUS2: "terminus2"}
 
 
 class EvalJobs:
     """Owns the running eval jobs; `close()` cancels them (their finished attempts are already stored)."""
 
     def __init__(self, store: JobStore, resolve: TaskResolver, runner: AttemptRunner, default_concurrency: int,
-                 limiter: asyncio.Semaphore | None = None) -> None:
+                 limiter: asyncio.Semaphore | None = None, limits: LimitsConfig | None = None) -> None:
         self.store = store
+        self.limits = limits or LimitsConfig()
         self._resolve = resolve
         self._runner = runner
         self._default_concurrency = default_concurrency
@@ -87,58 +95,59 @@ class EvalJobs:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def submit(self, req: pb.SubmitEvalRequest) -> JobRecord:
-        """Validate, resolve tasks, store, and start; bad requests raise RequestError naming the field."""
-        if not req.tasks:
-            raise RequestError("tasks: required (a task folder or a name in tasks.sets)")
-        if req.attempts < 1:
-            raise RequestError(f"attempts: must be >= 1, got {req.attempts}")
-        if req.concurrency < 0:
-            raise RequestError(f"concurrency: must be >= 0, got {req.concurrency}")
-        if req.timeout_multiplier < 0:
-            raise RequestError(f"timeout_multiplier: must be >= 0, got {req.timeout_multiplier}")
-        if req.agent_format not in _FORMATS:
-            raise RequestError(f"agent_format: unknown value {req.agent_format}")
+    async def submit(self, req: pb.SubmitEvalRequest) -> JobRecord:
+        """Check, resolve tasks, store, and start; bad requests raise RequestError naming the field."""
+        check_submit(req, self.limits)
         try:
-            tasks = self._resolve(req.tasks, list(req.task_ids))
+            tasks = await asyncio.to_thread(self._resolve, req.tasks, list(req.task_ids))
         except (KeyError, ValueError, OSError) as exc:
             raise RequestError(f"tasks: {exc}") from None
         if not tasks:
             raise RequestError(f"tasks: {req.tasks!r} has no tasks")
-        record = self.store.create_job(req.name, req.SerializeToString(), [t.id for t in tasks], req.attempts)
-        self._start(record, tasks)
+        check_job_size(len(tasks), req.attempts, self.limits)
+        record = await asyncio.to_thread(self.store.create_job, req.name, req.SerializeToString(),
+                                         [t.id for t in tasks], req.attempts)
+        self._start(record, tasks, finished=0)
         log.info("eval job %s: %d tasks x %d attempts from %s", record.job_id, len(tasks), req.attempts, req.tasks)
         return record
 
-    def resume(self) -> list[str]:
+    async def resume(self) -> list[str]:
         """Restart every job left queued or running by an earlier process; returns their ids."""
         resumed = []
-        for record in self.store.unfinished():
-            req = pb.SubmitEvalRequest.FromString(record.request)
+        for record in await asyncio.to_thread(self.store.unfinished):
             try:
-                tasks = self._resolve(req.tasks, list(record.task_ids))
-            except (KeyError, ValueError, OSError) as exc:
-                self.store.set_state(record.job_id, JobState.FAILED, f"cannot reload tasks on resume: {exc}")
+                tasks = await asyncio.to_thread(self._reload, record)
+            except (DecodeError, KeyError, ValueError, OSError) as exc:
+                reason = f"cannot resume: {exc}"[:1000]
+                log.error("eval job %s: %s; marked failed", record.job_id, reason)
+                await asyncio.to_thread(self.store.set_state, record.job_id, JobState.FAILED, reason)
                 continue
-            self._start(record, tasks)
+            self._start(record, tasks, await asyncio.to_thread(self.store.finished_count, record.job_id))
             resumed.append(record.job_id)
         if resumed:
             log.info("resumed eval jobs: %s", ", ".join(resumed))
         return resumed
 
-    def _start(self, record: JobRecord, tasks: list[TaskSpec]) -> None:
-        live = _Live(record, {t.id: t for t in tasks})
+    def _reload(self, record: JobRecord) -> list[TaskSpec]:
+        """The job's tasks again, after the same checks a new submission gets (limits may have changed)."""
+        req = pb.SubmitEvalRequest.FromString(record.request)
+        check_submit(req, self.limits)
+        check_job_size(len(record.task_ids), record.attempts_per_task, self.limits)
+        return self._resolve(req.tasks, list(record.task_ids))
+
+    def _start(self, record: JobRecord, tasks: list[TaskSpec], finished: int) -> None:
+        live = _Live(record, {t.id: t for t in tasks}, finished)
         self._live[record.job_id] = live
         live.task = asyncio.get_running_loop().create_task(self._run(live), name=f"eval-{record.job_id}")
 
-    def cancel(self, job_id: str) -> JobRecord:
-        record = self.get(job_id)
+    async def cancel(self, job_id: str) -> JobRecord:
+        record = await self.get(job_id)
         live = self._live.get(job_id)
         if not record.state.terminal:
-            self.store.set_state(job_id, JobState.CANCELLED)
+            await self._set_state(job_id, JobState.CANCELLED)
             if live is not None and live.task is not None:
                 live.task.cancel()
-        return self.get(job_id)
+        return await self.get(job_id)
 
     async def close(self) -> None:
         tasks = [lv.task for lv in self._live.values() if lv.task is not None and not lv.task.done()]
@@ -156,8 +165,8 @@ class EvalJobs:
 
     # -- queries -----------------------------------------------------------------------------
 
-    def get(self, job_id: str) -> JobRecord:
-        record = self.store.get(job_id)
+    async def get(self, job_id: str) -> JobRecord:
+        record = await asyncio.to_thread(self.store.get, job_id)
         if record is None:
             raise NotFound(f"job_id: no job {job_id!r}")
         return record
@@ -166,18 +175,24 @@ class EvalJobs:
         live = self._live.get(job_id)
         return live.running if live else 0
 
-    def summary(self, record: JobRecord) -> JobSummaryValues:
-        return summarize(self.store.attempts(record.job_id), record.attempts_per_task)
+    def progress(self, job_id: str) -> tuple[int, int] | None:
+        """(finished, total) attempts of a job this process runs, from memory; None for others."""
+        live = self._live.get(job_id)
+        return None if live is None else (live.finished, live.record.total_attempts)
+
+    async def summary(self, record: JobRecord) -> JobSummaryValues:
+        tallies = await asyncio.to_thread(self.store.tallies, record.job_id)
+        return summary_of(tallies, record.attempts_per_task, self.limits.max_pass_at_k)
 
     async def watch(self, job_id: str) -> AsyncIterator[JobUpdate]:
         """A snapshot, then every update until the job is in a terminal state."""
-        record = self.get(job_id)
-        finished = len(self.store.finished_keys(job_id))
+        record = await self.get(job_id)
         live = self._live.get(job_id)
+        finished = live.finished if live else await asyncio.to_thread(self.store.finished_count, job_id)
         yield JobUpdate(record, self.running(job_id), finished)
         if record.state.terminal or live is None:
             if record.state.terminal:
-                yield JobUpdate(record, 0, finished, summary=self.summary(record))
+                yield JobUpdate(record, 0, finished, summary=await self.summary(record))
             return
         q: asyncio.Queue[JobUpdate] = asyncio.Queue()
         live.watchers.add(q)
@@ -191,45 +206,61 @@ class EvalJobs:
             live.watchers.discard(q)
 
     def _emit(self, live: _Live, **kw: object) -> None:
-        record = self.store.get(live.record.job_id) or live.record
-        update = JobUpdate(record, live.running, len(self.store.finished_keys(record.job_id)), **kw)  # type: ignore[arg-type]
+        update = JobUpdate(live.record, live.running, live.finished, **kw)  # type: ignore[arg-type]
         for q in live.watchers:
             q.put_nowait(update)
+
+    async def _set_state(self, job_id: str, state: JobState, error: str = "") -> None:
+        await asyncio.to_thread(self.store.set_state, job_id, state, error)
+        live = self._live.get(job_id)
+        if live is not None:
+            live.record = replace(live.record, state=state, error=error, updated=time.time())
 
     # -- running -----------------------------------------------------------------------------
 
     async def _run(self, live: _Live) -> None:
         record = live.record
         req = pb.SubmitEvalRequest.FromString(record.request)
-        done = self.store.finished_keys(record.job_id)
-        todo = [(tid, a) for tid in record.task_ids for a in range(record.attempts_per_task) if (tid, a) not in done]
-        self.store.set_state(record.job_id, JobState.RUNNING)
-        sem = asyncio.Semaphore(req.concurrency or self._default_concurrency)
+        done = await asyncio.to_thread(self.store.finished_keys, record.job_id)
+        todo = self._todo(live, req, done)
+        await self._set_state(record.job_id, JobState.RUNNING)
+        workers = min(req.concurrency or self._default_concurrency, record.total_attempts - len(done))
         try:
             async with asyncio.TaskGroup() as tg:
-                for tid, attempt in todo:
-                    spec = EvalAttempt(record.job_id, live.tasks[tid], attempt, _FORMATS[req.agent_format],
-                                       req.timeout_multiplier or 1.0, tuple(req.inference_endpoints), req.model_version)
-                    tg.create_task(self._attempt(live, sem, spec))
+                for _ in range(max(workers, 0)):
+                    tg.create_task(self._worker(live, todo))
         except asyncio.CancelledError:
-            if not (self.store.get(record.job_id) or record).state.terminal:
+            if not live.record.state.terminal:
                 raise  # shutdown: the job stays running in the store and resumes next time
             self._emit(live)
             raise
         except BaseExceptionGroup as eg:  # a bug in the attempt path, not an infra failure
             log.error("eval job %s failed", record.job_id, exc_info=eg)
-            self.store.set_state(record.job_id, JobState.FAILED, f"{eg.exceptions[0]!r}")
+            await self._set_state(record.job_id, JobState.FAILED, f"{eg.exceptions[0]!r}"[:1000])
             self._emit(live)
             return
-        self.store.set_state(record.job_id, JobState.SUCCEEDED)
-        final = self.get(record.job_id)
-        summary = self.summary(final)
+        await self._set_state(record.job_id, JobState.SUCCEEDED)
+        summary = await self.summary(live.record)
         log.info("eval job %s done: resolve rate %.3f over %d tasks (%d infra errors)", record.job_id,
                  summary.resolve_rate, summary.num_tasks, summary.infra_errors)
         self._emit(live, summary=summary)
 
-    async def _attempt(self, live: _Live, sem: asyncio.Semaphore, spec: EvalAttempt) -> None:
-        async with sem, (self._limiter or contextlib.nullcontext()):
+    def _todo(self, live: _Live, req: pb.SubmitEvalRequest, done: set[tuple[str, int]]) -> Iterator[EvalAttempt]:
+        """The job's unfinished attempts, made one at a time as workers ask for them."""
+        r = live.record
+        for tid in r.task_ids:
+            for a in range(r.attempts_per_task):
+                if (tid, a) not in done:
+                    yield EvalAttempt(r.job_id, live.tasks[tid], a, AGENT_FORMATS[req.agent_format],
+                                      req.timeout_multiplier or 1.0, tuple(req.inference_endpoints),
+                                      req.model_version)
+
+    async def _worker(self, live: _Live, todo: Iterator[EvalAttempt]) -> None:
+        for spec in todo:  # workers share one iterator: each attempt is taken once
+            await self._attempt(live, spec)
+
+    async def _attempt(self, live: _Live, spec: EvalAttempt) -> None:
+        async with self._limiter or contextlib.nullcontext():
             live.running += 1
             self._emit(live, started=(spec.task.id, spec.attempt))
             t0 = time.monotonic()
@@ -241,5 +272,6 @@ class EvalJobs:
                                          duration_s=time.monotonic() - t0, failure_mode=f"crash: {exc!r}"[:500])
             finally:
                 live.running -= 1
-            self.store.record_attempt(spec.job_id, outcome)
+            if await asyncio.to_thread(self.store.record_attempt, spec.job_id, outcome):
+                live.finished += 1
             self._emit(live, outcome=outcome)

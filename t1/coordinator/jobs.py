@@ -3,12 +3,18 @@
 An attempt row is written (and committed with synchronous=FULL) the moment the attempt
 finishes; the primary key (job, task, attempt) makes a second write of the same attempt a
 no-op, and a resumed job runs only the attempts that have no row.
+
+Every method is a short blocking transaction behind one lock: callers on the event loop run
+them with `asyncio.to_thread`. Reads that serve listings never load attempt rows: a job's
+summary comes from per-task tallies (one row per task), so a page of jobs costs the same
+whatever their attempt counts. A file SQLite cannot read raises StorageError naming it.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -49,6 +55,13 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
+_JOB_COLUMNS = "job_id, name, state, request, task_ids, attempts_per_task, created, updated, error"
+
+
+class StorageError(RuntimeError):
+    """A database file cannot be opened or read; str(self) names the file and what to do."""
+
+
 class JobState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -80,71 +93,149 @@ class JobRecord:
         return len(self.task_ids) * self.attempts_per_task
 
 
+@dataclass(frozen=True, slots=True)
+class TaskTally:
+    """What one task of a job has so far: scored attempts, resolved ones, their reward sum, infra errors."""
+
+    task_id: str
+    scored: int
+    resolved: int
+    reward_sum: float
+    infra_errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a listing, newest first; `next_token` is "" on the last page."""
+
+    jobs: tuple[JobRecord, ...]
+    next_token: str
+
+
 class JobStore:
-    """One SQLite file; every method is a short transaction (safe to call from the event loop)."""
+    """One SQLite file; every method is one short transaction, safe to call from any thread."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"eval job database {path}: {exc} (move the file aside to start with an empty "
+                               "one; its finished attempts are then no longer resumed)") from None
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
+
+    def _run(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise StorageError(f"eval job database {self.path}: {exc}") from None
+
+    def _write(self, statements: list[tuple[str, tuple]]) -> int:
+        """Run statements in one transaction; returns the first one's row count."""
+        with self._lock:
+            try:
+                with self._db:
+                    counts = [self._db.execute(sql, args).rowcount for sql, args in statements]
+            except sqlite3.DatabaseError as exc:
+                raise StorageError(f"eval job database {self.path}: {exc}") from None
+        return counts[0]
 
     def create_job(self, name: str, request: bytes, task_ids: list[str], attempts_per_task: int) -> JobRecord:
         now = time.time()
         job_id = f"job-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}-{uuid.uuid4().hex[:6]}"
         rec = JobRecord(job_id, name or job_id, JobState.QUEUED, request, tuple(task_ids), attempts_per_task, now, now)
-        with self._db:
-            self._db.execute(
-                "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (rec.job_id, rec.name, rec.state.value, rec.request, json.dumps(list(rec.task_ids)),
-                 rec.attempts_per_task, rec.created, rec.updated, ""),
-            )
+        self._write([(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (rec.job_id, rec.name, rec.state.value, rec.request, json.dumps(list(rec.task_ids)),
+                       rec.attempts_per_task, rec.created, rec.updated, ""))])
         return rec
 
     def set_state(self, job_id: str, state: JobState, error: str = "") -> None:
-        with self._db:
-            self._db.execute("UPDATE jobs SET state = ?, error = ?, updated = ? WHERE job_id = ?",
-                             (state.value, error, time.time(), job_id))
+        self._write([("UPDATE jobs SET state = ?, error = ?, updated = ? WHERE job_id = ?",
+                      (state.value, error, time.time(), job_id))])
 
     def record_attempt(self, job_id: str, o: AttemptOutcome) -> bool:
         """Store a finished attempt; False when it was already stored (never overwritten)."""
-        with self._db:
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, o.task_id, o.attempt, o.reward, o.passed, o.total, o.status.value, o.turns, o.tokens,
-                 o.duration_s, o.failure_mode, int(o.resolved), time.time()),
-            )
-            self._db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (time.time(), job_id))
-        return cur.rowcount == 1
+        now = time.time()
+        return self._write([
+            ("INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             (job_id, o.task_id, o.attempt, o.reward, o.passed, o.total, o.status.value, o.turns, o.tokens,
+              o.duration_s, o.failure_mode, int(o.resolved), now)),
+            ("UPDATE jobs SET updated = ? WHERE job_id = ?", (now, job_id)),
+        ]) == 1
 
     def get(self, job_id: str) -> JobRecord | None:
-        row = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return _job(row) if row else None
+        rows = self._run(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
+        return _job(rows[0]) if rows else None
 
-    def list_jobs(self, states: set[JobState] | None = None, limit: int = 0) -> list[JobRecord]:
-        rows = self._db.execute("SELECT * FROM jobs ORDER BY created DESC").fetchall()
-        jobs = [j for j in map(_job, rows) if not states or j.state in states]
-        return jobs[:limit] if limit > 0 else jobs
+    def list_jobs(self, states: set[JobState] | None = None, limit: int = 100, page_token: str = "") -> JobPage:
+        """Newest first, `limit` per page; pass the returned token to get the next page."""
+        where, args = _state_filter(states)
+        if page_token:
+            created, job_id = _parse_token(page_token)
+            where.append("(created < ? OR (created = ? AND job_id < ?))")
+            args += [created, created, job_id]
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self._run(sql + " ORDER BY created DESC, job_id DESC LIMIT ?", (*args, limit + 1))
+        jobs = tuple(map(_job, rows[:limit]))
+        more = len(rows) > limit and jobs
+        return JobPage(jobs, f"{jobs[-1].created!r}/{jobs[-1].job_id}" if more else "")
 
     def unfinished(self) -> list[JobRecord]:
         """Jobs to resume after a restart, oldest first."""
-        return sorted(self.list_jobs({JobState.QUEUED, JobState.RUNNING}), key=lambda j: j.created)
+        rows = self._run(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?) ORDER BY created",
+                         (JobState.QUEUED.value, JobState.RUNNING.value))
+        return [_job(r) for r in rows]
 
-    def attempts(self, job_id: str) -> list[AttemptOutcome]:
-        rows = self._db.execute(
+    def attempts(self, job_id: str, limit: int = -1) -> list[AttemptOutcome]:
+        rows = self._run(
             "SELECT task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, resolved"
-            " FROM attempts WHERE job_id = ? ORDER BY finished", (job_id,)).fetchall()
+            " FROM attempts WHERE job_id = ? ORDER BY finished LIMIT ?", (job_id, limit))
         return [AttemptOutcome(r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8], r[9], bool(r[10]))
                 for r in rows]
 
+    def tallies(self, job_id: str) -> list[TaskTally]:
+        """Per-task counts of the job's finished attempts (infra errors counted apart, never scored)."""
+        infra = EpisodeStatus.INFRA_ERROR.value
+        rows = self._run(
+            "SELECT task_id, SUM(status != ?), SUM(resolved * (status != ?)), TOTAL(reward * (status != ?)),"
+            " SUM(status = ?) FROM attempts WHERE job_id = ? GROUP BY task_id ORDER BY task_id",
+            (infra, infra, infra, infra, job_id))
+        return [TaskTally(r[0], int(r[1]), int(r[2]), float(r[3]), int(r[4])) for r in rows]
+
+    def finished_count(self, job_id: str) -> int:
+        return int(self._run("SELECT COUNT(*) FROM attempts WHERE job_id = ?", (job_id,))[0][0])
+
     def finished_keys(self, job_id: str) -> set[tuple[str, int]]:
-        rows = self._db.execute("SELECT task_id, attempt FROM attempts WHERE job_id = ?", (job_id,)).fetchall()
+        rows = self._run("SELECT task_id, attempt FROM attempts WHERE job_id = ?", (job_id,))
         return {(r[0], int(r[1])) for r in rows}
+
+
+def _state_filter(states: set[JobState] | None) -> tuple[list[str], list[object]]:
+    if not states:
+        return [], []
+    return [f"state IN ({', '.join('?' * len(states))})"], [s.value for s in sorted(states)]
+
+
+def _parse_token(token: str) -> tuple[float, str]:
+    created, sep, job_id = token.partition("/")
+    try:
+        if not sep or not job_id:
+            raise ValueError(token)
+        return float(created), job_id
+    except ValueError:
+        raise ValueError(f"page_token: {token[:80]!r} is not a token this server returned") from None
 
 
 def _job(row: tuple) -> JobRecord:

@@ -80,7 +80,7 @@ class Parts:
         spool = Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync)
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
-                         limiter)
+                         limiter, cfg.limits)
         parts = cls(cfg, run_dir, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, store, evals,
                     server=None)  # type: ignore[arg-type]
         servicer = CoordinatorServicer(evals, parts.run_status)
@@ -98,7 +98,7 @@ class Parts:
         (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": self.address, "pid": os.getpid()}) + "\n")
         self.runlog.write("start", address=self.address, name=self.cfg.name,
                           metrics_port=self.metrics.port if self.metrics else None)
-        self.evals.resume()
+        await self.evals.resume()
         self._spawn(self._tick(), "status-ticker")
 
     def show_progress(self) -> None:
@@ -116,10 +116,8 @@ class Parts:
         if self.eval_job is None:
             return None
         label, job_id = self.eval_job
-        record = self.store.get(job_id)
-        if record is None:
-            return None
-        return EvalProgress(label, len(self.store.finished_keys(job_id)), record.total_attempts)
+        progress = self.evals.progress(job_id)
+        return None if progress is None else EvalProgress(label, *progress)
 
     def connect_trainer(self, target: str) -> None:
         """Trainer link, weight sync and status poller against the trainer at `target`."""

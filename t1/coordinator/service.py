@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from t1.coordinator.eval_request import check_text
 from t1.coordinator.evals import EvalJobs, JobUpdate
 from t1.coordinator.jobs import JobRecord, JobState
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
@@ -45,57 +47,64 @@ class CoordinatorServicer(pb_grpc.CoordinatorServiceServicer):
     def binding(self) -> ServiceBinding:
         return ServiceBinding("t1.v1.CoordinatorService", pb_grpc.add_CoordinatorServiceServicer_to_server, self)
 
-    def _job_pb(self, record: JobRecord, include_attempts: bool = False) -> pb.EvalJob:
-        attempts = self._jobs.store.attempts(record.job_id)
+    async def _job_pb(self, record: JobRecord, include_attempts: bool = False) -> pb.EvalJob:
+        live = self._jobs.progress(record.job_id)
+        finished = live[0] if live else await asyncio.to_thread(self._jobs.store.finished_count, record.job_id)
         msg = pb.EvalJob(
             job_id=record.job_id, state=STATE_TO_PB[record.state],
             request=pb.SubmitEvalRequest.FromString(record.request), total_attempts=record.total_attempts,
-            finished_attempts=len(attempts), running_attempts=self._jobs.running(record.job_id),
-            summary=summary_to_pb(self._jobs.summary(record)), created_unix=record.created,
+            finished_attempts=finished, running_attempts=self._jobs.running(record.job_id),
+            summary=summary_to_pb(await self._jobs.summary(record)), created_unix=record.created,
             updated_unix=record.updated, error=record.error)
         if include_attempts:
+            attempts = await asyncio.to_thread(self._jobs.store.attempts, record.job_id)
             msg.attempts.extend(attempt_to_pb(o) for o in attempts)
         return msg
 
     @rpc_errors
     async def SubmitEval(self, request: pb.SubmitEvalRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
-        return self._job_pb(self._jobs.submit(request))
+        return await self._job_pb(await self._jobs.submit(request))
 
     @rpc_errors
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
-        return self._job_pb(self._jobs.get(_job_id(request.job_id)), request.include_attempts)
+        return await self._job_pb(await self._jobs.get(self._job_id(request.job_id)), request.include_attempts)
 
     @rpc_errors
     async def WatchJob(self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[pb.JobEvent]:
-        async for update in self._jobs.watch(_job_id(request.job_id)):
+        async for update in self._jobs.watch(self._job_id(request.job_id)):
             yield _event_pb(update)
 
     @rpc_errors
     async def CancelJob(self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
-        return self._job_pb(self._jobs.cancel(_job_id(request.job_id)))
+        return await self._job_pb(await self._jobs.cancel(self._job_id(request.job_id)))
 
     @rpc_errors
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
-        if request.limit < 0:
-            raise RequestError(f"limit: must be >= 0, got {request.limit}")
+        limits = self._jobs.limits
+        if not 0 <= request.limit <= limits.max_list_page_size:
+            raise RequestError(f"limit: must be in [0, {limits.max_list_page_size}] (limits.max_list_page_size), "
+                               f"got {request.limit}")
+        check_text("page_token", request.page_token, limits.max_name_chars)
         states = set()
         for s in request.states:
             if s not in PB_TO_STATE:
                 raise RequestError(f"states: unknown job state {s}")
             states.add(PB_TO_STATE[s])
-        return pb.ListJobsResponse(jobs=[self._job_pb(r) for r in self._jobs.store.list_jobs(states, request.limit)])
+        page = await asyncio.to_thread(self._jobs.store.list_jobs, states, request.limit or limits.list_page_size,
+                                       request.page_token)
+        return pb.ListJobsResponse(jobs=[await self._job_pb(r) for r in page.jobs], next_page_token=page.next_token)
+
+    def _job_id(self, value: str) -> str:
+        if not value:
+            raise RequestError("job_id: required")
+        check_text("job_id", value, self._jobs.limits.max_name_chars)
+        return value
 
     @rpc_errors
     async def GetRunStatus(self, request: pb.GetRunStatusRequest, context: grpc.aio.ServicerContext
                            ) -> pb.RunStatus:
         return self._run_status()
-
-
-def _job_id(value: str) -> str:
-    if not value:
-        raise RequestError("job_id: required")
-    return value
 
 
 def _event_pb(u: JobUpdate) -> pb.JobEvent:

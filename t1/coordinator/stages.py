@@ -58,12 +58,12 @@ async def eval_stage(parts: Parts, label: str, set_names: list[str], attempts: i
     out: dict[str, dict[str, Any]] = {}
     for name in set_names:
         parts.stage = f"eval-{label}"
-        record = parts.evals.submit(cpb.SubmitEvalRequest(tasks=name, attempts=attempts, name=f"{label}:{name}"))
+        record = await parts.evals.submit(cpb.SubmitEvalRequest(tasks=name, attempts=attempts, name=f"{label}:{name}"))
         log.info("eval %s on %s: job %s (%d attempts)", label, name, record.job_id, record.total_attempts)
         parts.eval_job = (f"eval {label}", record.job_id)
         await parts.evals.wait(record.job_id)
         parts.eval_job = None
-        s = parts.evals.summary(parts.evals.get(record.job_id))
+        s = await parts.evals.summary(await parts.evals.get(record.job_id))
         m.RESOLVE_RATE.labels(split=f"{label}:{name}").set(s.resolve_rate)
         out[name] = {"job_id": record.job_id, "resolve_rate": s.resolve_rate, "mean_reward": s.mean_reward,
                      "pass_at_k": s.pass_at_k, "infra_errors": s.infra_errors, "num_tasks": s.num_tasks}

@@ -176,25 +176,29 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "limit")
+    __slots__ = ("states", "limit", "page_token")
     STATES_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[JobState]
     limit: int
-    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "next_page_token")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[EvalJob]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[EvalJob, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[EvalJob, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetRunStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run_name", "policy_version", "trainer_step", "active_episodes", "finished_episodes", "spool_pending", "spool_bytes", "trainer_connected", "healthy_inference_servers", "infra_failure_rate", "turns_per_second", "stage")
+    __slots__ = ("run_name", "policy_version", "trainer_step", "active_episodes", "finished_episodes", "spool_pending", "spool_bytes", "trainer_connected", "healthy_inference_servers", "infra_failure_rate", "turns_per_second", "stage", "spool_write_error", "spool_held")
     RUN_NAME_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRAINER_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +211,8 @@ class RunStatus(_message.Message):
     INFRA_FAILURE_RATE_FIELD_NUMBER: _ClassVar[int]
     TURNS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_WRITE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SPOOL_HELD_FIELD_NUMBER: _ClassVar[int]
     run_name: str
     policy_version: int
     trainer_step: int
@@ -219,4 +225,6 @@ class RunStatus(_message.Message):
     infra_failure_rate: float
     turns_per_second: float
     stage: str
-    def __init__(self, run_name: _Optional[str] = ..., policy_version: _Optional[int] = ..., trainer_step: _Optional[int] = ..., active_episodes: _Optional[int] = ..., finished_episodes: _Optional[int] = ..., spool_pending: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., trainer_connected: _Optional[bool] = ..., healthy_inference_servers: _Optional[int] = ..., infra_failure_rate: _Optional[float] = ..., turns_per_second: _Optional[float] = ..., stage: _Optional[str] = ...) -> None: ...
+    spool_write_error: str
+    spool_held: int
+    def __init__(self, run_name: _Optional[str] = ..., policy_version: _Optional[int] = ..., trainer_step: _Optional[int] = ..., active_episodes: _Optional[int] = ..., finished_episodes: _Optional[int] = ..., spool_pending: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., trainer_connected: _Optional[bool] = ..., healthy_inference_servers: _Optional[int] = ..., infra_failure_rate: _Optional[float] = ..., turns_per_second: _Optional[float] = ..., stage: _Optional[str] = ..., spool_write_error: _Optional[str] = ..., spool_held: _Optional[int] = ...) -> None: ...

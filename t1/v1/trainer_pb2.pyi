@@ -55,7 +55,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TrainerStatus(_message.Message):
-    __slots__ = ("step", "policy_version", "stage", "buffered_trajectories", "buffered_groups", "accepted_trajectories", "dropped_stale_tokens", "last_metrics")
+    __slots__ = ("step", "policy_version", "stage", "buffered_trajectories", "buffered_groups", "accepted_trajectories", "dropped_stale_tokens", "last_metrics", "quarantined_groups", "last_quarantine_reason")
     class LastMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,8 @@ class TrainerStatus(_message.Message):
     ACCEPTED_TRAJECTORIES_FIELD_NUMBER: _ClassVar[int]
     DROPPED_STALE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LAST_METRICS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    LAST_QUARANTINE_REASON_FIELD_NUMBER: _ClassVar[int]
     step: int
     policy_version: int
     stage: TrainerStage
@@ -79,7 +81,9 @@ class TrainerStatus(_message.Message):
     accepted_trajectories: int
     dropped_stale_tokens: int
     last_metrics: _containers.ScalarMap[str, float]
-    def __init__(self, step: _Optional[int] = ..., policy_version: _Optional[int] = ..., stage: _Optional[_Union[TrainerStage, str]] = ..., buffered_trajectories: _Optional[int] = ..., buffered_groups: _Optional[int] = ..., accepted_trajectories: _Optional[int] = ..., dropped_stale_tokens: _Optional[int] = ..., last_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    quarantined_groups: int
+    last_quarantine_reason: str
+    def __init__(self, step: _Optional[int] = ..., policy_version: _Optional[int] = ..., stage: _Optional[_Union[TrainerStage, str]] = ..., buffered_trajectories: _Optional[int] = ..., buffered_groups: _Optional[int] = ..., accepted_trajectories: _Optional[int] = ..., dropped_stale_tokens: _Optional[int] = ..., last_metrics: _Optional[_Mapping[str, float]] = ..., quarantined_groups: _Optional[int] = ..., last_quarantine_reason: _Optional[str] = ...) -> None: ...
 
 class WatchVersionsRequest(_message.Message):
     __slots__ = ("from_version",)

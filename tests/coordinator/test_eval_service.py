@@ -123,7 +123,7 @@ async def test_resume_runs_only_unfinished_attempts(tmp_path: Path, task_root: P
     store = JobStore(tmp_path / "jobs.db")
     first = ParityRunner(delay_s=0.3)
     jobs = EvalJobs(store, make_resolver(TasksConfig()), first, default_concurrency=3)
-    record = jobs.submit(pb.SubmitEvalRequest(tasks=str(task_root), attempts=2))
+    record = await jobs.submit(pb.SubmitEvalRequest(tasks=str(task_root), attempts=2))
     while len(store.finished_keys(record.job_id)) < 3:
         await asyncio.sleep(0.05)
     await jobs.close()  # a shutdown mid-job: the job stays running in the store
@@ -133,7 +133,7 @@ async def test_resume_runs_only_unfinished_attempts(tmp_path: Path, task_root: P
     store2 = JobStore(tmp_path / "jobs.db")
     second = ParityRunner()
     jobs2 = EvalJobs(store2, make_resolver(TasksConfig()), second, default_concurrency=3)
-    assert jobs2.resume() == [record.job_id]
+    assert await jobs2.resume() == [record.job_id]
     await jobs2.wait(record.job_id)
     assert set(second.runs).isdisjoint(done_before), "no finished attempt runs twice"
     assert store2.finished_keys(record.job_id) == {(f"task-{i}", a) for i in range(3) for a in range(2)}

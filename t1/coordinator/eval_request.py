@@ -1,0 +1,60 @@
+"""Checks of a SubmitEvalRequest against config limits: each failure is a RequestError naming the field.
+
+Pure functions over the request and the limits section; EvalJobs calls them before it reads a
+task folder or writes a row, so an oversized request costs nothing but its parse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from t1.config.limits import LimitsConfig
+from t1.rpc.errors import RequestError
+from t1.v1 import coordinator_pb2 as pb
+
+AGENT_FORMATS = {pb.AGENT_FORMAT_UNSPECIFIED: "", pb.AGENT_FORMAT_TOOL_CALLS: "tool_calls",
+                 pb.AGENT_FORMAT_TERMINUS2: "terminus2"}
+
+
+def check_text(field: str, value: str, max_chars: int) -> None:
+    if len(value) > max_chars:
+        raise RequestError(f"{field}: {len(value)} characters, at most {max_chars} (limits)")
+
+
+def check_items(field: str, values: Sequence[str], max_items: int, max_chars: int) -> None:
+    if len(values) > max_items:
+        raise RequestError(f"{field}: {len(values)} entries, at most {max_items} (limits.max_list_items)")
+    for i, v in enumerate(values):
+        check_text(f"{field}[{i}]", v, max_chars)
+
+
+def check_submit(req: pb.SubmitEvalRequest, limits: LimitsConfig) -> None:
+    """Every field of the request within its bound (the task count is checked once tasks are resolved)."""
+    if not req.tasks:
+        raise RequestError("tasks: required (a task folder or a name in tasks.sets)")
+    check_text("tasks", req.tasks, limits.max_path_chars)
+    check_text("name", req.name, limits.max_name_chars)
+    check_items("task_ids", req.task_ids, limits.max_list_items, limits.max_name_chars)
+    check_items("inference_endpoints", req.inference_endpoints, limits.max_list_items, limits.max_name_chars)
+    if not 1 <= req.attempts <= limits.max_attempts_per_task:
+        raise RequestError(f"attempts: must be in [1, {limits.max_attempts_per_task}] "
+                           f"(limits.max_attempts_per_task), got {req.attempts}")
+    if not 0 <= req.concurrency <= limits.max_job_concurrency:
+        raise RequestError(f"concurrency: must be in [0, {limits.max_job_concurrency}] "
+                           f"(limits.max_job_concurrency), got {req.concurrency}")
+    tm = req.timeout_multiplier
+    if not math.isfinite(tm) or not 0 <= tm <= limits.max_timeout_multiplier:
+        raise RequestError(f"timeout_multiplier: must be finite and in [0, {limits.max_timeout_multiplier}] "
+                           f"(limits.max_timeout_multiplier), got {tm}")
+    if req.model_version < 0:
+        raise RequestError(f"model_version: must be >= 0, got {req.model_version}")
+    if req.agent_format not in AGENT_FORMATS:
+        raise RequestError(f"agent_format: unknown value {req.agent_format}")
+
+
+def check_job_size(num_tasks: int, attempts: int, limits: LimitsConfig) -> None:
+    total = num_tasks * attempts
+    if total > limits.max_attempts_per_job:
+        raise RequestError(f"attempts: {num_tasks} tasks x {attempts} attempts = {total}, at most "
+                           f"{limits.max_attempts_per_job} per job (limits.max_attempts_per_job)")
