@@ -32,6 +32,7 @@ class TrainerStatusPoller:
         self.last: pb.TrainerStatus | None = None
         self.done = asyncio.Event()
         self.last_metrics: dict[str, float] = {}
+        self.last_quarantined: int | None = None
 
     async def run(self) -> None:
         channel = make_channel(self.target, self._auth)
@@ -54,6 +55,11 @@ class TrainerStatusPoller:
             self.last_metrics = dict(st.last_metrics)
             m.set_trainer_metrics(self.last_metrics)
         m.TRAINER_STEP.set(st.step)
+        if st.quarantined_groups > (self.last_quarantined or 0):
+            log.error("trainer quarantined %d groups so far; last: %s", st.quarantined_groups,
+                      st.last_quarantine_reason)
+        self.last_quarantined = st.quarantined_groups
+        m.TRAINER_QUARANTINED_GROUPS.set(st.quarantined_groups)
         if moved and self._runlog is not None:
             self._runlog.write("trainer", step=st.step, stage=pb.TrainerStage.Name(st.stage), version=st.policy_version,
                                buffered=st.buffered_trajectories, metrics=self.last_metrics)

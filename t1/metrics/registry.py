@@ -78,6 +78,17 @@ SPOOL_BLOCKED_SECONDS = Counter("t1_spool_backpressure_seconds", "Time admission
 SPOOL_APPENDED = Counter("t1_spool_appended", "Trajectories appended to the spool.", registry=REGISTRY)
 SPOOL_APPENDED_BYTES = Counter("t1_spool_appended_bytes", "Payload bytes appended to the spool.", registry=REGISTRY)
 SPOOL_ACKED = Counter("t1_spool_acked", "Trajectories acknowledged by the trainer.", registry=REGISTRY)
+SPOOL_WRITE_FAILING = Gauge("t1_spool_write_failing", "1 while spool writes fail (new episodes are held back).",
+                            registry=REGISTRY)
+SPOOL_WRITE_ERRORS = Counter("t1_spool_write_errors", "Spool writes that failed (each is retried).", registry=REGISTRY)
+SPOOL_HELD = Gauge("t1_spool_held_trajectories", "Finished trajectories held in memory until the spool writes again.",
+                   registry=REGISTRY)
+SPOOL_DAMAGED_BYTES = Counter("t1_spool_damaged_bytes", "Spool bytes found damaged on recovery (kept in .corrupt files).",
+                              registry=REGISTRY)
+SPOOL_DAMAGED_RANGES = Counter("t1_spool_damaged_ranges", "Damaged byte ranges found on spool recovery.",
+                               registry=REGISTRY)
+TRAINER_QUARANTINED_GROUPS = Gauge("t1_trainer_quarantined_groups", "Groups the trainer set aside after a failed step.",
+                                   registry=REGISTRY)
 TRAINER_CONNECTED = Gauge("t1_trainer_connected", "1 while the trajectory stream to the trainer is open.",
                           registry=REGISTRY)
 

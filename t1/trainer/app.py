@@ -96,11 +96,29 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), IDLE_POLL_S)
             continue
-        _, outcome = await asyncio.to_thread(execute, core, Order("step", groups=groups))
+        try:
+            _, outcome = await asyncio.to_thread(execute, core, Order("step", groups=groups))
+        except Exception as exc:
+            if not groups:
+                raise  # an SFT step on demonstrations: nothing to set aside
+            await asyncio.to_thread(quarantine, core, groups, exc)
+            continue
         last_order = time.monotonic()
         assert isinstance(outcome, StepOutcome)
         if outcome.published is not None:
             await board.announce(outcome.published)
+
+
+def quarantine(core: TrainerCore, groups: list[tuple[str, list[tuple[str, bytes]]]], exc: BaseException) -> None:
+    """A step failed on these groups: set them aside with the reason, so the next step takes others.
+
+    Accept-time checks refuse what is known to break a step; this is the net under them, so a
+    record that still fails is a visible, counted quarantine instead of a crash loop."""
+    assert core.buffer is not None
+    reason = f"step {core.state.step + 1} failed: {type(exc).__name__}: {exc}"
+    ids = [g for g, _ in groups]
+    log.error("quarantined %d groups (%s): %s", len(ids), ", ".join(ids), reason, exc_info=exc)
+    core.buffer.quarantine(ids, reason, core.state.step + 1)
 
 
 def write_endpoint(work_dir: Path, address: str) -> None:
@@ -123,7 +141,7 @@ async def serve(cfg: T1Config) -> int:
     wake = asyncio.Event()
     checkpoints: asyncio.Queue[CheckpointRequest] = asyncio.Queue()
     servicer = TrainerServicer(core.buffer, core.group_size, board, wake, checkpoints,
-                               core.reported_status, core.routing_spec)
+                               core.reported_status, core.model_bounds)
     server = GrpcServer([ServiceBinding("t1.v1.TrainerService", trainer_pb2_grpc.add_TrainerServiceServicer_to_server,
                                         servicer)], cfg.trainer.server, cfg.auth)
     await server.start()

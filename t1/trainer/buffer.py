@@ -4,6 +4,11 @@ A trajectory is acknowledged only after `add` returns, i.e. after its row is com
 fsynced. A trajectory moves from pending to consumed only in the same transaction that records
 the step (and checkpoint) that trained on it, so after a crash the trainer retrains exactly the
 trajectories of steps that were not committed and never one that was.
+
+A group whose step failed (an error no accept-time check caught) is quarantined: its id and the
+reason go to the `quarantine` table, and `complete_groups` never offers it again, so one bad
+record cannot turn into a crash loop. Its rows stay, for an operator to read (docs/operations.md).
+A database SQLite cannot read raises StorageError naming the file.
 """
 
 from __future__ import annotations
@@ -36,7 +41,27 @@ CREATE TABLE IF NOT EXISTS steps (
     finished REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS quarantine (
+    group_id TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    at_step INTEGER NOT NULL,
+    quarantined REAL NOT NULL
+);
 """
+
+
+class StorageError(RuntimeError):
+    """A database file cannot be opened or read; str(self) names the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A group set aside after a step on it failed, and why."""
+
+    group_id: str
+    reason: str
+    at_step: int
+    trajectory_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +81,15 @@ class TrajectoryBuffer:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self.path = path
+        try:
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"trainer buffer {path}: {exc} (it holds every acknowledged trajectory: restore it "
+                               "from a backup, or move it aside to start the run over)") from None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -81,7 +111,8 @@ class TrajectoryBuffer:
         (groups already taken by steps that are not committed yet)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT group_id FROM trajectories WHERE consumed_step IS NULL GROUP BY group_id "
+                "SELECT group_id FROM trajectories WHERE consumed_step IS NULL "
+                "AND group_id NOT IN (SELECT group_id FROM quarantine) GROUP BY group_id "
                 "HAVING COUNT(*) >= ? ORDER BY MIN(seq) LIMIT ?", (group_size, limit + len(skip)),
             ).fetchall()
             groups = []
@@ -115,11 +146,22 @@ class TrajectoryBuffer:
                 self._db.execute("ROLLBACK")
                 raise
 
-    def set_meta(self, meta: Mapping[str, Any]) -> None:
+    def quarantine(self, group_ids: Iterable[str], reason: str, at_step: int) -> None:
+        """Set groups aside for good (their pending rows are kept, never offered to a step again)."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._set_meta(meta)
-            self._db.execute("COMMIT")
+            self._db.executemany(
+                "INSERT OR IGNORE INTO quarantine (group_id, reason, at_step, quarantined) VALUES (?, ?, ?, ?)",
+                [(g, reason[:4000], at_step, time.time()) for g in group_ids])
+
+    def quarantined(self) -> list[Quarantined]:
+        with self._lock:
+            rows = self._db.execute("SELECT group_id, reason, at_step FROM quarantine ORDER BY quarantined").fetchall()
+            out = []
+            for group_id, reason, at_step in rows:
+                ids = self._db.execute("SELECT id FROM trajectories WHERE group_id = ? ORDER BY seq",
+                                       (group_id,)).fetchall()
+                out.append(Quarantined(group_id, reason, int(at_step), tuple(str(i) for (i,) in ids)))
+            return out
 
     def _set_meta(self, meta: Mapping[str, Any]) -> None:
         self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
@@ -136,19 +178,21 @@ class TrajectoryBuffer:
         return [StepRecord(s, k, v, tuple(json.loads(ids)), json.loads(m)) for s, k, v, ids, m in rows]
 
     def counts(self, group_size: int) -> dict[str, int]:
-        """accepted (ever), pending trajectories, pending complete groups."""
+        """accepted (ever), pending trajectories and complete groups (quarantined ones apart), quarantined groups."""
         with self._lock:
             accepted = self._db.execute("SELECT COUNT(*) FROM trajectories").fetchone()[0]
-            pending = self._db.execute("SELECT COUNT(*) FROM trajectories WHERE consumed_step IS NULL").fetchone()[0]
+            pending = self._db.execute(
+                "SELECT COUNT(*) FROM trajectories WHERE consumed_step IS NULL "
+                "AND group_id NOT IN (SELECT group_id FROM quarantine)").fetchone()[0]
             groups = self._db.execute(
                 "SELECT COUNT(*) FROM (SELECT group_id FROM trajectories WHERE consumed_step IS NULL "
+                "AND group_id NOT IN (SELECT group_id FROM quarantine) "
                 "GROUP BY group_id HAVING COUNT(*) >= ?)", (group_size,)).fetchone()[0]
-        return {"accepted": int(accepted), "pending": int(pending), "groups": int(groups)}
+            quarantined = self._db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+        return {"accepted": int(accepted), "pending": int(pending), "groups": int(groups),
+                "quarantined": int(quarantined)}
 
-    def known_ids(self, ids: Iterable[str]) -> set[str]:
+    def last_quarantine_reason(self) -> str:
         with self._lock:
-            found: set[str] = set()
-            for tid in ids:
-                if self._db.execute("SELECT 1 FROM trajectories WHERE id = ?", (tid,)).fetchone():
-                    found.add(tid)
-            return found
+            row = self._db.execute("SELECT reason FROM quarantine ORDER BY quarantined DESC LIMIT 1").fetchone()
+        return str(row[0]) if row else ""

@@ -19,13 +19,14 @@ import logging
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from t1.config.schema import T1Config
 from t1.routing.adapters import find_routers
 from t1.trainer import engine as ds
+from t1.trainer.admission import ModelBounds
 from t1.trainer.batch import BatchStats, RoutingSpec, TrainSequence, build_sequences
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 from t1.trainer.checkpoint import Checkpointer
@@ -101,6 +102,8 @@ class TrainerCore:
                                temperature=cfg.rollout.sampling.temperature)
         routers = find_routers(self.policy.module)
         self.routing_spec = RoutingSpec(len(routers), routers[0].top_k, routers[0].num_experts)
+        embeddings = cast(Any, policy).get_input_embeddings()  # a Hugging Face model's embedding table
+        self.model_bounds = ModelBounds(int(embeddings.num_embeddings), self.routing_spec, cfg.limits.max_abs_reward)
         self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)
         self.checkpointer = Checkpointer(self.work_dir / "checkpoints")
         self.demos: list[TrainSequence] = []

@@ -1,7 +1,7 @@
 """TrainerService over gRPC: durable intake of trajectories, status, version announcements, checkpoints.
 
-The servicer only adapts: PushTrajectories decodes and validates each record, stores it in the
-durable buffer (off the event loop) and acknowledges it by id; training happens in the loop of
+The servicer only adapts: PushTrajectories decodes each record, checks it against the model
+(t1/trainer/admission.py), stores it in the durable buffer (off the event loop) and acknowledges it by id; training happens in the loop of
 t1/trainer/app.py, which the servicer wakes when data arrives and asks for manual checkpoints.
 A rejected record that decodes leaves an infra-error stand-in in its group, so the group completes.
 """
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import grpc
 
 from t1.rpc.errors import RequestError, rpc_errors
-from t1.trainer.batch import RoutingSpec, validate_trajectory
+from t1.trainer.admission import ModelBounds, check_admissible
+from t1.trainer.batch import validate_trajectory
 from t1.trainer.buffer import TrajectoryBuffer
 from t1.trainer.core import Stage, TrainState
 from t1.trainer.publish import PublishedVersion
@@ -66,9 +67,9 @@ def _version_pb(v: PublishedVersion) -> pb.WeightVersion:
 class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     def __init__(self, buffer: TrajectoryBuffer, group_size: int, board: VersionBoard, wake: asyncio.Event,
                  checkpoints: asyncio.Queue[CheckpointRequest], status: Callable[[], tuple[TrainState, Stage]],
-                 routing: RoutingSpec | None = None) -> None:
+                 bounds: ModelBounds | None = None) -> None:
         self.buffer, self.group_size, self.board, self.wake = buffer, group_size, board, wake
-        self.checkpoints, self.status, self.routing = checkpoints, status, routing
+        self.checkpoints, self.status, self.bounds = checkpoints, status, bounds
 
     async def PushTrajectories(self, request_iterator: AsyncIterator[pb.TrajectoryEnvelope],
                                context: grpc.aio.ServicerContext) -> AsyncIterator[pb.PushAck]:
@@ -84,7 +85,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             if decoded.id != env.trajectory_id:
                 raise ValueError(f"trajectory_id {env.trajectory_id!r} differs from the record's id {decoded.id!r}")
             traj = decoded
-            validate_trajectory(traj, self.routing)
+            if self.bounds is not None:
+                check_admissible(traj, self.bounds)
+            else:
+                validate_trajectory(traj)
         except ValueError as exc:
             log.warning("rejected trajectory %r: %s", env.trajectory_id, exc)
             if traj is not None and traj.group_id:
@@ -108,12 +112,13 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext) -> pb.TrainerStatus:
         state, stage = self.status()
         counts = await asyncio.to_thread(self.buffer.counts, self.group_size)
+        reason = await asyncio.to_thread(self.buffer.last_quarantine_reason) if counts["quarantined"] else ""
         metrics = {k: float(v) for k, v in state.last_metrics.items()}
         return pb.TrainerStatus(
             step=state.step, policy_version=state.policy_version, stage=STAGE_PB[stage],
             buffered_trajectories=counts["pending"], buffered_groups=counts["groups"],
             accepted_trajectories=counts["accepted"], dropped_stale_tokens=state.dropped_stale_tokens,
-            last_metrics=metrics,
+            last_metrics=metrics, quarantined_groups=counts["quarantined"], last_quarantine_reason=reason,
         )
 
     @rpc_errors
