@@ -1,13 +1,17 @@
-"""Shared CLI plumbing: `--config FILE` plus `--set a.b=value`, and exit code 2 on a bad config."""
+"""Shared CLI plumbing: `--config FILE` plus `--set a.b=value`, exit code 2 on a bad config, 3 on bad state."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 from t1.config import ConfigError, T1Config, load_config
+from t1.workdir import DirectoryBusy, StorageError
 
 EXIT_BAD_CONFIG = 2
+EXIT_BAD_STATE = 3  # a directory another process owns, or a state file that cannot be read
 
 
 def add_config_args(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -31,3 +35,14 @@ def config_or_exit(args: argparse.Namespace) -> T1Config:
     except ConfigError as err:
         print_config_error(err)
         raise SystemExit(EXIT_BAD_CONFIG) from None
+
+
+def run_service(main: Coroutine[Any, Any, int]) -> int:
+    """Run a service's main coroutine; a busy directory or unreadable state file exits 3 with its message."""
+    from t1.rpc.loop import run
+
+    try:
+        return run(main)
+    except (DirectoryBusy, StorageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_STATE

@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "t1.cli.eval_cmd",
     "t1.cli.model_cmd",
     "t1.cli.sandbox_cmd",
+    "t1.cli.spool_cmd",
     "t1.cli.tasks_cmd",
 )
 

@@ -7,7 +7,7 @@ from pydantic import Field, model_validator
 from t1.config.base import Section
 
 
-class LimitsConfig(Section):
+class RequestLimits(Section):
     """Request bounds, enforced at the RPC edge with INVALID_ARGUMENT naming the field."""
 
     max_attempts_per_task: int = Field(1000, ge=1, description="Largest `attempts` of one eval job.")
@@ -25,7 +25,7 @@ class LimitsConfig(Section):
                                 "pushes or generation, which have server.max_message_mb).")
 
     @model_validator(mode="after")
-    def _pages_fit(self) -> LimitsConfig:
+    def _pages_fit(self) -> RequestLimits:
         if self.list_page_size > self.max_list_page_size:
             raise ValueError(f"limits.list_page_size ({self.list_page_size}) exceeds limits.max_list_page_size "
                              f"({self.max_list_page_size})")

@@ -7,7 +7,7 @@ from pydantic import Field, model_validator
 from t1.config.base import Section
 from t1.config.coordinator import CoordinatorConfig
 from t1.config.inference import InferenceConfig
-from t1.config.limits import LimitsConfig
+from t1.config.limits import RequestLimits
 from t1.config.rollout import RolloutConfig
 from t1.config.sandbox import SandboxConfig
 from t1.config.service import AuthConfig, LoggingConfig, MetricsConfig
@@ -30,7 +30,7 @@ class T1Config(Section):
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Auth and TLS.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Logging.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Metrics.")
-    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Bounds on request fields.")
+    limits: RequestLimits = Field(default_factory=RequestLimits, description="Bounds on request fields.")
 
     @model_validator(mode="after")
     def _trainer_can_score_the_sampler(self) -> T1Config:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from t1.config.limits import LimitsConfig
+from t1.config.limits import RequestLimits
 from t1.rpc.errors import RequestError
 from t1.v1 import coordinator_pb2 as pb
 
@@ -29,7 +29,7 @@ def check_items(field: str, values: Sequence[str], max_items: int, max_chars: in
         check_text(f"{field}[{i}]", v, max_chars)
 
 
-def check_submit(req: pb.SubmitEvalRequest, limits: LimitsConfig) -> None:
+def check_submit(req: pb.SubmitEvalRequest, limits: RequestLimits) -> None:
     """Every field of the request within its bound (the task count is checked once tasks are resolved)."""
     if not req.tasks:
         raise RequestError("tasks: required (a task folder or a name in tasks.sets)")
@@ -53,7 +53,7 @@ def check_submit(req: pb.SubmitEvalRequest, limits: LimitsConfig) -> None:
         raise RequestError(f"agent_format: unknown value {req.agent_format}")
 
 
-def check_job_size(num_tasks: int, attempts: int, limits: LimitsConfig) -> None:
+def check_job_size(num_tasks: int, attempts: int, limits: RequestLimits) -> None:
     total = num_tasks * attempts
     if total > limits.max_attempts_per_job:
         raise RequestError(f"attempts: {num_tasks} tasks x {attempts} attempts = {total}, at most "

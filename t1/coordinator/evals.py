@@ -23,7 +23,7 @@ from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
-from t1.config.limits import LimitsConfig
+from t1.config.limits import RequestLimits
 from t1.coordinator.eval_request import AGENT_FORMATS, check_job_size, check_submit
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
@@ -84,9 +84,9 @@ class EvalJobs:
     """Owns the running eval jobs; `close()` cancels them (their finished attempts are already stored)."""
 
     def __init__(self, store: JobStore, resolve: TaskResolver, runner: AttemptRunner, default_concurrency: int,
-                 limiter: asyncio.Semaphore | None = None, limits: LimitsConfig | None = None) -> None:
+                 limiter: asyncio.Semaphore | None = None, limits: RequestLimits | None = None) -> None:
         self.store = store
-        self.limits = limits or LimitsConfig()
+        self.limits = limits or RequestLimits()
         self._resolve = resolve
         self._runner = runner
         self._default_concurrency = default_concurrency

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from t1.coordinator.results import AttemptOutcome
 from t1.trajectory.types import EpisodeStatus
+from t1.workdir import StorageError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -56,10 +57,6 @@ CREATE TABLE IF NOT EXISTS attempts (
 
 
 _JOB_COLUMNS = "job_id, name, state, request, task_ids, attempts_per_task, created, updated, error"
-
-
-class StorageError(RuntimeError):
-    """A database file cannot be opened or read; str(self) names the file and what to do."""
 
 
 class JobState(StrEnum):

@@ -148,7 +148,7 @@ class Parts:
 
     def run_status(self) -> cpb.RunStatus:
         stats = self.runner.stats
-        return run_status(
+        status = run_status(
             name=self.cfg.name, stage=self.stage, version=self.weights.version if self.weights else 0,
             trainer=self.poller, active=int(m.ACTIVE_EPISODES._value.get()), finished=stats.finished,
             spool_pending=self.spool.pending_count, spool_bytes=self.spool.pending_bytes,
@@ -156,6 +156,8 @@ class Parts:
             healthy_servers=len(self.router.pool.healthy_endpoints) if self.router.pool is not None else 0,
             infra_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
             turns_per_s=self.turn_rate.sample() if self.turn_rate else 0.0)
+        status.spool_write_error, status.spool_held = self.spool.write_error, self.spool.held_count
+        return status
 
     async def close(self, grace_s: float) -> None:
         """Steps 3-7 of app.py's shutdown order (the caller has stopped and drained the scheduler)."""

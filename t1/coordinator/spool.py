@@ -9,6 +9,13 @@ are all acknowledged are deleted.
 Back-pressure: when the unacknowledged bytes reach `max_bytes`, `has_room` turns false and
 `wait_for_room()` blocks until acks free space; the scheduler awaits it before admitting
 new episodes (episodes already running still append: a finished episode is never dropped).
+
+A failing write (EACCES, ENOSPC, EIO, ...) does not raise: the record is held in memory (at
+most `hold_bytes`; a further append waits for room there), `write_error` names the file and
+the error, `has_room` turns false so no new episode starts, and a retry task writes the held
+records in order once the disk takes them again. Held records are not durable and not sent
+before they are written; a process killed during an outage loses them (docs/operations.md).
+Recovery on open keeps every intact frame of a damaged file (t1/coordinator/spool_recovery.py).
 """
 
 from __future__ import annotations
@@ -18,26 +25,39 @@ import contextlib
 import logging
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 
 from t1.coordinator import spool_files as sf
+from t1.coordinator import spool_recovery as sr
 from t1.coordinator.spool_files import Record
 from t1.metrics import registry as m
 
 log = logging.getLogger(__name__)
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 15.0
 
 
 class Spool:
     """Open with `Spool.open(dir, ...)`; one process owns a spool directory at a time."""
 
-    def __init__(self, directory: Path, max_bytes: int, segment_bytes: int, fsync: bool = True) -> None:
-        if max_bytes <= 0 or segment_bytes <= 0:
-            raise ValueError(f"spool sizes must be positive (max_bytes={max_bytes}, segment_bytes={segment_bytes})")
+    def __init__(self, directory: Path, max_bytes: int, segment_bytes: int, fsync: bool = True,
+                 hold_bytes: int = 256 << 20) -> None:
+        if max_bytes <= 0 or segment_bytes <= 0 or hold_bytes <= 0:
+            raise ValueError(f"spool sizes must be positive (max_bytes={max_bytes}, segment_bytes={segment_bytes}, "
+                             f"hold_bytes={hold_bytes})")
         self.directory = directory
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self.fsync = fsync
+        self.hold_bytes = hold_bytes
+        self.write_error = ""  # set while writes fail: the file and the error
+        self._held: deque[tuple[str, bytes]] = deque()
+        self._held_ids: set[str] = set()
+        self._held_bytes = 0
+        self._hold_room = asyncio.Event()
+        self._retry_task: asyncio.Task[None] | None = None
+        self._retry_now = asyncio.Event()  # set when a removed segment freed disk space
         self._pending: OrderedDict[int, Record] = OrderedDict()  # seq -> record, append order
         self._seq_of: dict[str, int] = {}
         self._seg_live: dict[int, int] = {}  # segment -> unacked records in it
@@ -54,21 +74,23 @@ class Spool:
         self.closed = False
 
     @classmethod
-    def open(cls, directory: Path, max_bytes: int, segment_bytes: int, fsync: bool = True) -> Spool:
-        """Load every unacknowledged record left by earlier runs (torn tails are cut off)."""
+    def open(cls, directory: Path, max_bytes: int, segment_bytes: int, fsync: bool = True,
+             hold_bytes: int = 256 << 20) -> Spool:
+        """Load every unacknowledged record left by earlier runs (damage is set aside and reported)."""
         directory.mkdir(parents=True, exist_ok=True)
-        spool = cls(directory, max_bytes, segment_bytes, fsync)
+        spool = cls(directory, max_bytes, segment_bytes, fsync, hold_bytes)
         spool._load()
         return spool
 
     def _load(self) -> None:
-        acked = sf.load_acks(self.directory)
+        sr.remove_leftovers(self.directory)
+        acked = sr.load_acks(self.directory)
         kept_acks: set[str] = set()
         segments = sf.list_segments(self.directory)
         for index in segments:
             live = 0
             self._seg_acked[index] = set()
-            for rec in sf.load_segment(self.directory, index):
+            for rec in sr.load_segment(self.directory, index):
                 if rec.trajectory_id in acked:
                     self._seg_acked[index].add(rec.trajectory_id)
                     kept_acks.add(rec.trajectory_id)
@@ -98,10 +120,12 @@ class Spool:
 
     @property
     def has_room(self) -> bool:
-        return self._pending_bytes < self.max_bytes
+        """Room for new episodes: below the byte bound, and writes succeed."""
+        return self._pending_bytes < self.max_bytes and not self.write_error
 
-    def is_pending(self, trajectory_id: str) -> bool:
-        return trajectory_id in self._seq_of
+    @property
+    def held_count(self) -> int:
+        return len(self._held)
 
     def record_of(self, trajectory_id: str) -> Record | None:
         seq = self._seq_of.get(trajectory_id)
@@ -123,6 +147,8 @@ class Spool:
     def _update_room(self) -> None:
         m.SPOOL_PENDING_BYTES.set(self._pending_bytes)
         m.SPOOL_PENDING.set(len(self._pending))
+        m.SPOOL_HELD.set(len(self._held))
+        m.SPOOL_WRITE_FAILING.set(int(bool(self.write_error)))
         if self.has_room:
             if self._blocked_since is not None:
                 m.SPOOL_BLOCKED_SECONDS.inc(time.monotonic() - self._blocked_since)
@@ -132,40 +158,62 @@ class Spool:
         else:
             if self._blocked_since is None:
                 self._blocked_since = time.monotonic()
-                log.warning("spool full (%d bytes unacknowledged, bound %d): holding back new episodes",
-                            self._pending_bytes, self.max_bytes)
+                if not self.write_error:
+                    log.warning("spool full (%d bytes unacknowledged, bound %d): holding back new episodes",
+                                self._pending_bytes, self.max_bytes)
             m.SPOOL_BLOCKED.set(1)
             self._room.clear()
 
     # -- writing -----------------------------------------------------------------------------
 
     async def append(self, trajectory_id: str, payload: bytes) -> bool:
-        """Durably append one trajectory; False if that id is already pending (not written twice)."""
+        """Durably append one trajectory, or hold it while writes fail; False if that id is already taken."""
         if self.closed:
             raise RuntimeError("spool is closed")
         if not trajectory_id:
             raise ValueError("trajectory_id must not be empty")
-        async with self._write_lock:
-            if trajectory_id in self._seq_of:
-                return False
-            head = sf.record_head(trajectory_id, len(payload))
-            size = sf.record_frame_size(head, len(payload))
-            if self._active_size and self._active_size + size > self.segment_bytes:
-                self._active += 1
-                self._active_size = 0
-            index = self._active
+        while True:
+            async with self._write_lock:
+                if trajectory_id in self._seq_of or trajectory_id in self._held_ids:
+                    return False
+                if not self.write_error:
+                    try:
+                        await self._write_one(trajectory_id, payload)
+                        return True
+                    except OSError as exc:
+                        self._failing(exc)
+                if not self._held or self._held_bytes + len(payload) <= self.hold_bytes:
+                    self._hold(trajectory_id, payload)
+                    return True
+            self._hold_room.clear()
+            await self._hold_room.wait()  # the memory bound: wait until the retry writes some out
+
+    async def _write_one(self, trajectory_id: str, payload: bytes) -> None:
+        """Write and fsync one frame (caller holds the write lock), then make it pending and visible."""
+        head = sf.record_head(trajectory_id, len(payload))
+        size = sf.record_frame_size(head, len(payload))
+        if self._active_size and self._active_size + size > self.segment_bytes:
+            self._active += 1
+            self._active_size = 0
+        index = self._active
+        path = sf.segment_path(self.directory, index)
+        try:
             # The frame's CRC, write and fsync run on a thread: the loop never touches the payload's bytes.
-            await asyncio.to_thread(self._write, sf.segment_path(self.directory, index), head, payload)
-            self._active_size += size
-            self._seg_live[index] = self._seg_live.get(index, 0) + 1
-            self._seg_acked.setdefault(index, set())
-            seq = self._add_pending(Record(trajectory_id, payload, index))
+            await asyncio.to_thread(self._write, path, head, payload)
+        except OSError as exc:
+            # Whatever part of the frame reached the file stays at its tail; later frames go to a new segment.
+            self._active += 1
+            self._active_size = 0
+            raise OSError(exc.errno, f"{path}: {exc.strerror or exc}") from exc
+        self._active_size += size
+        self._seg_live[index] = self._seg_live.get(index, 0) + 1
+        self._seg_acked.setdefault(index, set())
+        seq = self._add_pending(Record(trajectory_id, payload, index))
         m.SPOOL_APPENDED.inc()
         m.SPOOL_APPENDED_BYTES.inc(len(payload))
         self._update_room()
         for q in self._cursors:
             q.put_nowait(seq)
-        return True
 
     def _write(self, path: Path, head: bytes, payload: bytes) -> None:
         with path.open("ab") as f:
@@ -173,6 +221,47 @@ class Spool:
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())
+
+    def _failing(self, exc: OSError) -> None:
+        m.SPOOL_WRITE_ERRORS.inc()
+        if not self.write_error:
+            log.error("spool write failed: %s; holding finished trajectories in memory (at most %d bytes), "
+                      "admitting no new episodes, retrying", exc, self.hold_bytes)
+        self.write_error = str(exc)
+        self._update_room()
+        if self._retry_task is None or self._retry_task.done():
+            self._retry_task = asyncio.get_running_loop().create_task(self._retry(), name="spool-retry")
+
+    def _hold(self, trajectory_id: str, payload: bytes) -> None:
+        self._held.append((trajectory_id, payload))
+        self._held_ids.add(trajectory_id)
+        self._held_bytes += len(payload)
+        self._update_room()
+
+    async def _retry(self) -> None:
+        """Write the held records, oldest first, with backoff, until all are durable."""
+        delay = RETRY_FIRST_S
+        while self._held or self.write_error:
+            self._retry_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._retry_now.wait(), delay)
+            async with self._write_lock:
+                try:
+                    while self._held:
+                        tid, payload = self._held[0]
+                        await self._write_one(tid, payload)
+                        self._held.popleft()
+                        self._held_ids.discard(tid)
+                        self._held_bytes -= len(payload)
+                        self._hold_room.set()
+                except OSError as exc:
+                    self._failing(exc)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                    continue
+                log.warning("spool writes succeed again (%s cleared); admitting new episodes", self.write_error)
+                self.write_error = ""
+                self._update_room()
+                self._hold_room.set()
 
     # -- acknowledging -------------------------------------------------------------------------
 
@@ -184,7 +273,11 @@ class Spool:
         rec = self._pending.pop(seq)
         self._pending_bytes -= rec.size
         if self._ack_fd is not None:
-            os.write(self._ack_fd, sf.encode_frame(trajectory_id.encode("utf-8")))
+            try:
+                os.write(self._ack_fd, sf.encode_frame(trajectory_id.encode("utf-8")))
+            except OSError as exc:  # a lost ack only makes the record a duplicate after a restart
+                log.warning("spool ack log %s: %s (%s may be sent again after a restart)",
+                            self.directory / sf.ACK_LOG, exc, trajectory_id)
         self._seg_acked[rec.segment].add(trajectory_id)
         self._seg_live[rec.segment] -= 1
         if self._seg_live[rec.segment] == 0 and rec.segment != self._active:
@@ -194,18 +287,26 @@ class Spool:
         return True
 
     def _drop_segment(self, index: int, rewrite: bool) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            sf.segment_path(self.directory, index).unlink()
+        try:
+            sf.segment_path(self.directory, index).unlink(missing_ok=True)
+            self._retry_now.set()
+        except OSError as exc:  # left on disk: its records are acked, the next open drops it
+            log.warning("spool: cannot remove acknowledged segment: %s", exc)
         self._seg_live.pop(index, None)
         self._seg_acked.pop(index, None)
         if rewrite:
             self._compact_acks()
 
     def _compact_acks(self) -> None:
+        try:
+            sf.rewrite_acks(self.directory, {t for s in self._seg_acked.values() for t in s})
+        except OSError as exc:  # the old, longer ack log stays valid
+            log.warning("spool: cannot compact the ack log: %s", exc)
+            return
+        fd = os.open(self.directory / sf.ACK_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if self._ack_fd is not None:
             os.close(self._ack_fd)
-        sf.rewrite_acks(self.directory, {t for s in self._seg_acked.values() for t in s})
-        self._ack_fd = os.open(self.directory / sf.ACK_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._ack_fd = fd
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -228,6 +329,9 @@ class Spool:
         if self.closed:
             return
         self.closed = True
+        if self._retry_task is not None:
+            self._retry_task.cancel()
+        self._flush_held_on_close()
         if self._ack_fd is not None:
             os.fsync(self._ack_fd)
             os.close(self._ack_fd)
@@ -235,6 +339,20 @@ class Spool:
         if self._blocked_since is not None:
             m.SPOOL_BLOCKED_SECONDS.inc(time.monotonic() - self._blocked_since)
             self._blocked_since = None
+
+
+    def _flush_held_on_close(self) -> None:
+        """A last try for held records (blocking: the loop is shutting down); what still fails is lost."""
+        path = sf.segment_path(self.directory, self._active + 1)
+        while self._held:
+            tid, payload = self._held[0]
+            try:
+                self._write(path, sf.record_head(tid, len(payload)), payload)
+            except OSError as exc:
+                log.error("spool closing with %d finished trajectories that could not be written (%s: %s): "
+                          "they are lost", len(self._held), path, exc)
+                return
+            self._held.popleft()
 
 
 class SpoolCursor:

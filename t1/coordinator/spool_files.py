@@ -2,7 +2,7 @@
 
 A frame is `u32 length | u32 crc32(body) | body` (little-endian). A spool record's body is
 msgpack `[trajectory_id, payload]`; an ack-log frame's body is the acknowledged id (UTF-8).
-A torn frame at the end of a file (a crash mid-write) is cut off when the file is reopened.
+Reading a file back, and recovering one that is torn or damaged, is t1/coordinator/spool_recovery.py.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import msgpack
 
-_HEADER = struct.Struct("<II")
+HEADER = struct.Struct("<II")
 MAX_FRAME_BYTES = 1 << 31
 SEGMENT_PREFIX = "seg-"
 SEGMENT_SUFFIX = ".spool"
@@ -25,7 +24,7 @@ ACK_LOG = "acks.log"
 
 
 class SpoolCorrupt(Exception):
-    """A frame in the middle of a spool file fails its checksum: the file was damaged on disk."""
+    """A frame's body is not a spool record: the file was damaged on disk."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +41,7 @@ class Record:
 
 
 def encode_frame(body: bytes) -> bytes:
-    return _HEADER.pack(len(body), zlib.crc32(body)) + body
+    return HEADER.pack(len(body), zlib.crc32(body)) + body
 
 
 def encode_record(trajectory_id: str, payload: bytes) -> bytes:
@@ -67,7 +66,7 @@ def record_head(trajectory_id: str, payload_len: int) -> bytes:
 
 
 def record_frame_size(head: bytes, payload_len: int) -> int:
-    return _HEADER.size + len(head) + payload_len
+    return HEADER.size + len(head) + payload_len
 
 
 def write_record(f: BinaryIO, head: bytes, payload: bytes) -> None:
@@ -76,42 +75,8 @@ def write_record(f: BinaryIO, head: bytes, payload: bytes) -> None:
     Pure C work on the payload (CRC, write) that releases the GIL: meant for a worker thread.
     """
     crc = zlib.crc32(payload, zlib.crc32(head))
-    f.write(_HEADER.pack(len(head) + len(payload), crc) + head)
+    f.write(HEADER.pack(len(head) + len(payload), crc) + head)
     f.write(payload)
-
-
-def read_frames(path: Path) -> tuple[list[bytes], int]:
-    """Every intact frame body of a file, and the byte offset where the intact prefix ends.
-
-    A short or checksum-failing frame is accepted only as the file's tail (a torn write);
-    anywhere else it is corruption.
-    """
-    data = path.read_bytes()
-    bodies: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        if pos + _HEADER.size > len(data):
-            break
-        length, crc = _HEADER.unpack_from(data, pos)
-        end = pos + _HEADER.size + length
-        if end > len(data):
-            break
-        body = data[pos + _HEADER.size : end]
-        if zlib.crc32(body) != crc:
-            if _later_frame_is_valid(data, end):
-                raise SpoolCorrupt(f"{path}: checksum mismatch in the frame at byte {pos}")
-            break
-        bodies.append(body)
-        pos = end
-    return bodies, pos
-
-
-def _later_frame_is_valid(data: bytes, pos: int) -> bool:
-    if pos + _HEADER.size > len(data):
-        return False
-    length, crc = _HEADER.unpack_from(data, pos)
-    end = pos + _HEADER.size + length
-    return end <= len(data) and zlib.crc32(data[pos + _HEADER.size : end]) == crc
 
 
 def decode_record(body: bytes, path: Path) -> tuple[str, bytes]:
@@ -135,30 +100,6 @@ def list_segments(directory: Path) -> list[int]:
         if stem.isdigit():
             found.append(int(stem))
     return sorted(found)
-
-
-def load_segment(directory: Path, index: int) -> Iterator[Record]:
-    """Records of one segment; a torn tail is truncated away on disk."""
-    path = segment_path(directory, index)
-    bodies, good = read_frames(path)
-    if good < path.stat().st_size:
-        with path.open("r+b") as f:
-            f.truncate(good)
-            os.fsync(f.fileno())
-    for body in bodies:
-        tid, payload = decode_record(body, path)
-        yield Record(tid, payload, index)
-
-
-def load_acks(directory: Path) -> set[str]:
-    path = directory / ACK_LOG
-    if not path.exists():
-        return set()
-    bodies, good = read_frames(path)
-    if good < path.stat().st_size:
-        with path.open("r+b") as f:
-            f.truncate(good)
-    return {b.decode("utf-8") for b in bodies}
 
 
 def rewrite_acks(directory: Path, ids: set[str]) -> None:

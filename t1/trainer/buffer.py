@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from t1.workdir import StorageError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trajectories (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -48,10 +50,6 @@ CREATE TABLE IF NOT EXISTS quarantine (
     quarantined REAL NOT NULL
 );
 """
-
-
-class StorageError(RuntimeError):
-    """A database file cannot be opened or read; str(self) names the file."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from t1.config.limits import LimitsConfig
+from t1.config.limits import RequestLimits
 from t1.config.service import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
 from t1.coordinator.evals import EvalAttempt, EvalJobs
-from t1.coordinator.jobs import JobState, JobStore, StorageError
+from t1.coordinator.jobs import JobState, JobStore
 from t1.coordinator.results import AttemptOutcome, summarize
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.tallies import summary_of
@@ -27,6 +27,7 @@ from t1.rpc.server import GrpcServer
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as pb
 from t1.v1 import coordinator_pb2_grpc as pb_grpc
+from t1.workdir import StorageError
 
 
 class CountingRunner:
@@ -49,7 +50,7 @@ class CountingRunner:
 
 
 @contextlib.asynccontextmanager
-async def _served(tmp_path: Path, runner: CountingRunner, limits: LimitsConfig | None = None
+async def _served(tmp_path: Path, runner: CountingRunner, limits: RequestLimits | None = None
                   ) -> AsyncIterator[tuple[pb_grpc.CoordinatorServiceStub, EvalJobs]]:
     jobs = EvalJobs(JobStore(tmp_path / "jobs.db"), make_resolver(TasksConfig()), runner, 4, limits=limits)
     servicer = CoordinatorServicer(jobs, lambda: pb.RunStatus(run_name="test"))
@@ -71,7 +72,7 @@ async def _invalid(call: object, needle: str) -> None:
 
 
 async def test_every_submit_field_is_bounded(tmp_path: Path, task_root: Path) -> None:
-    limits = LimitsConfig(max_attempts_per_job=20)
+    limits = RequestLimits(max_attempts_per_job=20)
     root = str(task_root)
     async with _served(tmp_path, CountingRunner(), limits) as (stub, _):
         t0 = time.monotonic()
@@ -100,7 +101,7 @@ async def test_every_submit_field_is_bounded(tmp_path: Path, task_root: Path) ->
 
 async def test_attempts_start_lazily_and_pass_at_k_is_bounded(tmp_path: Path, task_root: Path) -> None:
     runner = CountingRunner()
-    async with _served(tmp_path, runner, LimitsConfig(max_pass_at_k=4)) as (stub, jobs):
+    async with _served(tmp_path, runner, RequestLimits(max_pass_at_k=4)) as (stub, jobs):
         before = len(asyncio.all_tasks())
         job = await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1000, concurrency=5),
                                     timeout=10)

@@ -15,10 +15,11 @@ from trainer_synth import segment, trajectory
 
 from t1.trainer.admission import ModelBounds, check_admissible
 from t1.trainer.batch import RoutingSpec
-from t1.trainer.buffer import StorageError, TrajectoryBuffer
+from t1.trainer.buffer import TrajectoryBuffer
 from t1.trajectory.codec import encode_trajectory
 from t1.trajectory.types import Segment, TurnSpan
 from t1.v1 import trainer_pb2 as pb
+from t1.workdir import StorageError
 
 BOUNDS = ModelBounds(vocab_size=100, routing=RoutingSpec(num_layers=2, top_k=2, num_experts=8), max_abs_reward=1e3)
 

@@ -1,0 +1,166 @@
+"""Issue 19 cases 4 and 5: a damaged spool file loses only the frames the damage touches (kept aside,
+reported with file, byte ranges and count); a spool that cannot write holds finished trajectories,
+stops admission, alerts, and writes them when the disk is back. `t1 spool check|repair` on real files."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from t1.cli.main import main as t1_main
+from t1.coordinator import spool_files as sf
+from t1.coordinator.spool import Spool
+from t1.metrics import registry as m
+
+N = 11
+
+
+async def _segment_of(directory: Path, n: int = N) -> tuple[Path, list[int]]:
+    """One segment of n records t0..t{n-1}; returns it and each frame's start offset."""
+    spool = Spool.open(directory, max_bytes=1 << 30, segment_bytes=1 << 30)
+    for i in range(n):
+        await spool.append(f"t{i}", bytes([i]) * (200 + i))
+    spool.close()
+    [index] = sf.list_segments(directory)
+    starts = [0]
+    for i in range(n - 1):
+        starts.append(starts[-1] + len(sf.encode_record(f"t{i}", bytes([i]) * (200 + i))))
+    return sf.segment_path(directory, index), starts
+
+
+def _pending(directory: Path) -> list[str]:
+    spool = Spool.open(directory, max_bytes=1 << 30, segment_bytes=1 << 30)
+    with spool.cursor() as cur:
+        ids = [r.trajectory_id for r in iter(cur.next_nowait, None)]
+    spool.close()
+    return ids
+
+
+def _damage(path: Path, offset: int, value: bytes) -> bytes:
+    data = bytearray(path.read_bytes())
+    original = bytes(data)
+    data[offset : offset + len(value)] = value
+    path.write_bytes(bytes(data))
+    return original
+
+
+@pytest.mark.parametrize(("where", "value", "lost"), [
+    ("length of record 3", b"\x10\x00\x00\x00", ["t3"]),        # a damaged length field mid-file
+    ("length of record 0", b"\xff\xff\xff\x7f", ["t0"]),        # a huge first length
+    ("body of record 5", b"\x00\x00", ["t5"]),                  # a bad checksum mid-file
+    ("body of record 10", b"\xee", ["t10"]),                    # a flipped byte in the last frame
+    ("records 4 to 6", b"\xab" * 500, ["t4", "t5", "t6"]),      # a garbage block over three frames
+])
+async def test_damage_costs_only_the_frames_it_touches(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                       where: str, value: bytes, lost: list[str]) -> None:
+    seg, starts = await _segment_of(tmp_path)
+    record = int(where.split()[-1]) if "records" not in where else 4
+    offset = starts[record] + (0 if where.startswith("length") else 40)
+    original = _damage(seg, offset, value)
+    caplog.set_level(logging.WARNING, logger="t1.coordinator.spool_recovery")
+    damaged_before = m.SPOOL_DAMAGED_RANGES._value.get()
+    assert _pending(tmp_path) == [f"t{i}" for i in range(N) if f"t{i}" not in lost]
+    side = seg.with_name(seg.name + ".corrupt")
+    assert side.read_bytes() == original[:offset] + value + original[offset + len(value):], "damage kept aside"
+    [warning] = [r.getMessage() for r in caplog.records if "spool recovery" in r.getMessage()]
+    assert str(seg) in warning and f"bytes {starts[record]}-" in warning and str(side) in warning
+    assert "1 damaged ranges" in warning and f"{N - len(lost)} intact records kept" in warning
+    assert m.SPOOL_DAMAGED_RANGES._value.get() == damaged_before + 1
+    # The repaired file is clean: a second open finds nothing more to set aside.
+    caplog.clear()
+    assert _pending(tmp_path) == [f"t{i}" for i in range(N) if f"t{i}" not in lost]
+    assert not [r for r in caplog.records if "spool recovery" in r.getMessage()]
+
+
+async def test_a_damaged_ack_log_only_resends(tmp_path: Path) -> None:
+    spool = Spool.open(tmp_path, max_bytes=1 << 30, segment_bytes=1 << 30)
+    for i in range(4):
+        await spool.append(f"t{i}", b"x" * 50)
+    spool.ack("t0")
+    spool.ack("t1")
+    spool.close()
+    _damage(tmp_path / sf.ACK_LOG, 4, b"\x00")  # the first ack's checksum
+    assert _pending(tmp_path) == ["t0", "t2", "t3"], "a lost ack makes its record a duplicate, never a loss"
+
+
+def test_spool_check_and_repair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    seg, starts = asyncio.run(_segment_of(run_dir / "spool"))
+    assert t1_main(["spool", "check", str(run_dir)]) == 0
+    assert "0 damaged ranges" in capsys.readouterr().out
+    _damage(seg, starts[3], b"\x10\x00\x00\x00")
+    before = seg.read_bytes()
+    assert t1_main(["spool", "check", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"damaged bytes {starts[3]}-{starts[4]}: checksum mismatch" in out
+    assert f"{N - 1} unacknowledged records" in out and "t1 spool repair" in out
+    assert seg.read_bytes() == before, "check changes nothing"
+    assert t1_main(["spool", "repair", str(run_dir)]) == 0
+    assert f"{N - 1} unacknowledged records kept" in capsys.readouterr().out
+    assert seg.with_name(seg.name + ".corrupt").read_bytes() == before
+    assert t1_main(["spool", "check", str(run_dir)]) == 0
+
+
+async def test_unwritable_spool_holds_stops_admission_and_recovers(tmp_path: Path) -> None:
+    directory = tmp_path / "spool"
+    spool = Spool.open(directory, max_bytes=1 << 30, segment_bytes=1 << 30, hold_bytes=250)
+    assert await spool.append("a", b"1" * 100)
+    # The directory turns unwritable mid-run: every open under it fails with a real OS error.
+    os.rename(directory, tmp_path / "away")
+    directory.write_text("not a directory")
+    assert spool.has_room
+    assert await spool.append("b", b"2" * 100), "a finished trajectory is accepted into memory"
+    assert not spool.has_room and str(directory) in spool.write_error
+    assert m.SPOOL_WRITE_FAILING._value.get() == 1 and spool.held_count == 1
+    assert await spool.append("c", b"3" * 100)
+    assert not await spool.append("b", b"2" * 100), "a held id is not taken twice"
+    third = asyncio.create_task(spool.append("d", b"4" * 100))  # over hold_bytes: waits, never dropped
+    await asyncio.sleep(1.2)
+    assert not third.done() and spool.held_count == 2
+    with spool.cursor() as cur:
+        assert [r.trajectory_id for r in iter(cur.next_nowait, None)] == ["a"], "held records are not sent"
+        directory.unlink()
+        os.rename(tmp_path / "away", directory)  # the disk is back
+        assert await asyncio.wait_for(third, 30)
+        for _ in range(200):
+            if spool.has_room and spool.held_count == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert spool.has_room and spool.write_error == "" and m.SPOOL_WRITE_FAILING._value.get() == 0
+        assert [r.trajectory_id for r in iter(cur.next_nowait, None)] == ["b", "c", "d"]
+    spool.close()
+    assert _pending(directory) == ["a", "b", "c", "d"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a tmpfs needs root")
+async def test_a_full_disk_holds_and_recovers(tmp_path: Path) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.system(f"mount -t tmpfs -o size=64k tmpfs {mnt} 2>/dev/null") != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        spool = Spool.open(mnt, max_bytes=1 << 30, segment_bytes=1 << 30)
+        try:
+            ids = [f"t{i}" for i in range(12)]
+            for i, tid in enumerate(ids):  # 12 x 16 KiB > 64 KiB: ENOSPC partway
+                assert await spool.append(tid, bytes([i]) * (16 << 10))
+            assert "No space left" in spool.write_error and not spool.has_room and spool.held_count > 0
+            sent: list[str] = []
+            with spool.cursor() as cur:  # a trainer drains the spool: acknowledged segments free the disk
+                for _ in range(600):
+                    while (rec := cur.next_nowait()) is not None:
+                        sent.append(rec.trajectory_id)
+                        spool.ack(rec.trajectory_id)
+                    if len(sent) == len(ids) and spool.has_room:
+                        break
+                    await asyncio.sleep(0.05)
+            assert sent == ids and spool.held_count == 0 and spool.has_room and not spool.write_error
+        finally:
+            spool.close()
+    finally:
+        os.system(f"umount {mnt}")
