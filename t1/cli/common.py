@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 from t1.config import ConfigError, T1Config, load_config
-from t1.workdir import DirectoryBusy, StorageError
+from t1.workdir import DirectoryBusy, DirLock, StorageError
 
 EXIT_BAD_CONFIG = 2
 EXIT_BAD_STATE = 3  # a directory another process owns, or a state file that cannot be read
@@ -46,3 +47,12 @@ def run_service(main: Coroutine[Any, Any, int]) -> int:
     except (DirectoryBusy, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_STATE
+
+
+def own_dir_or_exit(directory: Path, owner: str) -> DirLock:
+    """Take the directory's lock for this process, or print who holds it and exit 3."""
+    try:
+        return DirLock(directory, owner).acquire()
+    except DirectoryBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_STATE) from None

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from t1.cli.common import add_config_args, config_or_exit
+from t1.cli.common import add_config_args, config_or_exit, run_service
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,9 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from t1.coordinator.app import Coordinator
 
     coordinator = Coordinator(cfg, args.config, list(args.overrides))
-    from t1.rpc.loop import run
-
-    return run(coordinator.run())
+    return run_service(coordinator.run())
 
 
 if __name__ == "__main__":

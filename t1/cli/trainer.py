@@ -13,7 +13,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from t1.cli.common import EXIT_BAD_CONFIG, add_config_args, config_or_exit
+from t1.cli.common import (
+    EXIT_BAD_CONFIG,
+    add_config_args,
+    config_or_exit,
+    own_dir_or_exit,
+    run_service,
+)
 from t1.config import T1Config
 
 
@@ -57,16 +63,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from t1.logsetup import setup_logging
 
     setup_logging(cfg.logging, "t1-trainer")
+    if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns the work dir until it exits; other ranks follow it
+        own_dir_or_exit(cfg.trainer.work_dir, "t1-trainer")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     src = cfg.trainer.policy_path or cfg.inference.model.path
     if not (src / "config.json").is_file() and cfg.inference.model.init_preset is not None:
         from t1.model.init import init_model
 
         init_model(src, cfg.inference.model.init_preset, cfg.inference.model.init_seed)
-    from t1.rpc.loop import run
     from t1.trainer.app import serve
 
-    return run(serve(cfg))
+    return run_service(serve(cfg))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from t1.coordinator.report import print_report
 from t1.metrics.watchdog import LagWatchdog
 from t1.rpc.loop import freeze_long_lived
 from t1.tasks.spec import TaskSpec
+from t1.workdir import DirLock
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Coordinator:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        run_dir_lock = DirLock(self.run_dir, "t1-coordinator").acquire()  # before any child or file is touched
         watchdog = LagWatchdog(warn_s=self.cfg.coordinator.loop_lag_warn_ms / 1000)
         watchdog.start()
         try:
@@ -92,6 +94,7 @@ class Coordinator:
         finally:
             await self.local.stop()
             await watchdog.stop()
+            run_dir_lock.release()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(ValueError, RuntimeError):
                     loop.remove_signal_handler(sig)

@@ -3,7 +3,8 @@
 A child is started with `--config FILE` plus the coordinator's overrides and a port of 0; it
 prints `... listening on HOST:PORT` once it serves, which is how the coordinator learns its
 address. Its output goes to `<run_dir>/logs/<name>.log`. Stopping sends SIGTERM, waits the
-grace period, then SIGKILL.
+grace period, then SIGKILL. A child also gets SIGTERM from the kernel when the coordinator dies
+(t1/coordinator/lifeline.py), so a killed coordinator leaves no service behind.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from t1.coordinator.lifeline import lifeline_argv
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ class Child:
         child_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                      "TOKENIZERS_PARALLELISM": "false", **(env or {})}
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdout=asyncio.subprocess.PIPE, stderr=logf, env=child_env, start_new_session=True)
+            *lifeline_argv(self.argv), stdout=asyncio.subprocess.PIPE, stderr=logf, env=child_env, start_new_session=True)
         logf.close()
         assert self.proc.stdout is not None
         try:

@@ -4,6 +4,9 @@
 embedded server (which starts the sandbox's namespace init), and connects to it over loopback
 SSH with the key T1 generated; `destroy` closes the connection, kills every session and the
 init (so every process of the sandbox) and deletes the tree.
+
+Every provider on a sandbox root holds the root's lock shared; the first one to start while no
+other live provider holds it removes the `sb-*` trees that dead runs (kill -9) left behind.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import os
 import random
 import secrets
+import shutil
 from pathlib import Path
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
@@ -20,6 +24,7 @@ from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
 from t1.sandbox.local_server import LocalSshServer
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.workdir import SharedDirLock
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,16 @@ def _check_traversable(path: Path) -> None:
             )
 
 
+def sweep_trees(root: Path) -> int:
+    """Remove every sandbox tree under root (call only while no live provider uses it); returns how many."""
+    left = [d for d in root.iterdir() if d.name.startswith("sb-") and d.is_dir() and not d.is_symlink()]
+    for d in left:
+        shutil.rmtree(d, ignore_errors=True)
+    if left:
+        log.warning("removed %d sandbox trees left in %s by a run that did not stop cleanly", len(left), root)
+    return len(left)
+
+
 class LocalProvider:
     """The default provider: bubblewrap trees behind an SSH server on 127.0.0.1."""
 
@@ -48,6 +63,7 @@ class LocalProvider:
         self._uids: set[int] = set()
         self._sandboxes: dict[str, SshSandbox] = {}
         self._start_lock = asyncio.Lock()
+        self._root_lock = SharedDirLock(self.root)
         self._started = False
 
     async def start(self) -> None:
@@ -55,6 +71,7 @@ class LocalProvider:
             if self._started:
                 return
             self.root.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._root_lock.acquire, lambda: sweep_trees(self.root))
             if self._per_sandbox_uid:
                 _check_traversable(self.root)
             await self.server.start()
@@ -113,4 +130,5 @@ class LocalProvider:
         for sandbox in list(self._sandboxes.values()):
             await self.destroy(sandbox)
         await self.server.close()
+        self._root_lock.release()
         self._started = False
