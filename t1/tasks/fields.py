@@ -6,12 +6,16 @@ keys it does use must have the right type.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from t1.tasks.spec import Env, Healthcheck, TaskParseError, env_tuple
 
 _MISSING = object()
+# A healthcheck runs during setup, before any episode deadline: its worst case must stay bounded.
+HEALTHCHECK_MAX_RETRIES = 1000
+HEALTHCHECK_MAX_SEC = 3600.0
 
 
 class Fields:
@@ -51,7 +55,7 @@ class Fields:
             raise self.error(key, f"expected a string, got {type(value).__name__} {value!r}")
         return value
 
-    def number(self, key: str, default: Any = _MISSING, positive: bool = True) -> Any:
+    def number(self, key: str, default: Any = _MISSING, positive: bool = True, maximum: float | None = None) -> Any:
         value = self.data.get(key, _MISSING)
         if value is _MISSING or value is None:
             if default is _MISSING:
@@ -59,12 +63,16 @@ class Fields:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.error(key, f"expected a number, got {type(value).__name__} {value!r}")
+        if not math.isfinite(value):  # inf would disable a deadline, NaN fails every comparison
+            raise self.error(key, f"must be a finite number, got {value!r}")
         if positive and value <= 0:
             raise self.error(key, f"must be > 0, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise self.error(key, f"must be <= {maximum:g}, got {value!r}")
         return float(value)
 
-    def integer(self, key: str, default: Any = _MISSING) -> Any:
-        value = self.number(key, default)
+    def integer(self, key: str, default: Any = _MISSING, maximum: int | None = None) -> Any:
+        value = self.number(key, default, maximum=maximum)
         if value is None:
             return None
         if value != int(value):
@@ -103,10 +111,10 @@ class Fields:
         hc = self.table(key)
         return Healthcheck(
             command=hc.text("command"),
-            interval_sec=hc.number("interval_sec", 1.0, positive=False),
-            timeout_sec=hc.number("timeout_sec", 30.0),
-            retries=max(1, hc.integer("retries", 3)),
-            start_period_sec=hc.number("start_period_sec", 0.0, positive=False),
+            interval_sec=hc.number("interval_sec", 1.0, positive=False, maximum=HEALTHCHECK_MAX_SEC),
+            timeout_sec=hc.number("timeout_sec", 30.0, maximum=HEALTHCHECK_MAX_SEC),
+            retries=max(1, hc.integer("retries", 3, maximum=HEALTHCHECK_MAX_RETRIES)),
+            start_period_sec=hc.number("start_period_sec", 0.0, positive=False, maximum=HEALTHCHECK_MAX_SEC),
         )
 
 
