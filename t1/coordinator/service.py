@@ -12,6 +12,7 @@ from t1.coordinator.evals import EvalJobs, JobUpdate
 from t1.coordinator.jobs import JobRecord, JobState
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
 from t1.rpc.errors import RequestError, rpc_errors
+from t1.rpc.options import MB
 from t1.rpc.server import ServiceBinding
 from t1.v1 import coordinator_pb2 as pb
 from t1.v1 import coordinator_pb2_grpc as pb_grpc
@@ -45,7 +46,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServiceServicer):
         self._run_status = run_status
 
     def binding(self) -> ServiceBinding:
-        return ServiceBinding("t1.v1.CoordinatorService", pb_grpc.add_CoordinatorServiceServicer_to_server, self)
+        return ServiceBinding("t1.v1.CoordinatorService", pb_grpc.add_CoordinatorServiceServicer_to_server, self,
+                              max_request_bytes=self._jobs.limits.max_request_mb * MB)
 
     async def _job_pb(self, record: JobRecord, include_attempts: bool = False) -> pb.EvalJob:
         live = self._jobs.progress(record.job_id)

@@ -93,6 +93,11 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                             ) -> pb.UpdateWeightsResponse:
         if not request.path:
             raise RequestError("path: required")
+        if request.version < 0:
+            raise RequestError(f"version: must be >= 0, got {request.version}")
+        current = self.backend.model_info().policy_version
+        if request.version < current:  # legitimate only as a rollback: a trainer resumed from an older checkpoint
+            log.warning("UpdateWeights goes back from version %d to %d (%s)", current, request.version, request.path)
         seconds = await self.backend.update_weights(request.path, request.version)
         return pb.UpdateWeightsResponse(policy_version=self.backend.model_info().policy_version,
                                         load_seconds=seconds)

@@ -46,7 +46,7 @@ class _Handler:
         self.stream = stream
 
     def like(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        des, ser = handler.request_deserializer, handler.response_serializer
+        des, ser = None, handler.response_serializer  # the rejected body stays raw bytes: it is never parsed
         if handler.request_streaming and handler.response_streaming:
             return grpc.stream_stream_rpc_method_handler(self.stream, des, ser)
         if handler.request_streaming:

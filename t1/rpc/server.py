@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from t1.config.service import AuthConfig, ServerConfig
 from t1.rpc.auth import BearerTokenInterceptor, resolve_token
+from t1.rpc.guard import RequestGuard
 from t1.rpc.options import MB, server_options
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class ServiceBinding:
     name: str                                   # full service name, e.g. "t1.v1.InferenceService"
     add_to_server: Callable[[Any, grpc.aio.Server], None]
     servicer: Any
+    max_request_bytes: int | None = None        # bound on unary request bodies (None: the transport's only)
 
 
 def _credentials(auth: AuthConfig) -> grpc.ServerCredentials | None:
@@ -59,7 +61,9 @@ class GrpcServer:
 
     async def start(self) -> int:
         token = resolve_token(self._auth)
-        interceptors = [BearerTokenInterceptor(token)] if token else []
+        # The guard is innermost: auth rejects before any body is parsed, the guard parses the rest.
+        guard = RequestGuard({b.name: b.max_request_bytes for b in self._bindings})
+        interceptors: list[grpc.aio.ServerInterceptor] = [BearerTokenInterceptor(token), guard] if token else [guard]
         server = grpc.aio.server(interceptors=interceptors, options=server_options(self._cfg.max_message_mb * MB))
         for binding in self._bindings:
             binding.add_to_server(binding.servicer, server)
