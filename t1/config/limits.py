@@ -17,6 +17,7 @@ class RequestLimits(Section):
     max_pass_at_k: int = Field(16, ge=1, description="pass@k is reported for k = 1 .. min(attempts, this).")
     max_name_chars: int = Field(256, ge=1, description="Longest job name, task id or endpoint in a request.")
     max_path_chars: int = Field(4096, ge=1, description="Longest task folder or set name in a request.")
+    max_instruction_chars: int = Field(262_144, ge=1, description="Longest task instruction an eval job may run.")
     max_list_items: int = Field(10_000, ge=1, description="Most task ids or endpoints listed in one request.")
     list_page_size: int = Field(100, ge=1, description="Jobs per ListJobs page when the request gives no limit.")
     max_list_page_size: int = Field(1000, ge=1, description="Largest ListJobs page a request may ask for.")

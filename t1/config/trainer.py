@@ -69,6 +69,8 @@ class TrainerConfig(Section):
     activation_checkpointing: bool = Field(False, description="Recompute transformer layers in backward.")
     keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
+    keep_manual_checkpoints: int = Field(
+        3, ge=1, description="Manual (SaveCheckpoint) tags kept, newest first; older ones are removed.")
     max_steps: int = Field(10, ge=0, description="PPO steps before the run stops.")
     seed: int = Field(0, description="Trainer seed.")
     rl: RlConfig = Field(default_factory=RlConfig, description="Algorithm.")

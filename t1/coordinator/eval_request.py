@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from t1.config.limits import RequestLimits
 from t1.rpc.errors import RequestError
+from t1.tasks.spec import TaskSpec
 from t1.v1 import coordinator_pb2 as pb
 
 AGENT_FORMATS = {pb.AGENT_FORMAT_UNSPECIFIED: "", pb.AGENT_FORMAT_TOOL_CALLS: "tool_calls",
@@ -51,6 +52,14 @@ def check_submit(req: pb.SubmitEvalRequest, limits: RequestLimits) -> None:
         raise RequestError(f"model_version: must be >= 0, got {req.model_version}")
     if req.agent_format not in AGENT_FORMATS:
         raise RequestError(f"agent_format: unknown value {req.agent_format}")
+
+
+def check_tasks(tasks: Sequence[TaskSpec], limits: RequestLimits) -> None:
+    """Resolved tasks an eval job may run: instructions within their bound (each is tokenized per turn)."""
+    for t in tasks:
+        if len(t.instruction) > limits.max_instruction_chars:
+            raise RequestError(f"tasks: task {t.id} has an instruction of {len(t.instruction)} characters, at most "
+                               f"{limits.max_instruction_chars} (limits.max_instruction_chars)")
 
 
 def check_job_size(num_tasks: int, attempts: int, limits: RequestLimits) -> None:

@@ -24,7 +24,7 @@ from typing import Protocol
 from google.protobuf.message import DecodeError
 
 from t1.config.limits import RequestLimits
-from t1.coordinator.eval_request import AGENT_FORMATS, check_job_size, check_submit
+from t1.coordinator.eval_request import AGENT_FORMATS, check_job_size, check_submit, check_tasks
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
 from t1.coordinator.tallies import summary_of
@@ -105,6 +105,7 @@ class EvalJobs:
         if not tasks:
             raise RequestError(f"tasks: {req.tasks!r} has no tasks")
         check_job_size(len(tasks), req.attempts, self.limits)
+        check_tasks(tasks, self.limits)
         record = await asyncio.to_thread(self.store.create_job, req.name, req.SerializeToString(),
                                          [t.id for t in tasks], req.attempts)
         self._start(record, tasks, finished=0)
@@ -133,7 +134,9 @@ class EvalJobs:
         req = pb.SubmitEvalRequest.FromString(record.request)
         check_submit(req, self.limits)
         check_job_size(len(record.task_ids), record.attempts_per_task, self.limits)
-        return self._resolve(req.tasks, list(record.task_ids))
+        tasks = self._resolve(req.tasks, list(record.task_ids))
+        check_tasks(tasks, self.limits)
+        return tasks
 
     def _start(self, record: JobRecord, tasks: list[TaskSpec], finished: int) -> None:
         live = _Live(record, {t.id: t for t in tasks}, finished)

@@ -3,6 +3,9 @@
 Layout: checkpoints/{policy,critic}/<tag>/ (DeepSpeed's own format) and checkpoints/rng/<tag>.pt.
 Which tag is current is recorded in the buffer's database in the same transaction as the steps it
 covers, so a checkpoint directory that exists but was never recorded is simply ignored.
+
+Disk use is bounded by policy: step tags beyond the newest `keep` recorded ones are removed at
+every commit, and manual tags (SaveCheckpoint) beyond the newest `keep_manual` at every save.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 class Checkpointer:
-    def __init__(self, root: Path, keep: int = 2) -> None:
-        self.root, self.keep = root, keep
+    def __init__(self, root: Path, keep: int = 2, keep_manual: int = 3) -> None:
+        self.root, self.keep, self.keep_manual = root, keep, keep_manual
 
     def save(self, tag: str, policy: Any, critic: Any | None) -> Path:
         """Collective under ZeRO: every rank calls it."""
@@ -47,6 +50,8 @@ class Checkpointer:
             tmp = self.root / "rng" / f".{tag}.pt.tmp"
             torch.save(rng_state(), tmp)
             tmp.replace(self.root / "rng" / f"{tag}.pt")
+            if not tag.startswith("step"):
+                self.prune_manual()
         return self.root / "policy" / tag
 
     def load(self, tag: str, policy: Any, critic: Any | None) -> None:
@@ -78,3 +83,26 @@ class Checkpointer:
             for f in rng.glob("step*.pt"):
                 if f.stem not in keep:
                     f.unlink(missing_ok=True)
+
+    def manual_tags(self) -> list[str]:
+        """Manual tags on disk, oldest first: by their RNG file, which every save replaces (else the folder)."""
+        base = self.root / "policy"
+        if not base.is_dir():
+            return []
+
+        def written(d: Path) -> float:
+            rng = self.root / "rng" / f"{d.name}.pt"
+            return (rng if rng.exists() else d).stat().st_mtime
+
+        dirs = [d for d in base.iterdir() if d.is_dir() and not d.name.startswith("step")]
+        return [d.name for d in sorted(dirs, key=lambda d: (written(d), d.name))]
+
+    def prune_manual(self) -> list[str]:
+        """Remove manual tags beyond the newest keep_manual; returns the removed tags."""
+        tags = self.manual_tags()
+        drop = tags[: max(len(tags) - self.keep_manual, 0)]
+        for tag in drop:
+            for sub in ("policy", "critic"):
+                shutil.rmtree(self.root / sub / tag, ignore_errors=True)
+            (self.root / "rng" / f"{tag}.pt").unlink(missing_ok=True)
+        return drop

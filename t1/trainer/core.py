@@ -105,7 +105,7 @@ class TrainerCore:
         embeddings = cast(Any, policy).get_input_embeddings()  # a Hugging Face model's embedding table
         self.model_bounds = ModelBounds(int(embeddings.num_embeddings), self.routing_spec, cfg.limits.max_abs_reward)
         self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)
-        self.checkpointer = Checkpointer(self.work_dir / "checkpoints")
+        self.checkpointer = Checkpointer(self.work_dir / "checkpoints", keep_manual=tc.keep_manual_checkpoints)
         self.demos: list[TrainSequence] = []
         if tc.warm_start.sft_steps > 0 and tc.warm_start.demos_path is not None:
             self.demos = load_demos(tc.warm_start.demos_path)

@@ -92,6 +92,10 @@ async def test_every_submit_field_is_bounded(tmp_path: Path, task_root: Path) ->
                        "model_version")
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, task_ids=["x"] * 20_000),
                                        timeout=10), "task_ids: 20000 entries")
+        huge = task_root / "task-1" / "instruction.md"
+        huge.write_text("x" * 300_000)  # an 8.9 MB instruction blocked the loop for seconds per attempt
+        await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1), timeout=10),
+                       "task task-1 has an instruction of 300000 characters")
         await _invalid(stub.ListJobs(pb.ListJobsRequest(limit=10**6), timeout=10), "limit")
         await _invalid(stub.ListJobs(pb.ListJobsRequest(page_token="garbage"), timeout=10), "page_token")
         await _invalid(stub.GetJob(pb.GetJobRequest(job_id="j" * 10_000), timeout=10), "job_id")
