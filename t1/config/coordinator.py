@@ -16,6 +16,7 @@ class SpoolConfig(Section):
     max_mb: int = Field(2048, ge=1, description="Unacknowledged bytes before rollouts are held back.")
     segment_mb: int = Field(64, ge=1, description="Size at which a spool file is rotated.")
     fsync: bool = Field(True, description="fsync each append before it counts as accepted.")
+    hold_mb: int = Field(256, ge=1, description="Finished trajectories held in memory while spool writes fail.")
 
 
 class EvalConfig(Section):

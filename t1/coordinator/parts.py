@@ -77,7 +77,7 @@ class Parts:
                                local=cfg.sandbox.provider == "local", plan=router.plan)
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         sp = cfg.coordinator.spool
-        spool = Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync)
+        spool = Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync, sp.hold_mb * MB)
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
                          limiter, cfg.limits)

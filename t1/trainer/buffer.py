@@ -151,6 +151,12 @@ class TrajectoryBuffer:
                 "INSERT OR IGNORE INTO quarantine (group_id, reason, at_step, quarantined) VALUES (?, ?, ?, ?)",
                 [(g, reason[:4000], at_step, time.time()) for g in group_ids])
 
+    def payload(self, trajectory_id: str) -> bytes | None:
+        """The record of one trajectory exactly as it was accepted, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT payload FROM trajectories WHERE id = ?", (trajectory_id,)).fetchone()
+        return bytes(row[0]) if row else None
+
     def quarantined(self) -> list[Quarantined]:
         with self._lock:
             rows = self._db.execute("SELECT group_id, reason, at_step FROM quarantine ORDER BY quarantined").fetchall()

@@ -16,7 +16,7 @@ from trainer_synth import segment, trajectory
 from t1.trainer.admission import ModelBounds, check_admissible
 from t1.trainer.batch import RoutingSpec
 from t1.trainer.buffer import TrajectoryBuffer
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.codec import decode_trajectory, encode_trajectory
 from t1.trajectory.types import Segment, TurnSpan
 from t1.v1 import trainer_pb2 as pb
 from t1.workdir import StorageError
@@ -106,6 +106,8 @@ def test_bad_records_are_rejected_and_a_failing_group_is_quarantined(tmp_path: P
     buffer = TrajectoryBuffer(tmp_path / "work" / "buffer.sqlite")
     [q] = buffer.quarantined()
     assert q.group_id == "q" and q.trajectory_ids == ("q-0", "q-1")
+    payload = buffer.payload("q-0")
+    assert payload is not None and int(decode_trajectory(payload).segments[0].token_ids.max()) == 5_000_000
     # The rejected members' groups completed with infra stand-ins (dropped by the infra policy).
     trained = sorted(tid for s in buffer.steps() for tid in s.trajectory_ids)
     assert trained == sorted(f"{g}-{a}" for g in "abxy" for a in range(2)), "each once, q never"
