@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import socket
 import time
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 LOCK_FILE = ".lock"
+log = logging.getLogger(__name__)
 
 
 class StorageError(RuntimeError):
@@ -42,16 +44,24 @@ class DirLock:
     def path(self) -> Path:
         return self.directory / LOCK_FILE
 
-    def acquire(self) -> DirLock:
+    def acquire(self, wait_s: float = 0.0) -> DirLock:
+        """Take the lock, waiting up to wait_s for an owner that is shutting down; else DirectoryBusy."""
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _describe(os.pread(fd, 4096, 0))
-            os.close(fd)
-            raise DirectoryBusy(f"{self.directory} is in use by {holder}; stop that process first, or give this "
-                                f"{self.owner} another directory") from None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _describe(os.pread(fd, 4096, 0))
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise DirectoryBusy(f"{self.directory} is in use by {holder}; stop that process first, or give "
+                                        f"this {self.owner} another directory") from None
+                log.info("waiting up to %.0fs for %s to release %s", deadline - time.monotonic(), holder,
+                         self.directory)
+                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
         info = json.dumps({"owner": self.owner, "pid": os.getpid(), "host": socket.gethostname(),
                            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
         os.ftruncate(fd, 0)
@@ -67,7 +77,7 @@ class DirLock:
             self._fd = None
 
     def __enter__(self) -> DirLock:
-        return self.acquire()
+        return self if self._fd is not None else self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()

@@ -49,10 +49,10 @@ def run_service(main: Coroutine[Any, Any, int]) -> int:
         return EXIT_BAD_STATE
 
 
-def own_dir_or_exit(directory: Path, owner: str) -> DirLock:
-    """Take the directory's lock for this process, or print who holds it and exit 3."""
+def own_dir_or_exit(directory: Path, owner: str, wait_s: float = 0.0) -> DirLock:
+    """Take the directory's lock for this process (waiting up to wait_s), or print who holds it and exit 3."""
     try:
-        return DirLock(directory, owner).acquire()
+        return DirLock(directory, owner).acquire(wait_s)
     except DirectoryBusy as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_STATE) from None

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging(cfg.logging, "t1-trainer")
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns the work dir until it exits; other ranks follow it
-        own_dir_or_exit(cfg.trainer.work_dir, "t1-trainer")
+        own_dir_or_exit(cfg.trainer.work_dir, "t1-trainer", cfg.trainer.lock_wait_s)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     src = cfg.trainer.policy_path or cfg.inference.model.path
     if not (src / "config.json").is_file() and cfg.inference.model.init_preset is not None:

@@ -69,6 +69,8 @@ class TrainerConfig(Section):
     activation_checkpointing: bool = Field(False, description="Recompute transformer layers in backward.")
     keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
+    lock_wait_s: float = Field(
+        120.0, ge=0, description="How long a new trainer waits for a previous one on work_dir to finish stopping.")
     keep_manual_checkpoints: int = Field(
         3, ge=1, description="Manual (SaveCheckpoint) tags kept, newest first; older ones are removed.")
     max_steps: int = Field(10, ge=0, description="PPO steps before the run stops.")

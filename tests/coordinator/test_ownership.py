@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -44,8 +45,13 @@ def test_a_second_owner_is_refused_until_the_first_dies(tmp_path: Path) -> None:
     try:
         with pytest.raises(DirectoryBusy, match=rf"{tmp_path} is in use by t1-trainer \(pid {holder.pid} on "):
             DirLock(tmp_path, "t1-trainer").acquire()
+        threading.Timer(0.5, _kill9, (holder,)).start()  # an owner that is shutting down
+        t0 = time.monotonic()
+        with DirLock(tmp_path, "t1-trainer").acquire(wait_s=20):
+            assert 0.4 < time.monotonic() - t0 < 10
     finally:
-        _kill9(holder)
+        if holder.poll() is None:
+            _kill9(holder)
     with DirLock(tmp_path, "t1-trainer"):  # kill -9 leaves no stale lock behind
         pass
 
@@ -53,7 +59,7 @@ def test_a_second_owner_is_refused_until_the_first_dies(tmp_path: Path) -> None:
 def _config(tmp_path: Path, model_dir: Path) -> Path:
     cfg = {"metrics": {"port": None}, "rollout": {"policy": "oracle_script"},
            "inference": {"model": {"path": str(model_dir)}},
-           "trainer": {"work_dir": str(tmp_path / "work"), "policy_path": str(model_dir)},
+           "trainer": {"work_dir": str(tmp_path / "work"), "policy_path": str(model_dir), "lock_wait_s": 1.0},
            "coordinator": {"run_dir": str(tmp_path / "run"), "train": False, "server": {"port": 0}}}
     path = tmp_path / "t1.yaml"
     path.write_text(yaml.safe_dump(cfg))
