@@ -141,8 +141,13 @@ class JobStore:
         """Run statements in one transaction; returns the first one's row count."""
         with self._lock:
             try:
-                with self._db:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
                     counts = [self._db.execute(sql, args).rowcount for sql, args in statements]
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
             except sqlite3.DatabaseError as exc:
                 raise StorageError(f"eval job database {self.path}: {exc}") from None
         return counts[0]
