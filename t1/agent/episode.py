@@ -30,7 +30,7 @@ from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, Samp
 from t1.metrics import registry as m
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell
-from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.needs import NeedsError
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
@@ -51,7 +51,7 @@ class InferenceFailed(Exception):
 
 SandboxAcquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
 # Failures of the machinery around the policy: never a reward.
-INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsImageError, InferenceFailed, OSError, TimeoutError)
+INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsError, InferenceFailed, OSError, TimeoutError)
 
 
 def acquire_from(provider: SandboxProvider) -> SandboxAcquire:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell
-from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.needs import NeedKind, NeedsError
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
@@ -41,7 +41,9 @@ class RunStatus(StrEnum):
     PASSES_WITHOUT_WORK = "passes_without_work"  # verify: resolved on an untouched sandbox
     VERIFIER_ERROR = "verifier_error"
     SETUP_FAILED = "setup_failed"
-    NEEDS_IMAGE = "needs_image"
+    NEEDS_IMAGE = "needs_image"  # the environment needs a container image (t1.tasks.needs names the line)
+    NEEDS_NETWORK = "needs_network"  # setup needs packages or downloads this offline host lacks
+    NEEDS_FEATURE = "needs_feature"  # a task.toml feature T1 does not provide (GPUs, MCP servers, ...)
     NO_SOLUTION = "no_solution"
     INFRA_ERROR = "infra_error"
 
@@ -128,6 +130,10 @@ async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bo
         await shell.close()
 
 
+_NEED_STATUS = {NeedKind.IMAGE: RunStatus.NEEDS_IMAGE, NeedKind.NETWORK: RunStatus.NEEDS_NETWORK,
+                NeedKind.FEATURE: RunStatus.NEEDS_FEATURE}
+
+
 def _status(mode: RunMode, spec: TaskSpec, report: VerifierReport, solution_problem: str) -> RunStatus:
     if report.failure_mode not in (FailureMode.NONE, FailureMode.STEP_GATE):
         return RunStatus.VERIFIER_ERROR
@@ -156,8 +162,9 @@ async def run_task(
                        0.0, str(exc))
     try:
         report, detail = await _run_phases(sandbox, spec, mode, local)
-    except NeedsImageError as exc:
-        status, detail, report = RunStatus.NEEDS_IMAGE, str(exc), VerifierReport(failure_mode=FailureMode.NEEDS_IMAGE)
+    except NeedsError as exc:
+        status, detail = _NEED_STATUS[exc.kind], str(exc)
+        report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))
     except SetupError as exc:
         status, detail, report = RunStatus.SETUP_FAILED, str(exc), VerifierReport(failure_mode=FailureMode.SETUP_FAILED)
     except SandboxLost as exc:

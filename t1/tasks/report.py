@@ -38,6 +38,8 @@ class FailureMode(StrEnum):
     NO_TESTS = "no_tests"
     SETUP_FAILED = "setup_failed"
     NEEDS_IMAGE = "needs_image"
+    NEEDS_NETWORK = "needs_network"
+    NEEDS_FEATURE = "needs_feature"
     STEP_GATE = "step_gate"  # a multi-step task stopped: a step fell below its min_reward
     INFRA_ERROR = "infra_error"
 
