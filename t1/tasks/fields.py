@@ -63,8 +63,8 @@ class Fields:
             raise self.error(key, f"must be > 0, got {value!r}")
         return float(value)
 
-    def integer(self, key: str, default: Any = _MISSING) -> Any:
-        value = self.number(key, default)
+    def integer(self, key: str, default: Any = _MISSING, positive: bool = True) -> Any:
+        value = self.number(key, default, positive=positive)
         if value is None:
             return None
         if value != int(value):
@@ -103,10 +103,11 @@ class Fields:
         hc = self.table(key)
         return Healthcheck(
             command=hc.text("command"),
-            interval_sec=hc.number("interval_sec", 1.0, positive=False),
+            interval_sec=hc.number("interval_sec", 5.0, positive=False),
             timeout_sec=hc.number("timeout_sec", 30.0),
             retries=max(1, hc.integer("retries", 3)),
             start_period_sec=hc.number("start_period_sec", 0.0, positive=False),
+            start_interval_sec=hc.number("start_interval_sec", 5.0, positive=False),
         )
 
 

@@ -22,12 +22,13 @@ from t1.tasks.needs import NeedKind, NeedsError
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.separate import pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
 from t1.tasks.transfer import SetupError, upload_dir_contents
 from t1.tasks.verifier import run_verifier
 
 log = logging.getLogger(__name__)
-SOLUTION_DIRS = ("/solution", "/tmp/solution")  # local sandboxes have a read-only root: fall back to /tmp
+SOLUTION_DIRS = ("/solution", "/tmp/solution")  # /solution as in a container; /tmp where the root is read-only
 
 
 class RunMode(StrEnum):
@@ -96,7 +97,24 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
     return ""
 
 
-async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bool) -> tuple[VerifierReport, str]:
+async def _verify(provider: SandboxProvider, sandbox: Sandbox, shell: Shell, spec: TaskSpec, phase: StepSpec,
+                  provisioned: Provisioned, local: bool, offline: bool) -> VerifierReport:
+    if phase.verifier.separate is not None:
+        artifacts = await pack_artifacts(shell, phase.verifier.separate, provisioned)
+        return await run_separate_verifier(provider, spec, phase.verifier, artifacts, local=local, offline=offline)
+    # Local sandboxes give each shell its own PID and network namespace, so a service the solution
+    # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
+    share = phase.verifier.same_shell or local
+    verifier_shell = shell if share else await sandbox.open_shell()
+    try:
+        return await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
+    finally:
+        if verifier_shell is not shell:
+            await verifier_shell.close()
+
+
+async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpec, mode: RunMode,
+                      local: bool) -> tuple[VerifierReport, str]:
     shell = await sandbox.open_shell()
     try:
         provisioned = await provision(shell, spec, local=local)
@@ -111,15 +129,7 @@ async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bo
                 problem = await run_solution(shell, phase.solution, provisioned,
                                              phase.agent_timeout_sec or spec.agent_timeout_sec)
                 solution_problem = solution_problem or (f"{phase.name}: {problem}" if problem else "")
-            # Local sandboxes give each shell its own PID and network namespace, so a service the solution
-            # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
-            share = phase.verifier.same_shell or local
-            verifier_shell = shell if share else await sandbox.open_shell()
-            try:
-                report = await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
-            finally:
-                if verifier_shell is not shell:
-                    await verifier_shell.close()
+            report = await _verify(provider, sandbox, shell, spec, phase, provisioned, local, offline)
             done.append((phase, report))
             if not passes_gate(report, phase.min_reward):
                 break
@@ -161,7 +171,7 @@ async def run_task(
         return TaskRun(spec.id, mode, RunStatus.INFRA_ERROR, VerifierReport(failure_mode=FailureMode.INFRA_ERROR),
                        0.0, str(exc))
     try:
-        report, detail = await _run_phases(sandbox, spec, mode, local)
+        report, detail = await _run_phases(provider, sandbox, spec, mode, local)
     except NeedsError as exc:
         status, detail = _NEED_STATUS[exc.kind], str(exc)
         report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))

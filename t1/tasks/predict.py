@@ -45,9 +45,7 @@ def _feature_needs(env: EnvironmentSpec, where: str) -> list[Need]:
     if env.mcp_servers:
         needs.append(Need(NeedKind.FEATURE, f"{where}.mcp_servers ({', '.join(env.mcp_servers)}): "
                                             "T1's agents have no MCP client"))
-    for name in env.unset_env:
-        needs.append(Need(NeedKind.FEATURE, f"{where}.env.{name}: its ${{...}} template names a variable "
-                                            "that is not set on this host"))
+    needs += [Need(NeedKind.FEATURE, sentence) for sentence in env.refused]
     return needs
 
 
@@ -67,10 +65,11 @@ def _environment_needs(env: EnvironmentSpec, where: str, local: bool) -> list[Ne
 def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
     """What stops the task before any package is installed (empty when nothing does)."""
     needs = _environment_needs(spec.environment, "environment", local)
-    separate = spec.verifier.separate
-    if separate is not None and separate.environment is not spec.environment:
-        needs += _environment_needs(separate.environment, "verifier.environment", local)
-    return needs
+    for phase in spec.phases():
+        separate = phase.verifier.separate
+        if separate is not None:
+            needs += _environment_needs(separate.environment, "verifier.environment", local)
+    return list(dict.fromkeys(needs))  # a separate verifier that copies the task environment repeats its needs
 
 
 def _script_texts(spec: TaskSpec) -> list[tuple[str, str]]:

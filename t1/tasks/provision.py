@@ -48,14 +48,26 @@ def sandbox_request(spec: TaskSpec) -> SandboxRequest:
 
 
 async def run_healthcheck(shell: Shell, hc: Healthcheck, prefix: str) -> None:
-    if hc.start_period_sec:
-        await asyncio.sleep(hc.start_period_sec)
-    last = ""
-    for attempt in range(hc.retries):
+    """Docker HEALTHCHECK semantics: during start_period_sec failures do not count (checked every
+    start_interval_sec); then `retries` consecutive failures, interval_sec apart, fail the setup."""
+    loop = asyncio.get_running_loop()
+
+    async def once() -> str:
         result = await shell.run(f"( {prefix}{hc.command} )", timeout_s=hc.timeout_sec)
         if result.exit_code == 0 and not result.timed_out:
+            return ""
+        return "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.output[-300:].strip()}"
+
+    grace_ends = loop.time() + hc.start_period_sec
+    while loop.time() < grace_ends:
+        if not await once():
             return
-        last = "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.output[-300:].strip()}"
+        await asyncio.sleep(max(0.0, min(hc.start_interval_sec, grace_ends - loop.time())))
+    last = ""
+    for attempt in range(hc.retries):
+        last = await once()
+        if not last:
+            return
         if attempt + 1 < hc.retries:
             await asyncio.sleep(hc.interval_sec)
     raise SetupError(f"healthcheck {hc.command!r} failed {hc.retries} time(s): {last}")

@@ -53,10 +53,11 @@ class Healthcheck:
     """A command that must succeed before the agent starts (retried)."""
 
     command: str
-    interval_sec: float = 1.0
+    interval_sec: float = 5.0  # Harbor's defaults, which mirror Docker HEALTHCHECK
     timeout_sec: float = 30.0
     retries: int = 3
-    start_period_sec: float = 0.0
+    start_period_sec: float = 0.0  # failures in this grace period do not count
+    start_interval_sec: float = 5.0  # time between checks during the grace period
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class EnvironmentSpec:
     gpus: int = 0
     os: str = "linux"
     mcp_servers: tuple[str, ...] = ()  # names; T1's agents have no MCP client, so a task with any is refused
-    unset_env: tuple[str, ...] = ()  # env entries whose ${VAR} template names a variable unset on this host
+    refused: tuple[str, ...] = ()  # sentences naming task-file fields T1 cannot honour here (unset ${VAR}, ...)
     skills_dir: str | None = None  # files stay where the Dockerfile put them; T1's agents load no skills
     allowed_hosts: tuple[str, ...] = ()
 
