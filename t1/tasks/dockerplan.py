@@ -219,3 +219,13 @@ def build_plan(path: Path) -> DockerPlan:
                                   "this task needs an image")
     return DockerPlan(base=st.base or "scratch", base_known=st.base_known, steps=tuple(st.steps), workdir=st.cwd,
                       env=tuple(st.env.items()), user=st.user, skipped=tuple(st.skipped))
+
+
+def plan_or_none(path: Path | None) -> DockerPlan | None:
+    """The plan of a Dockerfile that can be replayed; None without one, or when it needs an image or a download."""
+    if path is None:
+        return None
+    try:
+        return build_plan(path)
+    except (NeedsImageError, NeedsNetworkError):
+        return None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from t1.tasks.dockerplan import build_plan
+from t1.tasks.dockerplan import build_plan, plan_or_none
 from t1.tasks.installers import find_installs, missing_on_host
 from t1.tasks.needs import Need, NeedKind, NeedsError
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
@@ -74,14 +74,9 @@ def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
 
 def _script_texts(spec: TaskSpec) -> list[tuple[str, str]]:
     texts: list[tuple[str, str]] = []
-    env = spec.environment
-    if env.dockerfile is not None:
-        try:
-            plan = build_plan(env.dockerfile)
-        except NeedsError:
-            plan = None
-        for step in plan.run_lines() if plan else ():
-            texts.append((f"Dockerfile line {step.line}", step.args[0]))
+    plan = plan_or_none(spec.environment.dockerfile)
+    for step in plan.run_lines() if plan else ():
+        texts.append((f"Dockerfile line {step.line}", step.args[0]))
     for phase in spec.phases():
         v = phase.verifier
         scripts = [v.run_tests_sh] if v.run_tests_sh else []

@@ -1,0 +1,65 @@
+"""The vendored real tasks (tests/fixtures/real_tasks): each runs as expected.toml says, and validate predicted it.
+
+A task whose needs this host meets: its own oracle resolves and an untouched sandbox does not. Every
+other task: a needs_* report naming what is missing, the very sentence `t1 tasks validate` predicts.
+Tasks marked writes_root need a writable system root (the copy-on-write root of local sandboxes);
+on a sandbox whose root is read-only they must fail at setup naming the Dockerfile line instead.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from t1.sandbox.local import LocalProvider
+from t1.sandbox.types import SandboxRequest
+from t1.tasks.dataset import load_task
+from t1.tasks.oracle import RunMode, RunStatus, run_task
+from t1.tasks.validate import CheckStatus, check_task
+
+REAL = Path(__file__).parents[1] / "fixtures" / "real_tasks"
+EXPECTED: dict[str, dict[str, object]] = tomllib.loads((REAL / "expected.toml").read_text())
+
+
+def test_every_vendored_task_has_an_expectation_and_attribution() -> None:
+    folders = sorted(f"{p.parent.name}/{p.name}" for p in REAL.glob("*/*") if p.is_dir())
+    assert folders == sorted(EXPECTED)
+    attribution = (REAL / "ATTRIBUTION").read_text()
+    assert all(f"\n{name} " in attribution for name in folders)
+    assert "Apache License" in (REAL / "LICENSE").read_text()
+
+
+async def _root_is_writable(provider: LocalProvider) -> bool:
+    sandbox = await provider.create(SandboxRequest())
+    try:
+        shell = await sandbox.open_shell()
+        probe = f"/.t1-root-probe-{uuid.uuid4().hex}"
+        out = await shell.run(f"mkdir {probe} 2>/dev/null && rmdir {probe} && echo writable", 30)
+        await shell.close()
+        return out.output.strip() == "writable"
+    finally:
+        await provider.destroy(sandbox)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+async def test_real_task(provider: LocalProvider, name: str) -> None:
+    want = EXPECTED[name]
+    spec = load_task(REAL / name)
+    check = check_task(spec, name)
+    oracle = await run_task(provider, spec, RunMode.ORACLE)
+    if want["outcome"] != "runs":
+        assert check.status is CheckStatus.WILL_NOT_RUN and str(want["names"]) in check.needs[0].what, check
+        assert oracle.status == want["outcome"] and oracle.detail == check.needs[0].what, oracle.as_json()
+        return
+    assert check.status is CheckStatus.OK, check
+    if want.get("writes_root") and not await _root_is_writable(provider):
+        assert oracle.status is RunStatus.SETUP_FAILED, oracle.as_json()
+        assert oracle.detail.startswith(str(want["root_line"])) and "Read-only file system" in oracle.detail
+        return
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.report.output_tail[-2000:])
+    untouched = await run_task(provider, spec, RunMode.VERIFY)
+    assert untouched.status is RunStatus.OK and not untouched.resolved, untouched.as_json()
+    assert untouched.reward < oracle.reward
