@@ -342,8 +342,7 @@ class Episode:
             with contextlib.suppress(SandboxLost, OSError):
                 await vshell.close()
         m.TURN_LATENCY.labels(part="verifier").observe(time.monotonic() - t)
-        self.tx.verifier(label, report.passed, report.total, report.failure_mode.value
-                         if report.failure_mode is not FailureMode.NONE else "")
+        self.tx.verifier(label, report.passed, report.total, report.why)
         return report
 
     async def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float

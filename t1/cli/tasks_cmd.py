@@ -72,11 +72,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(run.as_json()), flush=True)
             return
-        detail = run.detail or run.report.detail
         shims = f" (offline shims: {', '.join(run.report.shims_used)})" if run.report.shims_used else ""
+        why = run.why if not (mode is RunMode.VERIFY and run.status is RunStatus.OK) else ""
         print(f"{run.task:<48} resolved={run.resolved!s:<5} reward={run.reward:<6g} "
               f"passed={run.report.passed}/{run.report.total:<4} {run.status}{shims}"
-              + (f"  {detail[:200]}" if detail else ""), flush=True)
+              + (f"\n    why: {why[:400]}" if why else ""), flush=True)
 
     async def go() -> list[TaskRun]:
         provider = build_provider(cfg.sandbox)

@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     failure_mode TEXT NOT NULL,
     resolved INTEGER NOT NULL,
     finished REAL NOT NULL,
+    details TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (job_id, task_id, attempt)
 );
 """
@@ -90,6 +91,9 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+        if "details" not in columns:  # a store written before attempts said why
+            self._db.execute("ALTER TABLE attempts ADD COLUMN details TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
         self._db.close()
@@ -115,9 +119,9 @@ class JobStore:
         """Store a finished attempt; False when it was already stored (never overwritten)."""
         with self._db:
             cur = self._db.execute(
-                "INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, o.task_id, o.attempt, o.reward, o.passed, o.total, o.status.value, o.turns, o.tokens,
-                 o.duration_s, o.failure_mode, int(o.resolved), time.time()),
+                 o.duration_s, o.failure_mode, int(o.resolved), time.time(), _details(o)),
             )
             self._db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (time.time(), job_id))
         return cur.rowcount == 1
@@ -137,14 +141,25 @@ class JobStore:
 
     def attempts(self, job_id: str) -> list[AttemptOutcome]:
         rows = self._db.execute(
-            "SELECT task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, resolved"
-            " FROM attempts WHERE job_id = ? ORDER BY finished", (job_id,)).fetchall()
-        return [AttemptOutcome(r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8], r[9], bool(r[10]))
-                for r in rows]
+            "SELECT task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, resolved,"
+            " details FROM attempts WHERE job_id = ? ORDER BY finished", (job_id,)).fetchall()
+        return [AttemptOutcome(r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8], r[9], bool(r[10]),
+                               **_from_details(r[11])) for r in rows]
 
     def finished_keys(self, job_id: str) -> set[tuple[str, int]]:
         rows = self._db.execute("SELECT task_id, attempt FROM attempts WHERE job_id = ?", (job_id,)).fetchall()
         return {(r[0], int(r[1])) for r in rows}
+
+
+def _details(o: AttemptOutcome) -> str:
+    return json.dumps({"why": o.why, "failed_tests": [list(t) for t in o.failed_tests],
+                       "verifier_output_tail": o.verifier_output_tail})
+
+
+def _from_details(text: str) -> dict:
+    d = json.loads(text or "{}")
+    return {"why": str(d.get("why", "")), "failed_tests": tuple((str(n), str(m)) for n, m in d.get("failed_tests", ())),
+            "verifier_output_tail": str(d.get("verifier_output_tail", ""))}
 
 
 def _job(row: tuple) -> JobRecord:

@@ -24,10 +24,11 @@ from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
 from t1.tasks.separate import pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
-from t1.tasks.transfer import SetupError, upload_dir_contents
+from t1.tasks.transfer import SetupError, one_line_cause, upload_dir_contents
 from t1.tasks.verifier import run_verifier
 
 log = logging.getLogger(__name__)
+OUTPUT_TAIL_CHARS = 2000  # of verifier and setup output kept in reports
 SOLUTION_DIRS = ("/solution", "/tmp/solution")  # /solution as in a container; /tmp where the root is read-only
 
 
@@ -59,15 +60,29 @@ class TaskRun:
     report: VerifierReport
     reward: float
     detail: str = ""
+    setup_output: str = ""  # the end of a failed setup command's output
 
     @property
     def resolved(self) -> bool:
         return self.report.resolved
 
+    @property
+    def why(self) -> str:
+        """One line: why the task was refused or failed at setup, or why its verifiers did not resolve."""
+        if self.status is RunStatus.PASSES_WITHOUT_WORK:
+            return "the verifiers pass on an untouched sandbox"
+        if self.detail and self.status is not RunStatus.OK:
+            return f"{self.status}: {self.detail}"
+        return self.report.why
+
     def as_json(self) -> dict[str, object]:
         return {"task": self.task, "resolved": self.resolved, "reward": self.reward, "passed": self.report.passed,
                 "total": self.report.total, "status": str(self.status), "failure_mode": str(self.report.failure_mode),
-                "detail": self.detail or self.report.detail, "shims_used": list(self.report.shims_used)}
+                "why": self.why, "detail": self.detail or self.report.detail,
+                "failed_tests": [{"name": t.name, "message": t.message} for t in self.report.failed_tests],
+                "verifier_output_tail": self.report.output_tail[-OUTPUT_TAIL_CHARS:],
+                "setup_output_tail": self.setup_output[-OUTPUT_TAIL_CHARS:],
+                "shims_used": list(self.report.shims_used)}
 
 
 async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provisioned, timeout_s: float) -> str:
@@ -93,7 +108,7 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
     if result.timed_out:
         return f"solution timed out after {timeout_s:.0f}s"
     if result.exit_code != 0:
-        return f"solution exited {result.exit_code}: {result.output[-500:].strip()}"
+        return f"solution exited {result.exit_code}: {one_line_cause(result.output)}"
     return ""
 
 
@@ -162,7 +177,7 @@ async def run_task(
 ) -> TaskRun:
     """Run one task in a fresh sandbox (oracle: solution then verifiers; verify: verifiers only)."""
     status: RunStatus | None = None
-    detail = ""
+    detail = setup_output = ""
     report = VerifierReport()
     try:
         sandbox = await provider.create(sandbox_request(spec))
@@ -177,6 +192,7 @@ async def run_task(
         report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))
     except SetupError as exc:
         status, detail, report = RunStatus.SETUP_FAILED, str(exc), VerifierReport(failure_mode=FailureMode.SETUP_FAILED)
+        setup_output = exc.output_tail
     except SandboxLost as exc:
         log.warning("task %s: sandbox lost: %s", spec.id, exc)
         status, detail, report = RunStatus.INFRA_ERROR, str(exc), VerifierReport(failure_mode=FailureMode.INFRA_ERROR)
@@ -184,7 +200,7 @@ async def run_task(
         await provider.destroy(sandbox)
     if status is None:
         status = _status(mode, spec, report, detail)
-    return TaskRun(spec.id, mode, status, report, episode_reward(report, reward_mode), detail)
+    return TaskRun(spec.id, mode, status, report, episode_reward(report, reward_mode), detail, setup_output)
 
 
 async def run_tasks(

@@ -122,7 +122,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             if getattr(rep, "when", "call") not in ("call", "setup", "teardown") or not hasattr(rep, "nodeid"):
                 continue
             s = {"error": "other", "xfailed": "passed", "xpassed": "failed"}.get(status, status)
-            tests.append({"name": rep.nodeid, "status": s, "duration": getattr(rep, "duration", 0.0)})
+            crash = getattr(getattr(rep, "longrepr", None), "reprcrash", None)
+            test = {"name": rep.nodeid, "status": s, "duration": getattr(rep, "duration", 0.0)}
+            if s in ("failed", "other") and crash is not None:
+                test["message"] = str(crash.message)
+            tests.append(test)
     summary = {"tests": len(tests), "passed": sum(t["status"] == "passed" for t in tests),
                "failed": sum(t["status"] == "failed" for t in tests), "start": 0, "stop": int(time.time() * 1000)}
     with open(path, "w") as f:

@@ -63,3 +63,28 @@ async def test_real_task(provider: LocalProvider, name: str) -> None:
     untouched = await run_task(provider, spec, RunMode.VERIFY)
     assert untouched.status is RunStatus.OK and not untouched.resolved, untouched.as_json()
     assert untouched.reward < oracle.reward
+
+
+async def test_untouched_real_tasks_say_why(provider: LocalProvider) -> None:
+    """pytest -rA (Terminal-Bench 1) and CTRF (Harbor, uvx --ctrf) reports both name the failing test and its
+    assertion's first line, in the TaskRun and its JSON."""
+    tb1 = await run_task(provider, load_task(REAL / "tb1" / "hello-world"), RunMode.VERIFY)
+    names = {t.name.rsplit("::", 1)[-1]: t.message for t in tb1.report.failed_tests}
+    assert set(names) == {"test_hello_file_exists", "test_hello_file_content"}
+    assert names["test_hello_file_exists"].startswith("AssertionError: File /app/hello.txt does not exist")
+    assert tb1.why.startswith("2 of 2 tests failed: ") and "/app/hello.txt does not exist" in tb1.why
+    harbor = await run_task(provider, load_task(REAL / "harbor" / "simple-task"), RunMode.VERIFY)
+    body = harbor.as_json()
+    assert body["why"] == harbor.why and harbor.why.startswith("2 of 2 tests failed")
+    assert all(t["message"] for t in body["failed_tests"]), body  # type: ignore[union-attr]
+    assert "test_state.py" in str(body["verifier_output_tail"])
+
+
+def test_cli_table_says_why(sandbox_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from t1.cli.main import main
+
+    root = ["--set", f"sandbox.local.root={sandbox_root}"]
+    assert main(["tasks", "verify", str(REAL / "tb1" / "hello-world"), *root]) == 0
+    assert "why:" not in capsys.readouterr().out  # verify: an unresolved untouched task is the good outcome
+    assert main(["tasks", "oracle", str(REAL / "harbor" / "mcp-tools"), *root]) == 1
+    assert "why: needs_feature: environment.mcp_servers (mcp-server)" in capsys.readouterr().out
