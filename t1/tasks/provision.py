@@ -23,6 +23,7 @@ from t1.tasks.needs import NeedsImageError, raise_need
 from t1.tasks.predict import static_needs
 from t1.tasks.replay import as_user, exports, replay
 from t1.tasks.spec import Env, Healthcheck, StepSpec, TaskSpec
+from t1.tasks.toolchain import install_stand_ins, remove_stand_ins
 from t1.tasks.transfer import SetupError, check, upload_dir_contents
 
 __all__ = ["Provisioned", "as_user", "check_user", "enter_step", "provision", "run_healthcheck", "sandbox_request"]
@@ -87,13 +88,12 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
     user = spec.agent_user
     if env.dockerfile is not None and (local or not env.docker_image):
         plan = build_plan(env.dockerfile)
-        if offline and plan.run_lines():
-            from t1.tasks.verifier import (
-                install_toolchain,  # the verifier owns the toolchain's placement
-            )
-
-            await install_toolchain(shell)
+        stand_ins = offline and bool(plan.run_lines())
+        if stand_ins:
+            await install_stand_ins(shell)
         await replay(shell, plan, env.dockerfile.parent, env.build_timeout_sec, offline=offline)
+        if stand_ins:
+            await remove_stand_ins(shell)
         workdir, docker_env, user = workdir or plan.workdir, plan.env, user or plan.user
     elif local and env.docker_image and env.dockerfile is None:
         raise NeedsImageError(f"task {spec.id} runs in image {env.docker_image} and has no Dockerfile to replay locally")

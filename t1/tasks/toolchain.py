@@ -29,7 +29,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from t1.sandbox.types import Shell
 from t1.tasks import offline_pkgs
+from t1.tasks.transfer import check, upload_archive
 
 TOOLCHAIN_DIR = "/tmp/.t1-verifier"
 SHIM_LOG = f"{TOOLCHAIN_DIR}/shims.log"
@@ -188,3 +190,14 @@ def toolchain_prefix() -> str:
     """Shell prefix that puts the toolchain first (keeps the sandbox's own PATH and PYTHONPATH after it)."""
     return (f'export PATH="{TOOLCHAIN_DIR}/bin:$PATH" '
             f'PYTHONPATH="{TOOLCHAIN_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}}"; ')
+
+
+async def install_stand_ins(shell: Shell) -> None:
+    """Only the installer stand-ins and t1_offline.py (no pytest): what a Dockerfile's RUN lines need."""
+    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "clear installer stand-ins")
+    await upload_archive(shell, toolchain_archive(with_pytest=False), TOOLCHAIN_DIR, "installer stand-ins")
+
+
+async def remove_stand_ins(shell: Shell) -> None:
+    """After setup: the agent's sandbox keeps no trace of them (the verifier installs its own)."""
+    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "remove installer stand-ins")
