@@ -22,7 +22,7 @@ from t1.tasks.needs import NeedKind, NeedsError
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
-from t1.tasks.separate import pack_artifacts, run_separate_verifier
+from t1.tasks.separate import fresh_sandbox, pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
 from t1.tasks.transfer import SetupError, one_line_cause, upload_dir_contents
 from t1.tasks.verifier import run_verifier
@@ -116,7 +116,8 @@ async def _verify(provider: SandboxProvider, sandbox: Sandbox, shell: Shell, spe
                   provisioned: Provisioned, local: bool, offline: bool) -> VerifierReport:
     if phase.verifier.separate is not None:
         artifacts = await pack_artifacts(shell, phase.verifier.separate, provisioned)
-        return await run_separate_verifier(provider, spec, phase.verifier, artifacts, local=local, offline=offline)
+        return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts, local=local,
+                                           offline=offline)
     # Local sandboxes give each shell its own PID and network namespace, so a service the solution
     # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
     share = phase.verifier.same_shell or local

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
-from t1.sandbox.types import SandboxProvider, Shell
+from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
 from t1.tasks.report import VerifierReport
 from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
@@ -47,17 +49,30 @@ async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provi
     return data
 
 
+Acquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
+
+
+def fresh_sandbox(provider: SandboxProvider) -> Acquire:
+    """Sandboxes straight from a provider, destroyed on exit (the rollout worker passes its pool's instead)."""
+    @asynccontextmanager
+    async def acquire(request: SandboxRequest) -> AsyncIterator[Sandbox]:
+        sandbox = await provider.create(request)
+        try:
+            yield sandbox
+        finally:
+            await provider.destroy(sandbox)
+    return acquire
+
+
 async def run_separate_verifier(
-    provider: SandboxProvider, spec: TaskSpec, verifier: VerifierSpec, artifacts: bytes, *, local: bool,
-    offline: bool,
+    acquire: Acquire, spec: TaskSpec, verifier: VerifierSpec, artifacts: bytes, *, local: bool, offline: bool,
 ) -> VerifierReport:
     """Build the verifier's own sandbox, hand it the artifacts, run tests/setup.sh and the verifier there."""
     if verifier.separate is None:
         raise ValueError(f"task {spec.id}: the verifier is not separate")
     env = verifier.separate.environment
     vspec = replace(spec, environment=env, agent_user=None, steps=(), verifier=replace(verifier, separate=None))
-    sandbox = await provider.create(sandbox_request(vspec))
-    try:
+    async with acquire(sandbox_request(vspec)) as sandbox:
         shell = await sandbox.open_shell()
         try:
             provisioned = await provision(shell, vspec, local=local)
@@ -70,5 +85,3 @@ async def run_separate_verifier(
             return await run_verifier(shell, replace(verifier, separate=None), provisioned, offline=offline)
         finally:
             await shell.close()
-    finally:
-        await provider.destroy(sandbox)
