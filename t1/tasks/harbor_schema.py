@@ -102,6 +102,8 @@ def environment_spec(env: Fields, *, dockerfile: Path | None, files_dir: Path | 
         refused += (f"{env.prefix}.network_mode = 'allowlist' ({', '.join(allowed) or 'no hosts'}): T1's providers "
                   "give a sandbox all of the network or none",)
     gpus = env.integer("gpus", 0, positive=False)
+    if env.has("tpu"):
+        refused += (f"{env.prefix}.tpu: T1's sandboxes have no TPUs",)
     return EnvironmentSpec(
         files_dir=files_dir, dockerfile=dockerfile, compose_file=compose_file,
         workdir=env.text("workdir", None), env=values, allow_internet=_network(env),

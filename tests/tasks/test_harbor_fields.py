@@ -67,6 +67,7 @@ env = { S = "1" }
 @pytest.mark.parametrize(("extra", "named"), [
     ("gpus = 1\n", "environment.gpus = 1: T1's sandboxes have no GPUs"),
     ("os = 'windows'\n", "environment.os = 'windows'"),
+    ("tpu = { type = 'v5e', count = 1 }\n", "environment.tpu: T1's sandboxes have no TPUs"),
     ("[[environment.mcp_servers]]\nname = 'tools'\ntransport = 'stdio'\ncommand = 'x'\n",
      "environment.mcp_servers (tools): T1's agents have no MCP client"),
     ("network_mode = 'allowlist'\nallowed_hosts = ['example.org']\n", "network_mode = 'allowlist' (example.org)"),
