@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell
-from t1.tasks.needs import NeedKind, NeedsError
+from t1.tasks.needs import NeedKind, NeedsError, NeedsNetworkError
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
 from t1.tasks.separate import fresh_sandbox, pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
+from t1.tasks.toolchain import install_stand_ins, needs_network_lines, toolchain_prefix
 from t1.tasks.transfer import SetupError, one_line_cause, upload_dir_contents
 from t1.tasks.verifier import run_verifier
 
@@ -85,8 +86,13 @@ class TaskRun:
                 "shims_used": list(self.report.shims_used)}
 
 
-async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provisioned, timeout_s: float) -> str:
-    """Upload and run a reference solution; returns '' on success, else why it failed."""
+async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provisioned, timeout_s: float, *,
+                       offline: bool = False) -> str:
+    """Upload and run a reference solution; returns '' on success, else why it failed.
+
+    Offline, the solution gets the installer stand-ins (as setup does), so its `pip install` of a package the
+    host has succeeds, and one it lacks is a NeedsNetworkError naming it.
+    """
     probe = await shell.run(f"for d in {' '.join(SOLUTION_DIRS)}; do rm -rf $d 2>/dev/null; "
                             "mkdir -p $d 2>/dev/null && [ -w $d ] && echo $d && break; done", 60)
     if not probe.output.strip():
@@ -103,11 +109,18 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
     else:
         await shell.write_file(f"{sol_dir}/{solution.script.name}", solution.script.read_bytes(), 0o755)
         command = f"bash {sol_dir}/{solution.script.name}"
-    inner = f"{provisioned.prefix()}{env}{command}"
+    stand_ins = ""
+    if offline:
+        await install_stand_ins(shell)
+        stand_ins = toolchain_prefix()
+    inner = f"{stand_ins}{provisioned.prefix()}{env}{command}"
     result = await shell.run(f"( {as_user(inner, provisioned.user)} ) < /dev/null 2>&1", timeout_s=timeout_s)
     if result.timed_out:
         return f"solution timed out after {timeout_s:.0f}s"
     if result.exit_code != 0:
+        needs = needs_network_lines(result.output)
+        if needs:  # the reference solution installs packages this offline host lacks
+            raise NeedsNetworkError(f"solution: {'; '.join(needs)}")
         return f"solution exited {result.exit_code}: {one_line_cause(result.output)}"
     return ""
 
@@ -143,7 +156,7 @@ async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpe
                 await enter_step(shell, phase, provisioned)
             if mode is RunMode.ORACLE and phase.solution is not None:
                 problem = await run_solution(shell, phase.solution, provisioned,
-                                             phase.agent_timeout_sec or spec.agent_timeout_sec)
+                                             phase.agent_timeout_sec or spec.agent_timeout_sec, offline=offline)
                 solution_problem = solution_problem or (f"{phase.name}: {problem}" if problem else "")
             report = await _verify(provider, sandbox, shell, spec, phase, provisioned, local, offline)
             done.append((phase, report))
@@ -199,7 +212,10 @@ async def run_task(
         status, detail, report = RunStatus.INFRA_ERROR, str(exc), VerifierReport(failure_mode=FailureMode.INFRA_ERROR)
     finally:
         await provider.destroy(sandbox)
-    if status is None:
+    needs = [] if status is not None or report.resolved else needs_network_lines(report.output_tail)
+    if needs:  # the tests install packages this offline host lacks: the run says nothing about the task
+        status, detail = RunStatus.NEEDS_NETWORK, f"verifier: {'; '.join(needs)}"
+    elif status is None:
         status = _status(mode, spec, report, detail)
     return TaskRun(spec.id, mode, status, report, episode_reward(report, reward_mode), detail, setup_output)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from t1.sandbox.types import Shell
 from t1.tasks.dockerplan import DockerPlan, ReplayStep
 from t1.tasks.needs import NeedsNetworkError
-from t1.tasks.toolchain import NEEDS_NETWORK_MARKER, toolchain_prefix
+from t1.tasks.toolchain import needs_network_lines, toolchain_prefix
 from t1.tasks.transfer import (
     SetupError,
     check,
@@ -103,10 +103,9 @@ async def _run(shell: Shell, step: ReplayStep, offline: bool, timeout: float) ->
         raise SetupError(f"{_label(step)}: timed out after {timeout:.0f}s", output_tail=result.output[-2000:])
     if result.exit_code == 0:
         return
-    needs = [line.split(NEEDS_NETWORK_MARKER, 1)[1].strip() for line in result.output.splitlines()
-             if NEEDS_NETWORK_MARKER in line]
+    needs = needs_network_lines(result.output)
     if needs:
-        raise NeedsNetworkError(f"{_label(step)}: {'; '.join(dict.fromkeys(needs))}")
+        raise NeedsNetworkError(f"{_label(step)}: {'; '.join(needs)}")
     raise SetupError(f"{_label(step)}: exit code {result.exit_code}: {one_line_cause(result.output)}",
                      output_tail=result.output[-2000:])
 

@@ -192,6 +192,12 @@ def toolchain_prefix() -> str:
             f'PYTHONPATH="{TOOLCHAIN_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}}"; ')
 
 
+def needs_network_lines(output: str) -> list[str]:
+    """What the stand-ins said was missing (the text after NEEDS_NETWORK_MARKER), each once, in order."""
+    return list(dict.fromkeys(line.split(NEEDS_NETWORK_MARKER, 1)[1].strip() for line in output.splitlines()
+                              if NEEDS_NETWORK_MARKER in line))
+
+
 async def install_stand_ins(shell: Shell) -> None:
     """Only the installer stand-ins and t1_offline.py (no pytest): what a Dockerfile's RUN lines need."""
     await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "clear installer stand-ins")

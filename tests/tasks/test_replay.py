@@ -117,3 +117,21 @@ async def test_user_switches_or_names_the_line(provider: LocalProvider, tmp_path
         await shell.close()
     finally:
         await provider.destroy(sandbox)
+
+
+async def test_test_and_solution_installers_predicted_and_reported(provider: LocalProvider, tmp_path: Path) -> None:
+    """Installer lines in tests/test.sh and in the solution: validate names the package, the run says needs_network."""
+    root = _task(tmp_path / "t", "FROM ubuntu:24.04\nWORKDIR /app\n",
+                 test_sh="uv add polars-surely-absent==1.37.1\nuv run pytest /tests -rA\n")
+    spec = load_task(root)
+    assert [str(n) for n in package_needs(spec)] == [
+        "needs_network: tests/test.sh: pip packages not on this host: polars-surely-absent"]
+    run = await run_task(provider, spec, RunMode.VERIFY)
+    assert run.status is RunStatus.NEEDS_NETWORK, run.as_json()
+    assert run.detail == "verifier: pip packages not on this host: polars-surely-absent (the sandbox is offline)"
+    (root / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text("set -e\npip install absent-solver-dep\necho done\n")
+    run = await run_task(provider, load_task(root), RunMode.ORACLE)
+    assert run.status is RunStatus.NEEDS_NETWORK and run.detail.startswith(
+        "solution: pip packages not on this host: absent-solver-dep"), run.as_json()
