@@ -51,9 +51,10 @@ def _dpkg_installed() -> set[str]:
 
 def apt_packages(args: list[str]) -> list[str]:
     """The package names of an `apt-get install` argument list (options, versions, releases dropped)."""
-    out = []
+    out, skip = [], False
     for a in args:
-        if a.startswith("-") or a == "install":
+        if skip or a.startswith("-") or a == "install":
+            skip = a in ("-o", "-t", "-c", "-a", "--option", "--target-release", "--config-file")
             continue
         out.append(re.split(r"[=/]", a, maxsplit=1)[0].split(":", 1)[0])
     return out
