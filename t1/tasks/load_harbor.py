@@ -190,8 +190,10 @@ class _Reader:
             extra = (shared_tests,) if own_tests.is_dir() and shared_tests.is_dir() else ()
             v = self.check_keys(s.table("verifier"), "verifier")
             step_artifacts = artifacts + _artifacts(s, "artifacts")
-            separate = _separate(root, v, task_env, step_artifacts, tests_dir) or task_v_separate(
-                root, task_v, task_env, step_artifacts, shared_tests)
+            # a step's own [steps.verifier] mode wins; else it inherits the task's [verifier] mode
+            own_mode = v.has("environment_mode") or v.has("environment")
+            separate = _separate(root, v if own_mode else task_v, task_env, step_artifacts,
+                                 tests_dir if own_mode else shared_tests)
             verifier = _verifier(tests_dir, v, task_timeout, self.refused, extra=extra, separate=separate)
             verifier = replace(verifier, env=verifier.env if v.has("env") else resolve_env(task_v, "env", "verifier.env")[0],
                                user=verifier.user or _user(task_v, "user"))
@@ -211,12 +213,6 @@ class _Reader:
                 healthcheck=s.healthcheck("healthcheck"),
             ))
         return tuple(steps)
-
-
-def task_v_separate(root: Path, v: Fields, task_env: EnvironmentSpec, artifacts: tuple[Artifact, ...],
-                    tests_dir: Path) -> SeparateVerifier | None:
-    """The task-level [verifier] mode, which steps inherit unless their own [steps.verifier] sets one."""
-    return _separate(root, v, task_env, artifacts, tests_dir)
 
 
 def _environment(root: Path, env: Fields) -> EnvironmentSpec:
