@@ -30,10 +30,11 @@ from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, Samp
 from t1.metrics import registry as m
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell
-from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.needs import NeedsError
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.separate import pack_artifacts, run_separate_verifier
 from t1.tasks.spec import StepSpec, TaskSpec
 from t1.tasks.transfer import SetupError
 from t1.tasks.verifier import run_verifier
@@ -51,7 +52,7 @@ class InferenceFailed(Exception):
 
 SandboxAcquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
 # Failures of the machinery around the policy: never a reward.
-INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsImageError, InferenceFailed, OSError, TimeoutError)
+INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsError, InferenceFailed, OSError, TimeoutError)
 
 
 def acquire_from(provider: SandboxProvider) -> SandboxAcquire:
@@ -334,16 +335,20 @@ class Episode:
     async def _verify(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned, label: str
                       ) -> VerifierReport:
         t = time.monotonic()
+        offline = self._local or not self.spec.task.environment.allow_internet
         vshell = await sandbox.open_shell()
         try:
-            report = await run_verifier(vshell, phase.verifier, provisioned,
-                                        offline=self._local or not self.spec.task.environment.allow_internet)
+            if phase.verifier.separate is not None:  # Harbor: the tests see only the declared artifacts
+                artifacts = await pack_artifacts(vshell, phase.verifier.separate, provisioned)
+                report = await run_separate_verifier(self._acquire, self.spec.task, phase.verifier, artifacts,
+                                                     local=self._local, offline=offline)
+            else:
+                report = await run_verifier(vshell, phase.verifier, provisioned, offline=offline)
         finally:
             with contextlib.suppress(SandboxLost, OSError):
                 await vshell.close()
         m.TURN_LATENCY.labels(part="verifier").observe(time.monotonic() - t)
-        self.tx.verifier(label, report.passed, report.total, report.failure_mode.value
-                         if report.failure_mode is not FailureMode.NONE else "")
+        self.tx.verifier(label, report.passed, report.total, report.why)
         return report
 
     async def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float

@@ -13,7 +13,7 @@ from rich.table import Table
 from t1.v1 import coordinator_pb2 as pb
 
 COLUMNS = ("task_id", "attempt", "status", "resolved", "reward", "passed", "total", "turns", "tokens", "duration_s",
-           "failure_mode")
+           "failure_mode", "why")
 
 
 def state_name(state: int) -> str:
@@ -22,7 +22,7 @@ def state_name(state: int) -> str:
 
 def _row(a: pb.AttemptResult) -> list[str]:
     return [a.task_id, str(a.attempt), a.status, "yes" if a.resolved else "no", f"{a.reward:g}", str(a.passed),
-            str(a.total), str(a.turns), str(a.tokens), f"{a.duration_s:.1f}", a.failure_mode]
+            str(a.total), str(a.turns), str(a.tokens), f"{a.duration_s:.1f}", a.failure_mode, a.why]
 
 
 def _short(row: list[str], width: int = 60) -> list[str]:
@@ -51,7 +51,7 @@ def _sorted(job: pb.EvalJob) -> list[pb.AttemptResult]:
 def as_table(job: pb.EvalJob) -> Table:
     table = Table(title="\n".join(summary_lines(job)), title_justify="left")
     for col in COLUMNS:
-        table.add_column(col, justify="right" if col not in ("task_id", "status", "failure_mode") else "left")
+        table.add_column(col, justify="right" if col not in ("task_id", "status", "failure_mode", "why") else "left")
     for a in _sorted(job):
         table.add_row(*_short(_row(a)))
     return table

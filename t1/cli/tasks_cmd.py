@@ -26,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="Reward reported (default: reward.mode from the config).")
         add_config_args(p)
         p.set_defaults(func=_run, mode=name)
-    v = cmds.add_parser("validate", help="Parse task folders and check they can run; exit 0 when all are fine.")
+    v = cmds.add_parser("validate", help="Predict whether each task will run here: exit 0 ok, 1 will not run "
+                                         "here (or has no reference solution), 2 malformed.")
     v.add_argument("dirs", nargs="+", metavar="DIR")
+    v.add_argument("--json", action="store_true", help="One JSON object per task per line.")
     v.set_defaults(func=_validate)
     s = cmds.add_parser("synth", help="Write a synthesized Harbor-format task corpus.")
     s.add_argument("--out", required=True, metavar="DIR")
@@ -70,11 +72,11 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(run.as_json()), flush=True)
             return
-        detail = run.detail or run.report.detail
         shims = f" (offline shims: {', '.join(run.report.shims_used)})" if run.report.shims_used else ""
+        why = run.why if not (mode is RunMode.VERIFY and run.status is RunStatus.OK) else ""
         print(f"{run.task:<48} resolved={run.resolved!s:<5} reward={run.reward:<6g} "
               f"passed={run.report.passed}/{run.report.total:<4} {run.status}{shims}"
-              + (f"  {detail[:200]}" if detail else ""), flush=True)
+              + (f"\n    why: {why[:400]}" if why else ""), flush=True)
 
     async def go() -> list[TaskRun]:
         provider = build_provider(cfg.sandbox)
@@ -91,31 +93,28 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from t1.tasks.dataset import load_task, task_dirs, validate_task
+    from t1.tasks.dataset import task_dirs
     from t1.tasks.spec import TaskParseError
+    from t1.tasks.validate import EXIT_CODES, CheckStatus, check_folder
 
-    status = 0
     try:
         dirs = task_dirs(args.dirs)
     except TaskParseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_TASK
+    labels = {CheckStatus.OK: "ok", CheckStatus.WILL_NOT_RUN: "will not run here", CheckStatus.INCOMPLETE: "problems"}
+    status = 0
     for d in dirs:
-        try:
-            spec = load_task(d)
-        except TaskParseError as exc:
-            print(f"invalid: {exc}")
-            status = EXIT_BAD_TASK
-            continue
-        problems = validate_task(spec)
-        kind = f"{spec.format}, {len(spec.phases())} step(s)"
-        if problems:
-            status = max(status, 1)
-            print(f"problems: {d} ({kind})")
-            for p in problems:
-                print(f"  {p}")
+        check = check_folder(d)
+        status = max(status, EXIT_CODES[check.status])
+        if args.json:
+            print(json.dumps(check.as_json()), flush=True)
+        elif check.status is CheckStatus.MALFORMED:
+            print(f"invalid: {check.error}")
         else:
-            print(f"ok: {d} ({kind})")
+            print(f"{labels[check.status]}: {d} ({check.format}, {check.steps} step(s))")
+            for line in [*map(str, check.needs), *check.problems, *(f"note: {n}" for n in check.notes)]:
+                print(f"  {line}")
     return status
 
 

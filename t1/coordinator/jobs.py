@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     failure_mode TEXT NOT NULL,
     resolved INTEGER NOT NULL,
     finished REAL NOT NULL,
+    details TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (job_id, task_id, attempt)
 );
 """
@@ -121,6 +122,9 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+            if "details" not in columns:  # a store written before attempts said why
+                self._db.execute("ALTER TABLE attempts ADD COLUMN details TEXT NOT NULL DEFAULT '{}'")
             self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"eval job database {path}: {exc} (move the file aside to start with an empty "
@@ -169,9 +173,9 @@ class JobStore:
         """Store a finished attempt; False when it was already stored (never overwritten)."""
         now = time.time()
         return self._write([
-            ("INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ("INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
              (job_id, o.task_id, o.attempt, o.reward, o.passed, o.total, o.status.value, o.turns, o.tokens,
-              o.duration_s, o.failure_mode, int(o.resolved), now)),
+              o.duration_s, o.failure_mode, int(o.resolved), now, _details(o))),
             ("UPDATE jobs SET updated = ? WHERE job_id = ?", (now, job_id)),
         ]) == 1
 
@@ -202,10 +206,10 @@ class JobStore:
 
     def attempts(self, job_id: str, limit: int = -1) -> list[AttemptOutcome]:
         rows = self._run(
-            "SELECT task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, resolved"
-            " FROM attempts WHERE job_id = ? ORDER BY finished LIMIT ?", (job_id, limit))
-        return [AttemptOutcome(r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8], r[9], bool(r[10]))
-                for r in rows]
+            "SELECT task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, resolved,"
+            " details FROM attempts WHERE job_id = ? ORDER BY finished LIMIT ?", (job_id, limit))
+        return [AttemptOutcome(r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8], r[9], bool(r[10]),
+                               **_from_details(r[11])) for r in rows]
 
     def tallies(self, job_id: str) -> list[TaskTally]:
         """Per-task counts of the job's finished attempts (infra errors counted apart, never scored)."""
@@ -238,6 +242,17 @@ def _parse_token(token: str) -> tuple[float, str]:
         return float(created), job_id
     except ValueError:
         raise ValueError(f"page_token: {token[:80]!r} is not a token this server returned") from None
+
+
+def _details(o: AttemptOutcome) -> str:
+    return json.dumps({"why": o.why, "failed_tests": [list(t) for t in o.failed_tests],
+                       "verifier_output_tail": o.verifier_output_tail})
+
+
+def _from_details(text: str) -> dict:
+    d = json.loads(text or "{}")
+    return {"why": str(d.get("why", "")), "failed_tests": tuple((str(n), str(m)) for n, m in d.get("failed_tests", ())),
+            "verifier_output_tail": str(d.get("verifier_output_tail", ""))}
 
 
 def _job(row: tuple) -> JobRecord:

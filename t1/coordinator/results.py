@@ -25,6 +25,9 @@ class AttemptOutcome:
     duration_s: float = 0.0
     failure_mode: str = ""
     resolved: bool = False
+    why: str = ""  # one line: why it did not resolve ('' when it did)
+    failed_tests: tuple[tuple[str, str], ...] = ()  # (test name, first line of its assertion)
+    verifier_output_tail: str = ""
 
     @property
     def is_infra_error(self) -> bool:

@@ -152,7 +152,10 @@ def outcome_of(task_id: str, attempt: int, r: EpisodeResult) -> AttemptOutcome:
     return AttemptOutcome(task_id=task_id, attempt=attempt, reward=r.trajectory.reward, passed=r.report.passed,
                           total=r.report.total, status=r.status, turns=r.turns, tokens=r.trajectory.num_tokens,
                           duration_s=r.duration_s, failure_mode=r.failure_mode,
-                          resolved=(not infra) and r.report.resolved)
+                          resolved=(not infra) and r.report.resolved,
+                          why="" if r.report.resolved and not infra else (r.failure_mode or r.report.why),
+                          failed_tests=tuple((t.name, t.message) for t in r.report.failed_tests),
+                          verifier_output_tail=r.report.output_tail[-2000:])
 
 
 def new_group_id(task: TaskSpec) -> str:

@@ -30,7 +30,9 @@ PB_TO_STATE = {v: k for k, v in STATE_TO_PB.items()}
 def attempt_to_pb(o: AttemptOutcome) -> pb.AttemptResult:
     return pb.AttemptResult(task_id=o.task_id, attempt=o.attempt, reward=o.reward, passed=o.passed, total=o.total,
                             status=o.status.value, turns=o.turns, tokens=o.tokens, duration_s=o.duration_s,
-                            failure_mode=o.failure_mode, resolved=o.resolved)
+                            failure_mode=o.failure_mode, resolved=o.resolved, why=o.why,
+                            failed_tests=[pb.FailedTest(name=n, message=m) for n, m in o.failed_tests],
+                            verifier_output_tail=o.verifier_output_tail)
 
 
 def summary_to_pb(s: JobSummaryValues) -> pb.JobSummary:

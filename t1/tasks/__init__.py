@@ -2,10 +2,14 @@
 
 - `spec`: TaskSpec (instruction, environment, verifier, solution, steps, metadata) and its parts.
 - `load_tb1`, `load_harbor`, `dataset`: read Terminal-Bench 1 and Harbor / TB 2.x folders, datasets, named sets.
-- `provision`: prepare a sandbox for a task (SandboxRequest, Dockerfile replay on local sandboxes, files,
+- `harbor_schema`: Harbor task.toml schema 1.0-1.2 (keys, env templates, the environment table).
+- `provision`: prepare a sandbox for a task (refusals, Dockerfile replay on local sandboxes, files,
   workdir/env/user, healthchecks); `transfer`: uploads through the Shell protocol.
+- `dockerfile` (syntax), `dockerplan` (container semantics, pure), `replay` (runs the plan), `base_images`.
+- `needs`, `predict`, `installers`, `validate`: needs_* reasons, predicted from the folder alone.
 - `verifier`: run the tests after the agent (or every K turns with cleanup=True for process rewards);
-  `toolchain`: pytest and installer shims for offline sandboxes; `report`: VerifierReport and parsers.
+  `separate`: Harbor's separate verifier environment; `toolchain` + `offline_pkgs`: pytest and the
+  offline installer stand-ins for setup and tests; `report`: VerifierReport (with why) and parsers.
 - `rewards`: count / fraction / binary rewards, multi-step combination, process rewards (pure).
 - `oracle`: run reference solutions (oracle) or nothing (verify) in fresh sandboxes.
 - `synth`: the OOD training corpus; `decontam`: n-gram and MinHash decontamination.

@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from t1.config.tasks import TasksConfig
-from t1.tasks.dockerfile import parse_dockerfile
 from t1.tasks.load_harbor import load_harbor
 from t1.tasks.load_tb1 import load_tb1
 from t1.tasks.spec import TaskParseError, TaskSpec
@@ -65,14 +64,8 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
 
 
 def validate_task(spec: TaskSpec) -> list[str]:
-    """Problems beyond parsing that would stop the task from running locally; empty when it is usable."""
-    problems: list[str] = []
-    for phase in spec.phases():
-        if phase.solution is None:
-            problems.append(f"{phase.name}: no reference solution (solution/solve.sh or solution.sh)")
-    if spec.environment.dockerfile is not None:
-        try:
-            parse_dockerfile(spec.environment.dockerfile)
-        except ValueError as exc:
-            problems.append(f"environment: {exc} (local sandboxes cannot build it; set docker_image)")
-    return problems
+    """What would stop the task from running locally (needs, missing solutions); empty when it is usable."""
+    from t1.tasks.validate import check_task
+
+    check = check_task(spec, str(spec.root))
+    return [str(n) for n in check.needs] + list(check.problems)

@@ -1,111 +1,138 @@
-"""Parse a Dockerfile into steps a local sandbox can replay (FROM/WORKDIR/COPY/ADD/ENV/RUN only).
+"""Parse a Dockerfile into instructions: continuation lines, heredocs, JSON forms and --flags.
 
-A local sandbox has no image builder: it stands in for the base image with the
-host's read-only system and replays the remaining steps in the sandbox. Any
-other instruction (USER, ARG, multi-stage COPY --from, ADD of a URL, ...) cannot be
-replayed faithfully, so parsing raises NeedsImageError naming the line.
+This is the syntax half (text in, DockerStep values out, no meaning attached);
+`t1.tasks.dockerplan` gives the steps their meaning (ARG/ENV expansion, WORKDIR,
+USER, SHELL) and decides what a local sandbox can replay. dockerfile-parse was
+tried and not used: it splits BuildKit heredoc bodies (`RUN <<EOF ... EOF`) into
+phantom instructions, and real benchmark Dockerfiles use heredocs.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-LOCAL_INSTRUCTIONS = ("FROM", "WORKDIR", "COPY", "ADD", "ENV", "RUN")
+from t1.tasks.needs import NeedsImageError
+
+__all__ = ["DockerStep", "Heredoc", "NeedsImageError", "parse_dockerfile", "parse_dockerfile_text"]
+
+_HEREDOC = re.compile(r"<<(-?)([\"']?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_HEREDOC_KEYWORDS = ("RUN", "COPY", "ADD")
 
 
-class NeedsImageError(ValueError):
-    """The task's environment cannot be built in a local sandbox: it needs a container image."""
+@dataclass(frozen=True, slots=True)
+class Heredoc:
+    """One here-document: its delimiter and body (tabs stripped for <<-)."""
+
+    delimiter: str
+    body: str
 
 
 @dataclass(frozen=True, slots=True)
 class DockerStep:
-    """One instruction: its keyword, its arguments (parsed per keyword) and its line number."""
+    """One instruction: keyword, --flags, arguments (JSON form already decoded), heredocs and line number.
+
+    `args` is the list of words for COPY/ADD/ARG/ENV/FROM/USER/SHELL (JSON or shell-split), and a single
+    string (the shell text as written) for RUN, CMD and ENTRYPOINT in shell form.
+    """
 
     keyword: str
     args: tuple[str, ...]
     line: int
+    flags: tuple[tuple[str, str], ...] = ()
+    heredocs: tuple[Heredoc, ...] = ()
+    json_form: bool = False
+    text: str = ""
+
+    def flag(self, name: str) -> str | None:
+        return dict(self.flags).get(name)
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    lines, buf, start = [], "", 0
-    for no, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if not buf and (not stripped or stripped.startswith("#")):
+def _join_lines(text: str) -> list[tuple[int, str, list[str]]]:
+    """Logical instructions: (first line number, joined text, the raw lines that follow for heredocs)."""
+    raw = text.splitlines()
+    out: list[tuple[int, str, list[str]]] = []
+    i, n = 0, len(raw)
+    while i < n:
+        stripped = raw[i].strip()
+        if not stripped or stripped.startswith("#"):
+            i += 1
             continue
-        if buf and stripped.startswith("#"):
-            continue
-        if not buf:
-            start = no
-        if stripped.endswith("\\"):
-            buf += stripped[:-1] + " "
-            continue
-        buf += stripped
-        lines.append((start, buf))
-        buf = ""
-    if buf:
-        lines.append((start, buf))
-    return lines
+        start, buf = i + 1, ""
+        while i < n:
+            part = raw[i].strip()
+            i += 1
+            if buf and (not part or part.startswith("#")):
+                continue
+            if part.endswith("\\"):
+                buf += part[:-1] + " "
+                continue
+            buf += part
+            break
+        keyword = buf.split(None, 1)[0].upper()
+        bodies: list[str] = []
+        if keyword in _HEREDOC_KEYWORDS:
+            for strip_tabs, _, delim in _HEREDOC.findall(buf):
+                lines: list[str] = []
+                while i < n and (raw[i].lstrip("\t") if strip_tabs else raw[i]) != delim:
+                    lines.append(raw[i].lstrip("\t") if strip_tabs else raw[i])
+                    i += 1
+                if i >= n:
+                    raise NeedsImageError(f"line {start}: heredoc <<{delim} is never closed")
+                i += 1
+                bodies.append("\n".join(lines) + "\n")
+        out.append((start, buf, bodies))
+    return out
 
 
-def _env_pairs(rest: str, where: str) -> tuple[str, ...]:
-    parts = shlex.split(rest)
-    if parts and "=" not in parts[0]:
-        if len(parts) < 2:
-            raise NeedsImageError(f"{where}: ENV needs KEY VALUE or KEY=VALUE")
-        return (parts[0], rest.split(None, 1)[1].strip())
-    out: list[str] = []
-    for p in parts:
-        key, sep, value = p.partition("=")
-        if not sep or not key:
-            raise NeedsImageError(f"{where}: ENV entry {p!r} is not KEY=VALUE")
-        out += [key, value]
-    return tuple(out)
+def _split_flags(rest: str) -> tuple[tuple[tuple[str, str], ...], str]:
+    flags: list[tuple[str, str]] = []
+    while rest.startswith("--"):
+        word, _, rest = rest.partition(" ")
+        name, _, value = word[2:].partition("=")
+        flags.append((name, value))
+        rest = rest.lstrip()
+    return tuple(flags), rest
 
 
-def _copy_args(keyword: str, rest: str, where: str) -> tuple[str, ...]:
-    parts = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
-    flags = [p for p in parts if p.startswith("--")]
-    for flag in flags:
-        if flag.startswith(("--from", "--link", "--parents", "--exclude")):
-            raise NeedsImageError(f"{where}: {keyword} {flag} needs an image build")
-    paths = [p for p in parts if not p.startswith("--")]
-    if len(paths) < 2:
-        raise NeedsImageError(f"{where}: {keyword} needs at least one source and a destination")
-    if keyword == "ADD" and any("://" in p for p in paths[:-1]):
-        raise NeedsImageError(f"{where}: ADD of a URL needs an image build (sandboxes are offline)")
-    return tuple(paths)
+def _words(rest: str, where: str) -> tuple[tuple[str, ...], bool]:
+    if rest.startswith("["):
+        try:
+            value = json.loads(rest)
+        except ValueError:
+            value = None
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value), True
+    try:
+        return tuple(shlex.split(rest, posix=True)), False
+    except ValueError as exc:
+        raise NeedsImageError(f"{where}: cannot split {rest[:60]!r} ({exc})") from None
+
+
+def parse_dockerfile_text(text: str, name: str = "Dockerfile") -> list[DockerStep]:
+    """The instructions of a Dockerfile's text, in order (see DockerStep)."""
+    steps: list[DockerStep] = []
+    for line, joined, bodies in _join_lines(text):
+        keyword, _, rest = joined.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        where = f"{name}:{line}"
+        flags, rest = _split_flags(rest)
+        heredocs = tuple(Heredoc(d, b) for (_, _, d), b in zip(_HEREDOC.findall(rest), bodies, strict=True))
+        if keyword in ("RUN", "CMD", "ENTRYPOINT"):
+            args, json_form = _words(rest, where) if rest.startswith("[") else ((rest,), False)
+            if not json_form:  # shell form: the text as written (a leading `[[` is shell, not JSON)
+                args = (rest,)
+        elif keyword == "ENV":
+            args, json_form = (rest,), False  # KEY=VALUE pairs or the legacy `KEY VALUE`: split by dockerplan
+        else:
+            args, json_form = _words(rest, where)
+        steps.append(DockerStep(keyword, args, line, flags, heredocs, json_form, joined))
+    return steps
 
 
 def parse_dockerfile(path: Path) -> list[DockerStep]:
-    """The steps of a local-replayable Dockerfile, or NeedsImageError naming the offending line."""
-    steps: list[DockerStep] = []
-    for line, text in _logical_lines(path.read_text(encoding="utf-8")):
-        keyword, _, rest = text.partition(" ")
-        keyword, rest = keyword.upper(), rest.strip()
-        where = f"{path}:{line}"
-        if keyword not in LOCAL_INSTRUCTIONS:
-            raise NeedsImageError(
-                f"{where}: instruction {keyword} cannot be replayed in a local sandbox "
-                f"(only {'/'.join(LOCAL_INSTRUCTIONS)}); this task needs an image")
-        if keyword == "FROM":
-            if any(s.keyword == "FROM" for s in steps):
-                raise NeedsImageError(f"{where}: multi-stage build needs an image")
-            args: tuple[str, ...] = (rest.split()[0],) if rest else ("scratch",)
-        elif keyword == "ENV":
-            args = _env_pairs(rest, where)
-        elif keyword in ("COPY", "ADD"):
-            args = _copy_args(keyword, rest, where)
-        elif keyword == "RUN":
-            if rest.startswith("["):
-                args = (shlex.join(json.loads(rest)),)
-            else:
-                if rest.startswith("--"):
-                    raise NeedsImageError(f"{where}: RUN flags need an image build")
-                args = (rest,)
-        else:  # WORKDIR
-            args = (rest,)
-        steps.append(DockerStep(keyword, args, line))
-    return steps
+    """The instructions of a Dockerfile on disk (see parse_dockerfile_text)."""
+    return parse_dockerfile_text(path.read_text(encoding="utf-8"), str(path))

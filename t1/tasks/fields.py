@@ -71,8 +71,8 @@ class Fields:
             raise self.error(key, f"must be <= {maximum:g}, got {value!r}")
         return float(value)
 
-    def integer(self, key: str, default: Any = _MISSING, maximum: int | None = None) -> Any:
-        value = self.number(key, default, maximum=maximum)
+    def integer(self, key: str, default: Any = _MISSING, positive: bool = True, maximum: int | None = None) -> Any:
+        value = self.number(key, default, positive=positive, maximum=maximum)
         if value is None:
             return None
         if value != int(value):
@@ -111,10 +111,11 @@ class Fields:
         hc = self.table(key)
         return Healthcheck(
             command=hc.text("command"),
-            interval_sec=hc.number("interval_sec", 1.0, positive=False, maximum=HEALTHCHECK_MAX_SEC),
+            interval_sec=hc.number("interval_sec", 5.0, positive=False, maximum=HEALTHCHECK_MAX_SEC),
             timeout_sec=hc.number("timeout_sec", 30.0, maximum=HEALTHCHECK_MAX_SEC),
             retries=max(1, hc.integer("retries", 3, maximum=HEALTHCHECK_MAX_RETRIES)),
             start_period_sec=hc.number("start_period_sec", 0.0, positive=False, maximum=HEALTHCHECK_MAX_SEC),
+            start_interval_sec=hc.number("start_interval_sec", 5.0, positive=False, maximum=HEALTHCHECK_MAX_SEC),
         )
 
 

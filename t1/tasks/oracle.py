@@ -18,16 +18,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell
-from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.needs import NeedKind, NeedsError, NeedsNetworkError
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.separate import fresh_sandbox, pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
-from t1.tasks.transfer import SetupError, upload_dir_contents
+from t1.tasks.toolchain import install_stand_ins, needs_network_lines, toolchain_prefix
+from t1.tasks.transfer import SetupError, one_line_cause, upload_dir_contents
 from t1.tasks.verifier import run_verifier
 
 log = logging.getLogger(__name__)
-SOLUTION_DIRS = ("/solution", "/tmp/solution")  # local sandboxes have a read-only root: fall back to /tmp
+OUTPUT_TAIL_CHARS = 2000  # of verifier and setup output kept in reports
+SOLUTION_DIRS = ("/solution", "/tmp/solution")  # /solution as in a container; /tmp where the root is read-only
 
 
 class RunMode(StrEnum):
@@ -41,7 +44,9 @@ class RunStatus(StrEnum):
     PASSES_WITHOUT_WORK = "passes_without_work"  # verify: resolved on an untouched sandbox
     VERIFIER_ERROR = "verifier_error"
     SETUP_FAILED = "setup_failed"
-    NEEDS_IMAGE = "needs_image"
+    NEEDS_IMAGE = "needs_image"  # the environment needs a container image (t1.tasks.needs names the line)
+    NEEDS_NETWORK = "needs_network"  # setup needs packages or downloads this offline host lacks
+    NEEDS_FEATURE = "needs_feature"  # a task.toml feature T1 does not provide (GPUs, MCP servers, ...)
     NO_SOLUTION = "no_solution"
     INFRA_ERROR = "infra_error"
 
@@ -56,19 +61,38 @@ class TaskRun:
     report: VerifierReport
     reward: float
     detail: str = ""
+    setup_output: str = ""  # the end of a failed setup command's output
 
     @property
     def resolved(self) -> bool:
         return self.report.resolved
 
+    @property
+    def why(self) -> str:
+        """One line: why the task was refused or failed at setup, or why its verifiers did not resolve."""
+        if self.status is RunStatus.PASSES_WITHOUT_WORK:
+            return "the verifiers pass on an untouched sandbox"
+        if self.detail and self.status is not RunStatus.OK:
+            return f"{self.status}: {self.detail}"
+        return self.report.why
+
     def as_json(self) -> dict[str, object]:
         return {"task": self.task, "resolved": self.resolved, "reward": self.reward, "passed": self.report.passed,
                 "total": self.report.total, "status": str(self.status), "failure_mode": str(self.report.failure_mode),
-                "detail": self.detail or self.report.detail, "shims_used": list(self.report.shims_used)}
+                "why": self.why, "detail": self.detail or self.report.detail,
+                "failed_tests": [{"name": t.name, "message": t.message} for t in self.report.failed_tests],
+                "verifier_output_tail": self.report.output_tail[-OUTPUT_TAIL_CHARS:],
+                "setup_output_tail": self.setup_output[-OUTPUT_TAIL_CHARS:],
+                "shims_used": list(self.report.shims_used)}
 
 
-async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provisioned, timeout_s: float) -> str:
-    """Upload and run a reference solution; returns '' on success, else why it failed."""
+async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provisioned, timeout_s: float, *,
+                       offline: bool = False) -> str:
+    """Upload and run a reference solution; returns '' on success, else why it failed.
+
+    Offline, the solution gets the installer stand-ins (as setup does), so its `pip install` of a package the
+    host has succeeds, and one it lacks is a NeedsNetworkError naming it.
+    """
     probe = await shell.run(f"for d in {' '.join(SOLUTION_DIRS)}; do rm -rf $d 2>/dev/null; "
                             "mkdir -p $d 2>/dev/null && [ -w $d ] && echo $d && break; done", 60)
     if not probe.output.strip():
@@ -85,16 +109,41 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
     else:
         await shell.write_file(f"{sol_dir}/{solution.script.name}", solution.script.read_bytes(), 0o755)
         command = f"bash {sol_dir}/{solution.script.name}"
-    inner = f"{provisioned.prefix()}{env}{command}"
+    stand_ins = ""
+    if offline:
+        await install_stand_ins(shell)
+        stand_ins = toolchain_prefix()
+    inner = f"{stand_ins}{provisioned.prefix()}{env}{command}"
     result = await shell.run(f"( {as_user(inner, provisioned.user)} ) < /dev/null 2>&1", timeout_s=timeout_s)
     if result.timed_out:
         return f"solution timed out after {timeout_s:.0f}s"
     if result.exit_code != 0:
-        return f"solution exited {result.exit_code}: {result.output[-500:].strip()}"
+        needs = needs_network_lines(result.output)
+        if needs:  # the reference solution installs packages this offline host lacks
+            raise NeedsNetworkError(f"solution: {'; '.join(needs)}")
+        return f"solution exited {result.exit_code}: {one_line_cause(result.output)}"
     return ""
 
 
-async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bool) -> tuple[VerifierReport, str]:
+async def _verify(provider: SandboxProvider, sandbox: Sandbox, shell: Shell, spec: TaskSpec, phase: StepSpec,
+                  provisioned: Provisioned, local: bool, offline: bool) -> VerifierReport:
+    if phase.verifier.separate is not None:
+        artifacts = await pack_artifacts(shell, phase.verifier.separate, provisioned)
+        return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts, local=local,
+                                           offline=offline)
+    # Local sandboxes give each shell its own PID and network namespace, so a service the solution
+    # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
+    share = phase.verifier.same_shell or local
+    verifier_shell = shell if share else await sandbox.open_shell()
+    try:
+        return await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
+    finally:
+        if verifier_shell is not shell:
+            await verifier_shell.close()
+
+
+async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpec, mode: RunMode,
+                      local: bool) -> tuple[VerifierReport, str]:
     shell = await sandbox.open_shell()
     try:
         provisioned = await provision(shell, spec, local=local)
@@ -107,17 +156,9 @@ async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bo
                 await enter_step(shell, phase, provisioned)
             if mode is RunMode.ORACLE and phase.solution is not None:
                 problem = await run_solution(shell, phase.solution, provisioned,
-                                             phase.agent_timeout_sec or spec.agent_timeout_sec)
+                                             phase.agent_timeout_sec or spec.agent_timeout_sec, offline=offline)
                 solution_problem = solution_problem or (f"{phase.name}: {problem}" if problem else "")
-            # Local sandboxes give each shell its own PID and network namespace, so a service the solution
-            # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
-            share = phase.verifier.same_shell or local
-            verifier_shell = shell if share else await sandbox.open_shell()
-            try:
-                report = await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
-            finally:
-                if verifier_shell is not shell:
-                    await verifier_shell.close()
+            report = await _verify(provider, sandbox, shell, spec, phase, provisioned, local, offline)
             done.append((phase, report))
             if not passes_gate(report, phase.min_reward):
                 break
@@ -126,6 +167,10 @@ async def _run_phases(sandbox: Sandbox, spec: TaskSpec, mode: RunMode, local: bo
         return combine_steps(done, spec.multi_step_strategy, len(phases)), solution_problem
     finally:
         await shell.close()
+
+
+_NEED_STATUS = {NeedKind.IMAGE: RunStatus.NEEDS_IMAGE, NeedKind.NETWORK: RunStatus.NEEDS_NETWORK,
+                NeedKind.FEATURE: RunStatus.NEEDS_FEATURE}
 
 
 def _status(mode: RunMode, spec: TaskSpec, report: VerifierReport, solution_problem: str) -> RunStatus:
@@ -146,7 +191,7 @@ async def run_task(
 ) -> TaskRun:
     """Run one task in a fresh sandbox (oracle: solution then verifiers; verify: verifiers only)."""
     status: RunStatus | None = None
-    detail = ""
+    detail = setup_output = ""
     report = VerifierReport()
     try:
         sandbox = await provider.create(sandbox_request(spec))
@@ -155,19 +200,24 @@ async def run_task(
         return TaskRun(spec.id, mode, RunStatus.INFRA_ERROR, VerifierReport(failure_mode=FailureMode.INFRA_ERROR),
                        0.0, str(exc))
     try:
-        report, detail = await _run_phases(sandbox, spec, mode, local)
-    except NeedsImageError as exc:
-        status, detail, report = RunStatus.NEEDS_IMAGE, str(exc), VerifierReport(failure_mode=FailureMode.NEEDS_IMAGE)
+        report, detail = await _run_phases(provider, sandbox, spec, mode, local)
+    except NeedsError as exc:
+        status, detail = _NEED_STATUS[exc.kind], str(exc)
+        report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))
     except SetupError as exc:
         status, detail, report = RunStatus.SETUP_FAILED, str(exc), VerifierReport(failure_mode=FailureMode.SETUP_FAILED)
+        setup_output = exc.output_tail
     except SandboxLost as exc:
         log.warning("task %s: sandbox lost: %s", spec.id, exc)
         status, detail, report = RunStatus.INFRA_ERROR, str(exc), VerifierReport(failure_mode=FailureMode.INFRA_ERROR)
     finally:
         await provider.destroy(sandbox)
-    if status is None:
+    needs = [] if status is not None or report.resolved else needs_network_lines(report.output_tail)
+    if needs:  # the tests install packages this offline host lacks: the run says nothing about the task
+        status, detail = RunStatus.NEEDS_NETWORK, f"verifier: {'; '.join(needs)}"
+    elif status is None:
         status = _status(mode, spec, report, detail)
-    return TaskRun(spec.id, mode, status, report, episode_reward(report, reward_mode), detail)
+    return TaskRun(spec.id, mode, status, report, episode_reward(report, reward_mode), detail, setup_output)
 
 
 async def run_tasks(

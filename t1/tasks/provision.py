@@ -1,37 +1,32 @@
-"""Prepare a sandbox for a task: replay the Dockerfile (local), upload environment files, check health.
+"""Prepare a sandbox for a task: refuse what cannot run here, replay the Dockerfile, upload files, check health.
 
 `sandbox_request` tells the provider what the task needs (image, network,
 resources). `provision` then makes the sandbox look like the task's container:
-on local sandboxes the Dockerfile's FROM/WORKDIR/COPY/ADD/ENV/RUN steps are
-replayed in the sandbox (anything else is a NeedsImageError); on providers that
-start the task's own image the Dockerfile is already applied. Environment files
-go into the workdir, and the healthcheck must pass before the agent starts. The
-result (workdir, env, user) is what every later shell of the episode starts from.
+first it refuses, by name, what this provider cannot give (t1.tasks.predict:
+GPUs, MCP servers, compose services, unset env templates); on local sandboxes
+the Dockerfile is replayed with container semantics (t1.tasks.dockerplan and
+t1.tasks.replay, installer stand-ins on PATH when offline); on providers that
+start the task's own image it is already applied. Environment files go into the
+workdir, and the healthcheck must pass before the agent starts. The result
+(workdir, env, user) is what every later shell of the episode starts from.
 """
 
 from __future__ import annotations
 
 import asyncio
-import posixpath
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
-
-import yaml
 
 from t1.sandbox.types import SandboxRequest, Shell
-from t1.tasks.dockerfile import DockerStep, NeedsImageError, parse_dockerfile
+from t1.tasks.dockerplan import build_plan
+from t1.tasks.needs import NeedsImageError, raise_need
+from t1.tasks.predict import static_needs
+from t1.tasks.replay import as_user, exports, replay
 from t1.tasks.spec import Env, Healthcheck, StepSpec, TaskSpec
-from t1.tasks.transfer import (
-    SetupError,
-    check,
-    path_kind,
-    tar_entries,
-    upload_archive,
-    upload_dir_contents,
-)
+from t1.tasks.toolchain import install_stand_ins, remove_stand_ins
+from t1.tasks.transfer import SetupError, check, upload_dir_contents
 
-_ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+__all__ = ["Provisioned", "as_user", "check_user", "enter_step", "provision", "run_healthcheck", "sandbox_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +39,7 @@ class Provisioned:
 
     def prefix(self) -> str:
         """Shell text that enters the task's workdir and environment."""
-        exports = "".join(f"export {k}={_dq(v)}; " for k, v in self.env)
-        return f"{exports}cd {shlex.quote(self.workdir)}; "
-
-
-def _dq(value: str) -> str:
-    """Double-quote for the shell, leaving $VAR expansion on (Dockerfile ENV semantics)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+        return f"{exports(self.env)}cd {shlex.quote(self.workdir)}; "
 
 
 def sandbox_request(spec: TaskSpec) -> SandboxRequest:
@@ -59,89 +48,53 @@ def sandbox_request(spec: TaskSpec) -> SandboxRequest:
                           cpus=env.cpus, memory_mb=env.memory_mb, env=env.env)
 
 
-def _check_compose(spec: TaskSpec) -> None:
-    path = spec.environment.compose_file
-    if path is None:
-        return
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise NeedsImageError(f"{path}: unreadable compose file ({exc})") from None
-    services = data.get("services") or {} if isinstance(data, dict) else {}
-    if isinstance(services, dict) and len(services) > 1:
-        raise NeedsImageError(f"{path}: {len(services)} services ({', '.join(services)}); "
-                              "local sandboxes run one; this task needs images")
-
-
-async def _copy(shell: Shell, step: DockerStep, context: Path, cwd: str, timeout: float) -> None:
-    *sources, dest = step.args
-    dest = posixpath.join(cwd, dest)
-    matches: list[Path] = []
-    for src in sources:
-        found = sorted(context.glob(src)) if any(c in src for c in "*?[") else [context / src]
-        found = [p for p in found if p.exists() and p.resolve().is_relative_to(context.resolve())]
-        if not found:
-            raise SetupError(f"line {step.line}: {step.keyword} source {src!r} not found in {context}")
-        matches += found
-    to_dir = dest.endswith("/") or len(matches) > 1 or await path_kind(shell, dest) == "dir"
-    entries: list[tuple[Path, str]] = []
-    for src_path in matches:
-        if step.keyword == "ADD" and src_path.is_file() and src_path.name.endswith(_ARCHIVES):
-            await upload_archive(shell, tar_entries([(src_path, src_path.name)]), "/tmp/.t1-add", "ADD archive")
-            await check(shell, f"mkdir -p {shlex.quote(dest)} && tar -xf /tmp/.t1-add/{shlex.quote(src_path.name)} "
-                        f"-C {shlex.quote(dest)} && rm -rf /tmp/.t1-add", f"line {step.line}: ADD", timeout)
-        elif src_path.is_dir():
-            entries += [(p, posixpath.join(dest, p.name).lstrip("/")) for p in sorted(src_path.iterdir())]
-        else:
-            target = posixpath.join(dest, src_path.name) if to_dir else dest
-            entries.append((src_path, target.lstrip("/")))
-    if entries:
-        await upload_archive(shell, tar_entries(entries), "/", f"line {step.line}: {step.keyword}")
-
-
-async def apply_dockerfile(shell: Shell, dockerfile: Path, timeout: float) -> tuple[str, Env]:
-    """Replay a Dockerfile's steps in the sandbox; returns the final WORKDIR and ENV."""
-    steps = parse_dockerfile(dockerfile)
-    cwd, env = "/", {}
-    for step in steps:
-        if step.keyword == "WORKDIR":
-            cwd = posixpath.join(cwd, step.args[0])
-            await check(shell, f"mkdir -p {shlex.quote(cwd)}", f"line {step.line}: WORKDIR", timeout)
-        elif step.keyword == "ENV":
-            for k, v in zip(step.args[::2], step.args[1::2], strict=True):
-                env[k] = v
-        elif step.keyword in ("COPY", "ADD"):
-            await _copy(shell, step, dockerfile.parent, cwd, timeout)
-        elif step.keyword == "RUN":
-            exports = "".join(f"export {k}={_dq(v)}; " for k, v in env.items())
-            await check(shell, f"( {exports}cd {shlex.quote(cwd)} && sh -c {shlex.quote(step.args[0])} )",
-                        f"{dockerfile.name} line {step.line}: RUN", timeout)
-    return cwd, tuple(env.items())
-
-
 async def run_healthcheck(shell: Shell, hc: Healthcheck, prefix: str) -> None:
-    if hc.start_period_sec:
-        await asyncio.sleep(hc.start_period_sec)
-    last = ""
-    for attempt in range(hc.retries):
+    """Docker HEALTHCHECK semantics: during start_period_sec failures do not count (checked every
+    start_interval_sec); then `retries` consecutive failures, interval_sec apart, fail the setup."""
+    loop = asyncio.get_running_loop()
+
+    async def once() -> str:
         result = await shell.run(f"( {prefix}{hc.command} )", timeout_s=hc.timeout_sec)
         if result.exit_code == 0 and not result.timed_out:
+            return ""
+        return "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.output[-300:].strip()}"
+
+    grace_ends = loop.time() + hc.start_period_sec
+    while loop.time() < grace_ends:
+        if not await once():
             return
-        last = "timed out" if result.timed_out else f"exit code {result.exit_code}: {result.output[-300:].strip()}"
+        await asyncio.sleep(max(0.0, min(hc.start_interval_sec, grace_ends - loop.time())))
+    last = ""
+    for attempt in range(hc.retries):
+        last = await once()
+        if not last:
+            return
         if attempt + 1 < hc.retries:
             await asyncio.sleep(hc.interval_sec)
     raise SetupError(f"healthcheck {hc.command!r} failed {hc.retries} time(s): {last}")
 
 
-async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True) -> Provisioned:
-    """Make the sandbox match the task's environment; returns how the agent's shells must start."""
+async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline: bool | None = None) -> Provisioned:
+    """Make the sandbox match the task's environment; returns how the agent's shells must start.
+
+    `offline` (default: local, or the task denies internet) puts the installer stand-ins on PATH for RUN lines.
+    """
     env = spec.environment
-    _check_compose(spec)
+    for need in static_needs(spec, local=local):
+        raise_need(need)
+    offline = (local or not env.allow_internet) if offline is None else offline
     workdir: str | None = env.workdir
-    docker_env: tuple[tuple[str, str], ...] = ()
+    docker_env: Env = ()
+    user = spec.agent_user
     if env.dockerfile is not None and (local or not env.docker_image):
-        image_workdir, docker_env = await apply_dockerfile(shell, env.dockerfile, env.build_timeout_sec)
-        workdir = workdir or (image_workdir if image_workdir != "/" else None)
+        plan = build_plan(env.dockerfile)
+        stand_ins = offline and bool(plan.run_lines())
+        if stand_ins:
+            await install_stand_ins(shell)
+        await replay(shell, plan, env.dockerfile.parent, env.build_timeout_sec, offline=offline)
+        if stand_ins:
+            await remove_stand_ins(shell)
+        workdir, docker_env, user = workdir or plan.workdir, plan.env, user or plan.user
     elif local and env.docker_image and env.dockerfile is None:
         raise NeedsImageError(f"task {spec.id} runs in image {env.docker_image} and has no Dockerfile to replay locally")
     workdir = workdir or "/app"
@@ -150,17 +103,23 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True) -> Prov
         await upload_dir_contents(shell, env.files_dir, workdir, exclude=("docker-compose.yaml", "docker-compose.yml"))
     merged: dict[str, str] = dict(docker_env)
     merged.update(env.env)
-    provisioned = Provisioned(workdir=workdir, env=tuple(merged.items()), user=spec.agent_user)
+    provisioned = Provisioned(workdir=workdir, env=tuple(merged.items()), user=user)
     await check_user(shell, provisioned.user)
     if env.healthcheck is not None:
         await run_healthcheck(shell, env.healthcheck, provisioned.prefix())
     return provisioned
 
 
+STEP_SETUP = "setup.sh"  # Harbor: steps/<name>/workdir/setup.sh runs from the workdir after the upload
+
+
 async def enter_step(shell: Shell, step: StepSpec, provisioned: Provisioned) -> None:
-    """Before a step of a multi-step task: its workdir files, then its healthcheck."""
+    """Before a step of a multi-step task: its workdir files, its workdir/setup.sh, then its healthcheck."""
     if step.workdir_files is not None:
         await upload_dir_contents(shell, step.workdir_files, provisioned.workdir)
+        if (step.workdir_files / STEP_SETUP).is_file():
+            await check(shell, f"( {provisioned.prefix()}bash ./{STEP_SETUP} ) < /dev/null 2>&1",
+                        f"step {step.name}: workdir/{STEP_SETUP}")
     if step.healthcheck is not None:
         await run_healthcheck(shell, step.healthcheck, provisioned.prefix())
 
@@ -177,12 +136,3 @@ async def check_user(shell: Shell, user: str | None) -> None:
         raise SetupError(f"task user {user!r} does not exist in the sandbox")
     if "same" not in words and "can" not in words:
         raise SetupError(f"task user {user!r}: the sandbox runs as another user and cannot switch")
-
-
-def as_user(command: str, user: str | None) -> str:
-    """Run `command` with bash as `user` (via runuser when the sandbox is root), or as is."""
-    if user is None:
-        return command
-    q = shlex.quote(user)
-    return (f"if [ \"$(id -un)\" = {q} ]; then bash -c {shlex.quote(command)}; "
-            f"else runuser -u {q} -- bash -c {shlex.quote(command)}; fi")

@@ -38,6 +38,8 @@ class FailureMode(StrEnum):
     NO_TESTS = "no_tests"
     SETUP_FAILED = "setup_failed"
     NEEDS_IMAGE = "needs_image"
+    NEEDS_NETWORK = "needs_network"
+    NEEDS_FEATURE = "needs_feature"
     STEP_GATE = "step_gate"  # a multi-step task stopped: a step fell below its min_reward
     INFRA_ERROR = "infra_error"
 
@@ -52,6 +54,11 @@ class TestResult:
     __test__ = False  # not a pytest class
     name: str
     status: TestStatus
+    message: str = ""  # for a failure: the first line of its assertion or error
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (TestStatus.FAILED, TestStatus.ERROR, TestStatus.XPASS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,33 @@ class VerifierReport:
         return dict(self.reward_values).get("reward")
 
     @property
+    def failed_tests(self) -> tuple[TestResult, ...]:
+        return tuple(t for t in self.tests if t.failed)
+
+    @property
+    def why(self) -> str:
+        """One line saying why the run is not resolved: the failure mode, the failing tests with the first line
+        of each assertion, or the reward and the end of the verifier's output; '' when resolved."""
+        if self.resolved:
+            return ""
+        if self.failure_mode not in (FailureMode.NONE, FailureMode.STEP_GATE):
+            return f"{self.failure_mode}: {self.detail}" + (f"; output ends: {_last_line(self.output_tail)}"
+                                                             if self.output_tail.strip() else "")
+        failed = self.failed_tests
+        if failed:
+            shown = "; ".join(f"{t.name}" + (f" ({t.message})" if t.message else "") for t in failed[:5])
+            more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+            return f"{len(failed)} of {self.total} tests failed: {shown}{more}"
+        if self.steps and self.failure_mode is FailureMode.STEP_GATE:
+            name, step = self.steps[-1]
+            return f"step {name} fell below its min_reward: {step.why}"
+        reward = self.reward
+        if reward is not None:
+            return f"reward {reward:g}" + (f"; output ends: {_last_line(self.output_tail)}" if self.output_tail.strip()
+                                           else "")
+        return self.detail or "no test passed"
+
+    @property
     def resolved(self) -> bool:
         """The benchmark metric: a clean run, every verifier passes, and any reward file says 1."""
         if self.failure_mode is not FailureMode.NONE or self.total == 0:
@@ -104,14 +138,42 @@ class VerifierReport:
         return self.passed == self.total and (reward is None or reward >= 1.0)
 
 
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:240] if lines else ""
+
+
+_SECTION = re.compile(r"^_{3,} (?:ERROR at \w+ of )?(\S+) _{3,}\s*$")  # a test's block under FAILURES / ERRORS
 _SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+\s*$")
 _SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(.*)$")
 _FINAL_LINE = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|no tests ran)\b.* in [\d.]+s.*=+\s*$")
 
 
+def _first_error_lines(text: str) -> dict[str, str]:
+    """Test block header ('test_a', 'TestB.test_b', 'test_c[1]') -> its first `E   ` line, from FAILURES/ERRORS."""
+    firsts: dict[str, str] = {}
+    current = ""
+    for raw in text.splitlines():
+        m = _SECTION.match(raw)
+        if m:
+            current = m.group(1)
+            continue
+        if current and current not in firsts and raw.startswith("E   "):
+            firsts[current] = raw[4:].strip()
+    return firsts
+
+
+def _full_message(nodeid: str, short: str, firsts: dict[str, str]) -> str:
+    """The summary line's message unless pytest cut it to the terminal width ('...'), then the E line."""
+    if short and not short.endswith("..."):
+        return short
+    key = nodeid.split("::", 1)[-1].replace("::", ".")
+    return firsts.get(key, short)
+
+
 def parse_pytest_output(text: str) -> tuple[TestResult, ...] | None:
     """Per-test results from pytest `-rA` output; None when the output has no readable summary."""
-    results: dict[str, TestStatus] = {}
+    results: dict[str, tuple[TestStatus, str]] = {}
     in_summary = False
     saw_final = False
     for raw in text.splitlines():
@@ -132,12 +194,16 @@ def parse_pytest_output(text: str) -> tuple[TestResult, ...] | None:
         rest = m.group(2)
         if status is TestStatus.SKIPPED:
             rest = re.sub(r"^\[\d+\]\s*", "", rest)
-        name = rest.split(" - ", 1)[0].strip()
-        if name:
-            results[name] = status
+        name, _, message = rest.partition(" - ")
+        if name.strip():
+            results[name.strip()] = (status, message.strip() if status in (TestStatus.FAILED, TestStatus.ERROR)
+                                     else "")
     if not results and not saw_final:
         return None
-    return tuple(TestResult(n, s) for n, s in results.items())
+    bad = (TestStatus.FAILED, TestStatus.ERROR)
+    firsts = _first_error_lines(text) if any(st in bad for st, _ in results.values()) else {}
+    return tuple(TestResult(n, st, _full_message(n, m, firsts)[:240] if st in bad else "")
+                 for n, (st, m) in results.items())
 
 
 _CTRF_STATUS = {"passed": TestStatus.PASSED, "failed": TestStatus.FAILED, "skipped": TestStatus.SKIPPED,
@@ -148,10 +214,16 @@ def parse_ctrf(text: str) -> tuple[TestResult, ...] | None:
     """Per-test results from a CTRF JSON report (results.tests[].name/status); None if unreadable."""
     try:
         tests = json.loads(text)["results"]["tests"]
-        return tuple(TestResult(str(t["name"]), _CTRF_STATUS.get(str(t["status"]), TestStatus.ERROR))
+        return tuple(TestResult(str(t["name"]), _CTRF_STATUS.get(str(t["status"]), TestStatus.ERROR),
+                                _first_line(t.get("message")))
                      for t in tests)
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _first_line(message: object) -> str:
+    text = str(message or "").strip()
+    return text.splitlines()[0][:240] if text else ""
 
 
 def parse_junit(text: str) -> tuple[TestResult, ...] | None:
@@ -163,15 +235,18 @@ def parse_junit(text: str) -> tuple[TestResult, ...] | None:
     results = []
     for case in root.iter("testcase"):
         name = "::".join(p for p in (case.get("classname", ""), case.get("name", "")) if p)
-        if case.find("error") is not None:
+        error, failure = case.find("error"), case.find("failure")
+        bad = error if error is not None else failure
+        if error is not None:
             status = TestStatus.ERROR
-        elif case.find("failure") is not None:
+        elif failure is not None:
             status = TestStatus.FAILED
         elif case.find("skipped") is not None:
             status = TestStatus.SKIPPED
         else:
             status = TestStatus.PASSED
-        results.append(TestResult(name, status))
+        message = _first_line(bad.get("message") or bad.text) if bad is not None else ""
+        results.append(TestResult(name, status, message))
     return tuple(results)
 
 

@@ -53,10 +53,11 @@ class Healthcheck:
     """A command that must succeed before the agent starts (retried)."""
 
     command: str
-    interval_sec: float = 1.0
+    interval_sec: float = 5.0  # Harbor's defaults, which mirror Docker HEALTHCHECK
     timeout_sec: float = 30.0
     retries: int = 3
-    start_period_sec: float = 0.0
+    start_period_sec: float = 0.0  # failures in this grace period do not count
+    start_interval_sec: float = 5.0  # time between checks during the grace period
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ class EnvironmentSpec:
     files_dir: Path | None = None  # uploaded into workdir (Harbor environment/ minus Dockerfile)
     dockerfile: Path | None = None
     compose_file: Path | None = None
-    workdir: str | None = None  # None: the Dockerfile's last WORKDIR, else /app
+    workdir: str | None = None  # None: the Dockerfile's WORKDIR (its base image's when unset), else /app
     env: Env = ()
     allow_internet: bool = True
     docker_image: str | None = None
@@ -74,6 +75,45 @@ class EnvironmentSpec:
     memory_mb: int | None = None
     build_timeout_sec: float = 600.0
     healthcheck: Healthcheck | None = None
+    storage_mb: int | None = None
+    gpus: int = 0
+    os: str = "linux"
+    mcp_servers: tuple[str, ...] = ()  # names; T1's agents have no MCP client, so a task with any is refused
+    refused: tuple[str, ...] = ()  # sentences naming task-file fields T1 cannot honour here (unset ${VAR}, ...)
+    skills_dir: str | None = None  # files stay where the Dockerfile put them; T1's agents load no skills
+    allowed_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A path the agent's sandbox hands on (Harbor `artifacts`): copied into a separate verifier's sandbox."""
+
+    source: str
+    destination: str | None = None
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CollectCommand:
+    """Harbor `[[verifier.collect]]`: a command run in the agent's sandbox before artifacts are taken."""
+
+    command: str
+    timeout_sec: float = 60.0
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeparateVerifier:
+    """Harbor `environment_mode = "separate"`: the verifier runs in a fresh sandbox of its own.
+
+    That sandbox is built from `environment` (the [verifier.environment] table, with tests/ as its build
+    context; the task's own environment when absent), gets /logs/artifacts and the declared artifacts from
+    the agent's sandbox, runs tests/setup.sh if present, then the verifier.
+    """
+
+    environment: EnvironmentSpec
+    artifacts: tuple[Artifact, ...] = ()
+    collect: tuple[CollectCommand, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +128,8 @@ class VerifierSpec:
     parser_name: str = "pytest"
     same_shell: bool = False
     run_tests_sh: Path | None = None  # TB1 run-tests.sh (sits next to task.yaml, not in tests/)
+    extra_tests_dirs: tuple[Path, ...] = ()  # uploaded to /tests first (Harbor: top-level tests/ under a step's)
+    separate: SeparateVerifier | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +185,7 @@ class TaskSpec:
     steps: tuple[StepSpec, ...] = ()
     multi_step_strategy: MultiStepStrategy = MultiStepStrategy.MEAN
     metadata: TaskMetadata = field(default_factory=TaskMetadata)
+    ignored_fields: tuple[str, ...] = ()  # task file keys outside the format's schema (validate lists them)
 
     @property
     def is_multi_step(self) -> bool:

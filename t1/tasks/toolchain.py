@@ -1,15 +1,21 @@
-"""The verifier toolchain for offline sandboxes: pytest from the host plus shims for installers.
+"""The installer stand-ins for offline sandboxes, for setup and tests alike: pytest, pip, uv, apt, curl.
 
-Benchmark test scripts install their tools from the internet (`pip install
-pytest`, `curl -LsSf https://astral.sh/uv/install.sh | sh`, `uvx -w pytest
-pytest ...`, `apt-get install curl`). Offline sandboxes cannot, so before the
-verifier runs T1 uploads, under TOOLCHAIN_DIR:
-- site/: the host's pytest and its pure-Python dependencies (only if the sandbox's
-  python3 cannot import pytest already), a shadow `pip` module, and a small
-  pytest plugin that honours `--ctrf FILE` (pytest-json-ctrf's option);
-- bin/: shims for pip, pip3, uv, uvx, pytest, python, curl and apt-get that
-  succeed offline when what they would install is already usable, and fail with
-  a clear message otherwise. Each use is logged, and the report lists them.
+Benchmark Dockerfiles and test scripts install their tools from the internet
+(`apt-get install -y curl`, `pip install pandas`, `curl -LsSf
+https://astral.sh/uv/install.sh | sh`, `uvx --with pytest pytest ...`). Offline
+sandboxes cannot, so before a Dockerfile's RUN lines and before the verifier T1
+uploads, under TOOLCHAIN_DIR:
+- site/: t1_offline.py (t1.tasks.offline_pkgs: the one rule for what counts as
+  installed), the host's pytest and its pure-Python dependencies (only if the
+  sandbox's python3 cannot import pytest already), a shadow `pip` module, and a
+  small pytest plugin that honours `--ctrf FILE` (pytest-json-ctrf's option);
+- bin/: stand-ins for apt-get, apt, pip, pip3, uv, uvx, pytest, python, curl and
+  wget. They succeed offline when what they would install is already present and
+  otherwise name what is missing after NEEDS_NETWORK_MARKER (a setup line that
+  prints it is a needs_network report, not a setup failure). Known installer
+  scripts fetched with curl or wget (uv, pip, poetry) are replaced by a no-op
+  script; any other download runs the real tool and, when it cannot connect,
+  says the sandbox is offline. Each use is logged, and the report lists them.
 """
 
 from __future__ import annotations
@@ -23,43 +29,49 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from t1.sandbox.types import Shell
+from t1.tasks import offline_pkgs
+from t1.tasks.transfer import check, upload_archive
+
 TOOLCHAIN_DIR = "/tmp/.t1-verifier"
 SHIM_LOG = f"{TOOLCHAIN_DIR}/shims.log"
+NEEDS_NETWORK_MARKER = offline_pkgs.MARKER
 PYTEST_DISTS = ("pytest", "pluggy", "iniconfig", "packaging")  # pygments: only for colour on a tty
+KNOWN_INSTALLERS = ("astral.sh/uv", "get-pip.py", "install.python-poetry", "python-poetry.org/install")
 
-_LOG = f'echo "$(basename "$0") $*" >> {SHIM_LOG}'
+_LOG = f'echo "$(basename "$0") $*" >> {SHIM_LOG} 2>/dev/null'
+_OFFLINE = f"python3 {TOOLCHAIN_DIR}/site/t1_offline.py"
+_REAL_PATH = f'PATH="${{PATH#{TOOLCHAIN_DIR}/bin:}}"'
+_APT = f"""#!/bin/bash
+{_LOG}
+exec {_OFFLINE} apt "$@"
+"""
 _PIP = f"""#!/bin/bash
 {_LOG}
 case "$1" in
-  install)
-    shift; missing=""
-    for a in "$@"; do
-      case "$a" in -*|*.txt) continue;; esac
-      n=$(printf '%s' "$a" | sed -E 's/[<>=!~;\\[].*//' | tr 'A-Z-' 'a-z_')
-      case "$n" in pytest_json_ctrf|pytest_ctrf) continue;; esac
-      python3 -c "import $n" 2>/dev/null || missing="$missing $a"
-    done
-    if [ -n "$missing" ]; then echo "t1 offline pip shim: cannot install$missing (sandbox is offline)" >&2; exit 1; fi
-    echo "t1 offline pip shim: requirements already satisfied"; exit 0;;
-  --version|-V) echo "pip (t1 offline shim)"; exit 0;;
+  install) exec {_OFFLINE} pip "$@";;
+  --version|-V) echo "pip (t1 offline stand-in)"; exit 0;;
+  list|freeze|show|check) {_REAL_PATH} exec python3 -I -m pip "$@";;
   *) exit 0;;
 esac
 """
 _UV = f"""#!/bin/bash
 {_LOG}
 strip_opts() {{ while [ $# -gt 0 ]; do case "$1" in
-  -p|--python|-w|--with|--from|--with-requirements|--project|--directory) shift 2;;
-  --*=*|-q|--quiet|--no-project|--isolated|--frozen|--locked|--no-sync|-v) shift;;
+  -p|--python|-w|--with|--from|--with-requirements|--project|--directory|--index|--index-url) shift 2;;
+  --*=*|-q|--quiet|--no-project|--isolated|--frozen|--locked|--no-sync|-v|--active) shift;;
   *) break;; esac; done; printf '%s\\0' "$@"; }}
 run_tool() {{ if [ "$1" = pytest ] || [ "$1" = py.test ]; then shift; exec python3 -m pytest "$@"; fi
   if [ "$1" = python ] || [ "$1" = python3 ]; then shift; exec python3 "$@"; fi; exec "$@"; }}
 name=$(basename "$0")
-if [ "$name" = uvx ]; then mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}"; fi
+if [ "$name" = uvx ]; then {_OFFLINE} uvx "$@" || exit 1
+  mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}"; fi
 case "$1" in
-  run) shift; mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}";;
-  tool) shift; [ "$1" = run ] && shift; mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}";;
-  pip) shift; exec pip "$@";;
-  --version|version) echo "uv (t1 offline shim)";;
+  run) {_OFFLINE} uv "$@" || exit 1; shift; mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}";;
+  tool) shift; [ "$1" = run ] && shift; {_OFFLINE} uvx "$@" || exit 1
+        mapfile -d '' args < <(strip_opts "$@"); run_tool "${{args[@]}}";;
+  pip|add|venv) exec {_OFFLINE} uv "$@";;
+  --version|version) echo "uv (t1 offline stand-in)";;
   *) exit 0;;
 esac
 """
@@ -70,24 +82,29 @@ exec python3 -m pytest "$@"
 _PYTHON = """#!/bin/bash
 exec python3 "$@"
 """
-_CURL = f"""#!/bin/bash
+_STAND_IN_SCRIPT = ('mkdir -p "$HOME/.local/bin" 2>/dev/null; : > "$HOME/.local/bin/env" 2>/dev/null; '
+                    'echo "t1 offline stand-in: installer skipped"')
+
+
+def _fetcher(tool: str) -> str:
+    known = "|".join(f"*{k}*" for k in KNOWN_INSTALLERS)
+    return f"""#!/bin/bash
 for a in "$@"; do case "$a" in
-  *astral.sh/uv*|*get-pip.py*|*install.python-poetry*)
+  {known})
     {_LOG}
-    echo 'mkdir -p "$HOME/.local/bin" 2>/dev/null; : > "$HOME/.local/bin/env" 2>/dev/null; echo "t1 offline shim: installer skipped"'
+    echo '{_STAND_IN_SCRIPT}'
     exit 0;;
 esac; done
-PATH="${{PATH#{TOOLCHAIN_DIR}/bin:}}" exec curl "$@"
+{_REAL_PATH} {tool} "$@"; s=$?
+case "{tool}:$s" in
+  curl:5|curl:6|curl:7|curl:28|curl:35|wget:4)
+    url=$(printf '%s\\n' "$@" | grep -m1 -E '^(https?|ftp)://')
+    echo "{NEEDS_NETWORK_MARKER} {tool} could not download ${{url:-its URL}} (the sandbox is offline)" >&2;;
+esac
+exit $s
 """
-_APT = f"""#!/bin/bash
-{_LOG}
-case " $* " in *" install "*) ;; *) exit 0;; esac
-missing=""
-for a in "$@"; do case "$a" in -*|install) continue;; esac
-  n="${{a%%=*}}"; command -v "$n" >/dev/null 2>&1 || dpkg -s "$n" >/dev/null 2>&1 || missing="$missing $n"; done
-if [ -n "$missing" ]; then echo "t1 offline apt shim: cannot install$missing (sandbox is offline)" >&2; exit 100; fi
-exit 0
-"""
+
+
 _PIP_MODULE = """import os, sys
 os.execvp("pip", ["pip", *sys.argv[1:]])
 """
@@ -107,7 +124,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             if getattr(rep, "when", "call") not in ("call", "setup", "teardown") or not hasattr(rep, "nodeid"):
                 continue
             s = {"error": "other", "xfailed": "passed", "xpassed": "failed"}.get(status, status)
-            tests.append({"name": rep.nodeid, "status": s, "duration": getattr(rep, "duration", 0.0)})
+            crash = getattr(getattr(rep, "longrepr", None), "reprcrash", None)
+            test = {"name": rep.nodeid, "status": s, "duration": getattr(rep, "duration", 0.0)}
+            if s in ("failed", "other") and crash is not None:
+                test["message"] = str(crash.message)
+            tests.append(test)
     summary = {"tests": len(tests), "passed": sum(t["status"] == "passed" for t in tests),
                "failed": sum(t["status"] == "failed" for t in tests), "start": 0, "stop": int(time.time() * 1000)}
     with open(path, "w") as f:
@@ -116,7 +137,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 _CTRF_DIST = {"METADATA": "Metadata-Version: 2.1\nName: t1-ctrf\nVersion: 0.0\n",
               "entry_points.txt": "[pytest11]\nt1_ctrf = t1_ctrf_plugin\n"}
 SHIMS = {"pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON,
-         "curl": _CURL, "apt-get": _APT, "apt": _APT}
+         "curl": _fetcher("curl"), "wget": _fetcher("wget"), "apt-get": _APT, "apt": _APT}
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
@@ -150,6 +171,7 @@ def toolchain_archive(with_pytest: bool) -> bytes:
         for name, text in SHIMS.items():
             _add(tar, f"bin/{name}", text.encode(), 0o755)
         _add(tar, "site/t1_ctrf_plugin.py", _CTRF_PLUGIN.encode())
+        _add(tar, "site/t1_offline.py", Path(offline_pkgs.__file__).read_bytes())
         _add(tar, "site/pip/__init__.py", b"")
         _add(tar, "site/pip/__main__.py", _PIP_MODULE.encode())
         for fname, text in _CTRF_DIST.items():
@@ -168,3 +190,20 @@ def toolchain_prefix() -> str:
     """Shell prefix that puts the toolchain first (keeps the sandbox's own PATH and PYTHONPATH after it)."""
     return (f'export PATH="{TOOLCHAIN_DIR}/bin:$PATH" '
             f'PYTHONPATH="{TOOLCHAIN_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}}"; ')
+
+
+def needs_network_lines(output: str) -> list[str]:
+    """What the stand-ins said was missing (the text after NEEDS_NETWORK_MARKER), each once, in order."""
+    return list(dict.fromkeys(line.split(NEEDS_NETWORK_MARKER, 1)[1].strip() for line in output.splitlines()
+                              if NEEDS_NETWORK_MARKER in line))
+
+
+async def install_stand_ins(shell: Shell) -> None:
+    """Only the installer stand-ins and t1_offline.py (no pytest): what a Dockerfile's RUN lines need."""
+    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "clear installer stand-ins")
+    await upload_archive(shell, toolchain_archive(with_pytest=False), TOOLCHAIN_DIR, "installer stand-ins")
+
+
+async def remove_stand_ins(shell: Shell) -> None:
+    """After setup: the agent's sandbox keeps no trace of them (the verifier installs its own)."""
+    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "remove installer stand-ins")

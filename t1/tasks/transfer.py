@@ -19,16 +19,35 @@ STAGING_DIR = "/tmp"
 
 
 class SetupError(RuntimeError):
-    """Preparing the sandbox failed (a command exited non-zero, a file could not be placed)."""
+    """Preparing the sandbox failed: the message names the step and gives a one-line cause.
+
+    `output_tail` keeps the end of the failing command's output for reports that show it in full.
+    """
+
+    def __init__(self, message: str, *, output_tail: str = "") -> None:
+        super().__init__(message)
+        self.output_tail = output_tail
+
+
+def one_line_cause(output: str) -> str:
+    """The line of a failed command's output that most likely says why: the last error-looking line, else the last."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "(no output)"
+    for line in reversed(lines):
+        if any(w in line.lower() for w in ("error", "not found", "no such", "denied", "cannot", "failed", "unable")):
+            return line[:240]
+    return lines[-1][:240]
 
 
 async def check(shell: Shell, command: str, what: str, timeout_s: float = 120.0) -> CommandResult:
-    """Run a command that must succeed; SetupError with the output tail otherwise."""
+    """Run a command that must succeed; SetupError with a one-line cause (and the output tail) otherwise."""
     result = await shell.run(command, timeout_s=timeout_s)
     if result.timed_out:
-        raise SetupError(f"{what}: timed out after {timeout_s:.0f}s")
+        raise SetupError(f"{what}: timed out after {timeout_s:.0f}s", output_tail=result.output[-2000:])
     if result.exit_code != 0:
-        raise SetupError(f"{what}: exit code {result.exit_code}: {result.output[-800:].strip()}")
+        raise SetupError(f"{what}: exit code {result.exit_code}: {one_line_cause(result.output)}",
+                         output_tail=result.output[-2000:])
     return result
 
 

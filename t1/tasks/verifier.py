@@ -61,6 +61,8 @@ async def install_toolchain(shell: Shell) -> None:
 async def _upload_tests(shell: Shell, spec: VerifierSpec) -> None:
     await check(shell, f"mkdir -p {TESTS_DIR} {LOGS_DIR} && {_EMPTY} && chmod 777 {LOGS_DIR}",
                 "prepare /tests and /logs/verifier")
+    for shared in spec.extra_tests_dirs:  # Harbor: the top-level tests/ under a step's own
+        await upload_dir_contents(shell, shared, TESTS_DIR)
     await upload_dir_contents(shell, spec.tests_dir, TESTS_DIR)
     if spec.run_tests_sh is not None:
         await shell.write_file(f"{TESTS_DIR}/run-tests.sh", spec.run_tests_sh.read_bytes(), 0o755)

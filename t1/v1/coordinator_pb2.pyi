@@ -55,7 +55,7 @@ class SubmitEvalRequest(_message.Message):
     def __init__(self, tasks: _Optional[str] = ..., attempts: _Optional[int] = ..., concurrency: _Optional[int] = ..., model_version: _Optional[int] = ..., inference_endpoints: _Optional[_Iterable[str]] = ..., timeout_multiplier: _Optional[float] = ..., agent_format: _Optional[_Union[AgentFormat, str]] = ..., name: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AttemptResult(_message.Message):
-    __slots__ = ("task_id", "attempt", "reward", "passed", "total", "status", "turns", "tokens", "duration_s", "failure_mode", "resolved")
+    __slots__ = ("task_id", "attempt", "reward", "passed", "total", "status", "turns", "tokens", "duration_s", "failure_mode", "resolved", "why", "failed_tests", "verifier_output_tail")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,9 @@ class AttemptResult(_message.Message):
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
     FAILURE_MODE_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    FAILED_TESTS_FIELD_NUMBER: _ClassVar[int]
+    VERIFIER_OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     attempt: int
     reward: float
@@ -78,7 +81,18 @@ class AttemptResult(_message.Message):
     duration_s: float
     failure_mode: str
     resolved: bool
-    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reward: _Optional[float] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., status: _Optional[str] = ..., turns: _Optional[int] = ..., tokens: _Optional[int] = ..., duration_s: _Optional[float] = ..., failure_mode: _Optional[str] = ..., resolved: _Optional[bool] = ...) -> None: ...
+    why: str
+    failed_tests: _containers.RepeatedCompositeFieldContainer[FailedTest]
+    verifier_output_tail: str
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reward: _Optional[float] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., status: _Optional[str] = ..., turns: _Optional[int] = ..., tokens: _Optional[int] = ..., duration_s: _Optional[float] = ..., failure_mode: _Optional[str] = ..., resolved: _Optional[bool] = ..., why: _Optional[str] = ..., failed_tests: _Optional[_Iterable[_Union[FailedTest, _Mapping]]] = ..., verifier_output_tail: _Optional[str] = ...) -> None: ...
+
+class FailedTest(_message.Message):
+    __slots__ = ("name", "message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    message: str
+    def __init__(self, name: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class JobSummary(_message.Message):
     __slots__ = ("resolve_rate", "mean_reward", "pass_at_k", "infra_errors", "num_tasks")

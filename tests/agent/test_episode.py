@@ -194,3 +194,22 @@ async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: 
     results = await asyncio.gather(*(e.run() for e in episodes))
     assert sorted(persisted) == sorted(r.trajectory.id for r in results) and len(persisted) == 6
     assert most == 2
+
+
+async def test_separate_verifier_sees_only_declared_artifacts(tmp_path: Path, provider, renderers) -> None:
+    """Harbor environment_mode = "separate": the episode's verifier runs in a fresh sandbox that got the artifacts."""
+    d = _task(tmp_path, "sep-task", "hello")
+    (d / "task.toml").write_text('artifacts = ["/app/answer.txt"]\n[task]\nname = "sep-task"\n[agent]\n'
+                                 'timeout_sec = 60\n[verifier]\ntimeout_sec = 30\nenvironment_mode = "separate"\n')
+    (d / "solution" / "solve.sh").write_text("#!/bin/bash\necho hello > /app/answer.txt; touch /app/agent-only\n")
+    (d / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nok=0; [ "$(cat /app/answer.txt)" = hello ] && [ ! -e /app/agent-only ] && ok=1\n'
+        'echo $ok > /logs/verifier/reward.txt\n')
+    task = load_task(d)
+    renderer = renderers[FormatName.TOOL_CALLS]
+    policy = ScriptedPolicy(renderer)
+    fmt = get_format(FormatName.TOOL_CALLS)
+    spec = EpisodeSpec("ep-sep", task, "g", 0, fmt, SamplingParams(max_tokens=400))
+    policy.plan("ep-sep", task, fmt)
+    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-sep")).run()
+    assert result.status is EpisodeStatus.OK and result.report.resolved, (result.failure_mode, result.report)

@@ -40,8 +40,10 @@ class ParityRunner:
         if a.task.id == "task-2" and a.attempt == 1:
             return AttemptOutcome(a.task.id, a.attempt, 0.0, 0, 0, EpisodeStatus.INFRA_ERROR, failure_mode="sandbox_lost")
         ok = a.attempt % 2 == 0
+        why = {} if ok else {"why": "1 of 1 tests failed: t.py::test_x (assert 1 == 2)",
+                             "failed_tests": (("t.py::test_x", "assert 1 == 2"),), "verifier_output_tail": "E   assert"}
         return AttemptOutcome(a.task.id, a.attempt, float(ok), int(ok), 1, EpisodeStatus.OK, turns=3, tokens=40,
-                              resolved=ok)
+                              resolved=ok, **why)  # type: ignore[arg-type]
 
 
 async def _serve(tmp_path: Path, runner: ParityRunner) -> tuple[GrpcServer, EvalJobs]:
@@ -73,6 +75,12 @@ async def test_submit_watch_get_list(tmp_path: Path, task_root: Path) -> None:
         assert summary.pass_at_k[1] == pytest.approx((2 / 3 + 2 / 3 + 1.0) / 3)
         full = await stub.GetJob(pb.GetJobRequest(job_id=job.job_id, include_attempts=True), timeout=10)
         assert sorted((a.task_id, a.attempt) for a in full.attempts) == sorted(runner.runs)
+        failed = [a for a in full.attempts if a.status == "ok" and not a.resolved]
+        assert failed and all(a.why.startswith("1 of 1 tests failed") and a.verifier_output_tail == "E   assert"
+                              for a in failed)  # the why fields survive the store and cross gRPC
+        assert [(t.name, t.message) for t in failed[0].failed_tests] == [("t.py::test_x", "assert 1 == 2")]
+        finished = [ev.attempt_finished for ev in events if ev.WhichOneof("event") == "attempt_finished"]
+        assert any(f.why for f in finished) and all(f.why == "" for f in finished if f.resolved)
         assert len(runner.runs) == 9 == full.finished_attempts
         listed = await stub.ListJobs(pb.ListJobsRequest(states=[pb.JOB_STATE_SUCCEEDED]), timeout=10)
         assert [j.job_id for j in listed.jobs] == [job.job_id]
@@ -181,3 +189,22 @@ async def test_cli_watch_and_cancel(tmp_path: Path, task_root: Path, capsys: pyt
     assert rc == 0 and '"state": "JOB_STATE_CANCELLED"' in out
     await jobs.close()
     await server.stop(0)
+
+
+def test_store_from_before_why_fields_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "old.db")
+    db.executescript("CREATE TABLE attempts (job_id TEXT NOT NULL, task_id TEXT NOT NULL, attempt INTEGER NOT NULL, "
+                     "reward REAL NOT NULL, passed INTEGER NOT NULL, total INTEGER NOT NULL, status TEXT NOT NULL, "
+                     "turns INTEGER NOT NULL, tokens INTEGER NOT NULL, duration_s REAL NOT NULL, failure_mode TEXT "
+                     "NOT NULL, resolved INTEGER NOT NULL, finished REAL NOT NULL, PRIMARY KEY (job_id, task_id, "
+                     "attempt));")
+    db.execute("INSERT INTO attempts VALUES ('j', 't', 0, 1.0, 1, 1, 'ok', 2, 10, 1.0, '', 1, 0.0)")
+    db.commit()
+    db.close()
+    store = JobStore(tmp_path / "old.db")
+    assert store.attempts("j")[0].why == "" and store.attempts("j")[0].resolved
+    assert store.record_attempt("j", AttemptOutcome("t", 1, 0.0, 0, 1, EpisodeStatus.OK, why="because"))
+    assert [o.why for o in store.attempts("j")] == ["", "because"]
+    store.close()

@@ -25,6 +25,23 @@ def test_validate(fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "no reference solution" in capsys.readouterr().out
 
 
+def test_validate_predicts_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real = Path(__file__).parents[1] / "fixtures" / "real_tasks"
+    assert main(["tasks", "validate", "--json", str(real / "harbor" / "simple-task")]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    assert main(["tasks", "validate", "--json", str(real / "harbor" / "mcp-tools")]) == 1
+    line = json.loads(capsys.readouterr().out)
+    assert line["status"] == "will_not_run" and line["exit_code"] == 1
+    assert {n["kind"] for n in line["needs"]} == {"needs_feature", "needs_image"}
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "task.toml").write_text("[agent]\ntimeout_sec = 'soon'\n")
+    assert main(["tasks", "validate", "--json", str(bad), str(real / "harbor" / "simple-task")]) == 2
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[0]["status"] == "malformed" and "tests: file is missing" in lines[0]["error"]
+    assert lines[1]["status"] == "ok"
+
+
 def test_synth_and_decontam(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tasks", "synth", "--out", str(tmp_path / "c"), "--n", "12", "--seed", "4", "--split", "eval"]) == 0
     assert capsys.readouterr().out.startswith("wrote 12 tasks")

@@ -9,7 +9,9 @@ import pytest
 
 from t1.config.tasks import TasksConfig
 from t1.tasks.dataset import load_dataset, load_named_set, load_task, validate_task
-from t1.tasks.dockerfile import NeedsImageError, parse_dockerfile
+from t1.tasks.dockerfile import parse_dockerfile
+from t1.tasks.dockerplan import build_plan
+from t1.tasks.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.spec import MultiStepStrategy, TaskFormat, TaskParseError, VerifierKind
 
 
@@ -122,17 +124,47 @@ def test_dataset_and_named_set(fixtures: Path, tmp_path: Path) -> None:
         load_named_set(cfg, "nope")
 
 
-def test_dockerfile_local_subset(tmp_path: Path) -> None:
+def test_dockerfile_parse_forms(tmp_path: Path) -> None:
     ok = tmp_path / "Dockerfile"
     ok.write_text("# comment\nFROM debian:12 AS base\nWORKDIR /app\nENV A=1 B=\"two words\"\nENV C 3\n"
-                  "COPY --chown=root a.txt b/ /app/\nRUN echo one \\\n  && echo two\nRUN [\"echo\", \"x y\"]\n")
+                  "COPY --chown=root a.txt b/ /app/\nRUN echo one \\\n  && echo two\nRUN [\"echo\", \"x y\"]\n"
+                  "RUN <<EOF\nset -e\n# not a comment to Docker\nUSER inside-heredoc\nEOF\n")
     steps = parse_dockerfile(ok)
-    assert [s.keyword for s in steps] == ["FROM", "WORKDIR", "ENV", "ENV", "COPY", "RUN", "RUN"]
-    assert steps[2].args == ("A", "1", "B", "two words") and steps[3].args == ("C", "3")
-    assert steps[4].args == ("a.txt", "b/", "/app/") and steps[5].args == ("echo one  && echo two",)
-    assert steps[6].args == ("echo 'x y'",) and steps[5].line == 7
-    for bad, why in (("USER nobody", "USER cannot be replayed"), ("COPY --from=build /x /y", "--from"),
-                     ("ADD https://x.example/a.tgz /a", "URL"), ("EXPOSE 80", "needs an image")):
-        ok.write_text(f"FROM debian:12\n{bad}\n")
-        with pytest.raises(NeedsImageError, match=why):
-            parse_dockerfile(ok)
+    assert [s.keyword for s in steps] == ["FROM", "WORKDIR", "ENV", "ENV", "COPY", "RUN", "RUN", "RUN"]
+    assert steps[4].args == ("a.txt", "b/", "/app/") and steps[4].flag("chown") == "root"
+    assert steps[5].args == ("echo one  && echo two",) and steps[5].line == 7
+    assert steps[6].args == ("echo", "x y") and steps[6].json_form
+    assert steps[7].heredocs[0].body == "set -e\n# not a comment to Docker\nUSER inside-heredoc\n"
+
+
+def test_dockerfile_plan_container_semantics(tmp_path: Path) -> None:
+    df = tmp_path / "Dockerfile"
+    df.write_text("ARG BASE=ghcr.io/laude-institute/t-bench/python-3-13:20250620\nFROM ${BASE}\nARG NAME=world\n"
+                  "ENV GREETING=\"hello ${NAME}\" D=/srv\nCOPY a.txt ./\nWORKDIR ${D}\nWORKDIR sub\n"
+                  "COPY --chown=1000:1000 --chmod=0755 a.txt b/ ./\nCOPY <<EOF /etc/motd\nhi\nEOF\n"
+                  "RUN python3 - <<PY\nprint(1<<3)\nPY\nUSER nobody\nSHELL [\"/bin/bash\", \"-c\"]\n"
+                  "RUN echo $GREETING\nEXPOSE 80\nCMD [\"sleep\", \"infinity\"]\n")
+    plan = build_plan(df)
+    assert plan.base_known and plan.workdir == "/srv/sub" and plan.user == "nobody"
+    assert dict(plan.env) == {"GREETING": "hello world", "D": "/srv"}  # ARG does not survive into the image
+    copy, *_ = plan.steps
+    assert copy.args == ("a.txt", "/app/")  # t-bench base images: WORKDIR /app before any WORKDIR line
+    acts = [(s.action, s.args) for s in plan.steps]
+    assert ("COPY", ("a.txt", "b/", "/srv/sub/")) in acts and ("WRITE", ("/etc/motd", "hi\n")) in acts
+    run_py, run_echo = plan.run_lines()
+    assert run_py.args == ("python3 - <<PY\nprint(1<<3)\nPY",) and run_py.user is None
+    assert run_echo.user == "nobody" and run_echo.shell == ("/bin/bash", "-c") and ("NAME", "world") in run_echo.env
+    assert plan.skipped == ("line 18: EXPOSE", "line 19: CMD")
+    plain = tmp_path / "Plain"
+    plain.write_text("FROM ubuntu:24.04\nCOPY x /\n")
+    assert build_plan(plain).workdir == "/"
+    for bad, err, why in (("ENTRYPOINT [\"/e.sh\"]", NeedsImageError, "ENTRYPOINT"),
+                          ("COPY --from=build /x /y", NeedsImageError, "--from"),
+                          ("RUN --mount=type=secret,id=x true", NeedsImageError, "mount"),
+                          ("FROM debian:12", NeedsImageError, "multi-stage"),
+                          ("ADD https://x.example/a.tgz /a", NeedsNetworkError, "URL"),
+                          ("FOO bar", NeedsImageError, "FOO cannot be replayed")):
+        df.write_text(f"FROM debian:12\n{bad}\n")
+        with pytest.raises(err, match=why) as info:
+            build_plan(df)
+        assert "line 2" in str(info.value)

@@ -169,3 +169,31 @@ def test_multi_step_combination(tmp_path) -> None:
     final = combine_steps([(a, ra), (b, rb), (c, ra)], MultiStepStrategy.FINAL, 3)
     assert final.reward == 1.0 and final.failure_mode is FailureMode.NONE and not final.resolved
     assert combine_steps([(a, ra), (b, ra)], MultiStepStrategy.FINAL, 2).resolved
+
+
+def test_failures_carry_the_first_assertion_line_and_why() -> None:
+    out = ("============================= test session starts ==============================\n"
+           "=========================== short test summary info ============================\n"
+           "PASSED tests/test_a.py::test_ok\n"
+           "FAILED tests/test_a.py::test_file - AssertionError: File /app/hello.txt does not exist\n"
+           "ERROR tests/test_a.py::test_fixture - FileNotFoundError: /data\n"
+           "========================= 1 failed, 1 passed, 1 error in 0.10s =========================\n")
+    tests = parse_pytest_output(out)
+    assert tests is not None and [t.message for t in tests] == [
+        "", "AssertionError: File /app/hello.txt does not exist", "FileNotFoundError: /data"]
+    report = VerifierReport(tests=tests, output_tail=out)
+    assert report.why == ("2 of 3 tests failed: tests/test_a.py::test_file (AssertionError: File /app/hello.txt "
+                          "does not exist); tests/test_a.py::test_fixture (FileNotFoundError: /data)")
+    ctrf = parse_ctrf(json.dumps({"results": {"tests": [
+        {"name": "t::a", "status": "failed", "message": "assert 1 == 2\n where 1 = f()"},
+        {"name": "t::b", "status": "passed"}]}}))
+    assert ctrf is not None and ctrf[0].message == "assert 1 == 2" and ctrf[1].message == ""
+    junit = parse_junit('<testsuite><testcase classname="c" name="x"><failure message="boom">trace</failure>'
+                        '</testcase></testsuite>')
+    assert junit == (TestResult("c::x", TestStatus.FAILED, "boom"),)
+    assert VerifierReport(reward_values=(("reward", 0.0),), output_tail="setup\ncurl: (6) Could not resolve\n").why \
+        == "reward 0; output ends: curl: (6) Could not resolve"
+    crashed = VerifierReport(failure_mode=FailureMode.VERIFIER_CRASHED, detail="tests/test.sh exited 3",
+                             output_tail="about to crash\n")
+    assert crashed.why == "verifier_crashed: tests/test.sh exited 3; output ends: about to crash"
+    assert VerifierReport(tests=(TestResult("a", TestStatus.PASSED),)).why == ""

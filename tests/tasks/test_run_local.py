@@ -77,9 +77,9 @@ async def test_garbage_pytest_output(provider: LocalProvider, fixtures: Path, tm
 
 
 async def test_needs_image_and_healthcheck(provider: LocalProvider, tmp_path: Path) -> None:
-    spec = load_task(_harbor_task(tmp_path / "img", PYTEST_LINE, dockerfile="FROM debian:12\nUSER nobody\n"))
+    spec = load_task(_harbor_task(tmp_path / "img", PYTEST_LINE, dockerfile="FROM debian:12\nENTRYPOINT [\"/e\"]\n"))
     run = await run_task(provider, spec, RunMode.ORACLE)
-    assert run.status is RunStatus.NEEDS_IMAGE and "USER" in run.detail and "needs an image" in run.detail
+    assert run.status is RunStatus.NEEDS_IMAGE and "line 2: ENTRYPOINT" in run.detail and "needs an image" in run.detail
     spec = load_task(_harbor_task(tmp_path / "img2", PYTEST_LINE, toml_extra='docker_image = "x/y:1"\n'))
     assert sandbox_request(spec).docker_image == "x/y:1"
     assert (await run_task(provider, spec, RunMode.VERIFY)).status is RunStatus.NEEDS_IMAGE
@@ -111,7 +111,8 @@ async def test_dockerfile_replay_and_checkpoint_verifier(provider: LocalProvider
                                 "apt-get install -y surely-not-installed-pkg; echo apt=$?; "
                                 "apt-get install -y bash coreutils && echo apt-ok")
         assert "pip-ok" in shims.output and "pip=1" in shims.output and "apt=100" in shims.output
-        assert "cannot install surely-not-installed-pkg" in shims.output and "apt-ok" in shims.output
+        assert "pip packages not on this host: surely-not-installed-pkg" in shims.output
+        assert "apt packages not on this host: surely-not-installed-pkg" in shims.output and "apt-ok" in shims.output
         await shell.close()
     finally:
         await provider.destroy(sandbox)

@@ -1,0 +1,132 @@
+"""Find installer commands in shell text (bashlex), and check what they ask for against this host.
+
+Used by `t1 tasks validate` to predict a needs_network report before running a
+task: the Dockerfile's RUN lines and the test scripts are parsed, each simple
+command that installs something (apt-get/apt install, pip/pip3/python -m pip/uv
+pip install, uv add, uvx and uv run --with, curl|wget piped into a shell) becomes
+an Install, and `missing_on_host` asks the sandbox's own python3 (with the
+sandbox PATH) through t1.tasks.offline_pkgs, the file the stand-ins run, which
+of its packages are absent. Text bashlex cannot parse is split on ; && || | and
+newlines instead.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import bashlex
+
+from t1.sandbox.bwrap import SANDBOX_PATH
+from t1.tasks import offline_pkgs
+from t1.tasks.toolchain import KNOWN_INSTALLERS
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """One installer command: what kind, what it asks for (package names or a URL), and the command text."""
+
+    kind: str  # apt | pip | fetch
+    packages: tuple[str, ...]
+    command: str
+
+
+def _commands(text: str) -> list[list[str]]:
+    try:
+        trees = bashlex.parse(text)
+    except Exception:  # bashlex raises several error types on shell it does not know; fall back to splitting
+        return _split_commands(text)
+    out: list[list[str]] = []
+
+    def walk(node: object) -> None:
+        kind = getattr(node, "kind", "")
+        if kind == "command":
+            out.append([p.word for p in node.parts if getattr(p, "kind", "") == "word"])  # type: ignore[attr-defined]
+        for child in (getattr(node, "parts", None) or []) + (getattr(node, "list", None) or []):
+            walk(child)
+        inner = getattr(node, "command", None)
+        if inner is not None and hasattr(inner, "kind"):
+            walk(inner)
+
+    for tree in trees:
+        walk(tree)
+    return out
+
+
+def _split_commands(text: str) -> list[list[str]]:
+    out = []
+    for piece in re.split(r"&&|\|\||;|\||\n", text):
+        try:
+            words = shlex.split(piece, comments=True)
+        except ValueError:
+            words = piece.split()
+        if words:
+            out.append(words)
+    return out
+
+
+def _strip_prefix(words: list[str]) -> list[str]:
+    while words and (words[0] in ("sudo", "env", "exec", "time", "command") or re.match(r"^\w+=", words[0])):
+        words = words[1:]
+    return words
+
+
+def _classify(words: list[str]) -> Install | None:
+    words = _strip_prefix(words)
+    if not words:
+        return None
+    tool, rest = Path(words[0]).name, words[1:]
+    text = " ".join(words)
+    if tool in ("apt-get", "apt") and "install" in rest:
+        return Install("apt", tuple(offline_pkgs.apt_packages(rest[rest.index("install") + 1:])), text)
+    if re.fullmatch(r"python3?(\.\d+)?", tool) and rest[:2] == ["-m", "pip"]:
+        tool, rest = "pip", rest[2:]
+    if tool == "uv" and rest[:1] == ["pip"]:
+        tool, rest = "pip", rest[1:]
+    if re.fullmatch(r"pip3?(\.\d+)?", tool) and rest[:1] == ["install"]:
+        return Install("pip", tuple(offline_pkgs.pip_requirements(rest[1:])), text)
+    if tool == "uv" and rest[:1] == ["add"]:
+        return Install("pip", tuple(offline_pkgs.pip_requirements(rest[1:])), text)
+    if tool == "uv" and rest[:1] in (["run"], ["tool"]):
+        return Install("pip", tuple(offline_pkgs.uv_with(rest)), text) if offline_pkgs.uv_with(rest) else None
+    if tool == "uvx":
+        tool_words = offline_pkgs._strip_uv_options(rest)
+        wanted = offline_pkgs.uv_with(rest) + tool_words[:1]
+        return Install("pip", tuple(wanted), text)
+    return None
+
+
+def _fetch_pipes(text: str) -> list[Install]:
+    out = []
+    for m in re.finditer(r"(?<![\w=.-])(curl|wget)\s[^|\n;&]*?((?:https?|ftp)://[^\s|;&]+)[^|\n;&]*\|\s*(?:sudo\s+)?(?:ba)?sh\b", text):
+        url = m.group(2).strip("'\"")
+        if not any(k in url for k in KNOWN_INSTALLERS):
+            out.append(Install("fetch", (url,), m.group(0)))
+    return out
+
+
+def find_installs(text: str) -> list[Install]:
+    """Every installer command in a shell script or RUN line, in order (downloads piped to a shell last)."""
+    found = [i for words in _commands(text) if (i := _classify(words)) is not None and i.packages]
+    return found + _fetch_pipes(text)
+
+
+def _ask(kind: str, names: tuple[str, ...]) -> list[str]:
+    script = Path(offline_pkgs.__file__)
+    result = subprocess.run(["python3", str(script), f"missing-{kind}", *names], capture_output=True, text=True,
+                            env={"PATH": SANDBOX_PATH}, timeout=60, check=False)
+    if result.returncode != 0:  # no python3 on the sandbox PATH: ask this interpreter
+        result = subprocess.run([sys.executable, str(script), f"missing-{kind}", *names], capture_output=True,
+                                text=True, timeout=60, check=False)
+    return result.stdout.split()
+
+
+def missing_on_host(install: Install) -> list[str]:
+    """What of the install is absent here: package names, or the URL of a download the sandbox cannot make."""
+    if install.kind == "fetch":
+        return list(install.packages)
+    return _ask(install.kind, install.packages)

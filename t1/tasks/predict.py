@@ -1,0 +1,102 @@
+"""Predict, from a task folder alone, what will stop it on this host: images, packages, features.
+
+`static_needs` is what `provision` refuses before touching a sandbox (the same
+function, so validate and a run agree): compose services, Dockerfile lines a
+local sandbox cannot replay, images without a Dockerfile, and task.toml features
+T1 does not provide. `package_needs` reads the installer lines of the Dockerfile's
+RUN steps and of the test scripts (t1.tasks.installers) and names the packages
+this host lacks; at run time the installer stand-ins say the same thing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from t1.tasks.dockerplan import build_plan, plan_or_none
+from t1.tasks.installers import find_installs, missing_on_host
+from t1.tasks.needs import Need, NeedKind, NeedsError
+from t1.tasks.spec import EnvironmentSpec, TaskSpec
+
+_TEST_SCRIPTS = ("test.sh", "run-tests.sh", "setup.sh")
+
+
+def _compose_needs(path: Path | None) -> list[Need]:
+    if path is None:
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        return [Need(NeedKind.IMAGE, f"{path}: unreadable compose file ({exc})")]
+    services = data.get("services") or {} if isinstance(data, dict) else {}
+    if isinstance(services, dict) and len(services) > 1:
+        return [Need(NeedKind.IMAGE, f"{path.name}: {len(services)} services ({', '.join(services)}): "
+                                     "multi-container tasks need a compose-capable provider; local sandboxes run one")]
+    return []
+
+
+def _feature_needs(env: EnvironmentSpec, where: str) -> list[Need]:
+    needs = []
+    if env.gpus > 0:
+        needs.append(Need(NeedKind.FEATURE, f"{where}.gpus = {env.gpus}: T1's sandboxes have no GPUs"))
+    if env.os != "linux":
+        needs.append(Need(NeedKind.FEATURE, f"{where}.os = {env.os!r}: T1's sandboxes run Linux only"))
+    if env.mcp_servers:
+        needs.append(Need(NeedKind.FEATURE, f"{where}.mcp_servers ({', '.join(env.mcp_servers)}): "
+                                            "T1's agents have no MCP client"))
+    needs += [Need(NeedKind.FEATURE, sentence) for sentence in env.refused]
+    return needs
+
+
+def _environment_needs(env: EnvironmentSpec, where: str, local: bool) -> list[Need]:
+    needs = _feature_needs(env, where) + _compose_needs(env.compose_file)
+    if env.dockerfile is not None and local:
+        try:
+            build_plan(env.dockerfile)
+        except NeedsError as exc:
+            needs.append(exc.need)
+    elif local and env.docker_image and env.dockerfile is None:
+        needs.append(Need(NeedKind.IMAGE, f"{where}.docker_image {env.docker_image}: no Dockerfile to replay "
+                                          "in a local sandbox"))
+    return needs
+
+
+def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
+    """What stops the task before any package is installed (empty when nothing does)."""
+    needs = _environment_needs(spec.environment, "environment", local)
+    for phase in spec.phases():
+        separate = phase.verifier.separate
+        if separate is not None:
+            needs += _environment_needs(separate.environment, "verifier.environment", local)
+    return list(dict.fromkeys(needs))  # a separate verifier that copies the task environment repeats its needs
+
+
+def _script_texts(spec: TaskSpec) -> list[tuple[str, str]]:
+    texts: list[tuple[str, str]] = []
+    plan = plan_or_none(spec.environment.dockerfile)
+    for step in plan.run_lines() if plan else ():
+        texts.append((f"Dockerfile line {step.line}", step.args[0]))
+    for phase in spec.phases():
+        v = phase.verifier
+        scripts = [v.run_tests_sh] if v.run_tests_sh else []
+        scripts += [d / name for d in (*v.extra_tests_dirs, v.tests_dir) for name in _TEST_SCRIPTS]
+        for path in scripts:
+            if path is not None and path.is_file():
+                texts.append((str(path.relative_to(spec.root)), path.read_text(encoding="utf-8", errors="replace")))
+    return texts
+
+
+def package_needs(spec: TaskSpec) -> list[Need]:
+    """Packages the task's setup and test scripts install that this host lacks, one Need per script line."""
+    needs: list[Need] = []
+    for where, text in _script_texts(spec):
+        for install in find_installs(text):
+            missing = missing_on_host(install)
+            if missing and install.kind == "fetch":
+                needs.append(Need(NeedKind.NETWORK, f"{where}: downloads and runs {missing[0]} "
+                                                    "(the sandbox is offline)"))
+            elif missing:
+                needs.append(Need(NeedKind.NETWORK, f"{where}: {install.kind} packages not on this host: "
+                                                    f"{' '.join(missing)}"))
+    return list(dict.fromkeys(needs))

@@ -1,0 +1,87 @@
+"""Harbor's separate verifier environment: the tests run in a fresh sandbox, fed only the declared artifacts.
+
+After the agent (or the oracle) is done, in the agent's sandbox: the
+`[[verifier.collect]]` commands run, then /logs/artifacts and every declared
+artifact are packed (their `exclude` patterns left out). A new sandbox is made
+from the verifier's environment (its own table with tests/ as build context, or
+a fresh copy of the task's), the pack is unpacked there at the same absolute
+paths, tests/setup.sh runs if the task has one, and then the verifier. The
+agent's sandbox is never seen by the tests, so what the agent left elsewhere
+cannot influence them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
+
+from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell
+from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
+from t1.tasks.report import VerifierReport
+from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
+from t1.tasks.transfer import check, upload_archive, upload_dir_contents
+from t1.tasks.verifier import TESTS_DIR, run_verifier
+
+log = logging.getLogger(__name__)
+ARTIFACTS_DIR = "/logs/artifacts"
+_PACK = "/tmp/.t1-artifacts.tgz"
+TESTS_SETUP = "setup.sh"
+
+
+async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provisioned) -> bytes:
+    """Run the collect commands, then pack /logs/artifacts and the declared artifacts (missing ones skipped)."""
+    await check(shell, f"mkdir -p {ARTIFACTS_DIR}", f"create {ARTIFACTS_DIR}")
+    for c in sep.collect:
+        result = await shell.run(f"( {as_user(provisioned.prefix() + c.command, c.user)} ) < /dev/null 2>&1",
+                                 timeout_s=c.timeout_sec)
+        if result.exit_code != 0 or result.timed_out:
+            log.info("verifier collect %r failed (exit %s): %s", c.command, result.exit_code, result.output[-200:])
+    sources = [ARTIFACTS_DIR] + [a.source for a in sep.artifacts]
+    rel = " ".join(shlex.quote(s.lstrip("/") or ".") for s in sources)
+    excludes = " ".join(f"--exclude={shlex.quote(p)}" for a in sep.artifacts for p in a.exclude)
+    await shell.run(f"cd / && list=''; for p in {rel}; do [ -e \"/$p\" ] && "
+                    f"list=\"$list $p\"; done; tar -czf {_PACK} {excludes} $list 2>/dev/null; true", 300)
+    data = await shell.read_file(_PACK)
+    await shell.run(f"rm -f {_PACK}", 30)
+    return data
+
+
+Acquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
+
+
+def fresh_sandbox(provider: SandboxProvider) -> Acquire:
+    """Sandboxes straight from a provider, destroyed on exit (the rollout worker passes its pool's instead)."""
+    @asynccontextmanager
+    async def acquire(request: SandboxRequest) -> AsyncIterator[Sandbox]:
+        sandbox = await provider.create(request)
+        try:
+            yield sandbox
+        finally:
+            await provider.destroy(sandbox)
+    return acquire
+
+
+async def run_separate_verifier(
+    acquire: Acquire, spec: TaskSpec, verifier: VerifierSpec, artifacts: bytes, *, local: bool, offline: bool,
+) -> VerifierReport:
+    """Build the verifier's own sandbox, hand it the artifacts, run tests/setup.sh and the verifier there."""
+    if verifier.separate is None:
+        raise ValueError(f"task {spec.id}: the verifier is not separate")
+    env = verifier.separate.environment
+    vspec = replace(spec, environment=env, agent_user=None, steps=(), verifier=replace(verifier, separate=None))
+    async with acquire(sandbox_request(vspec)) as sandbox:
+        shell = await sandbox.open_shell()
+        try:
+            provisioned = await provision(shell, vspec, local=local)
+            await upload_archive(shell, artifacts, "/", "verifier artifacts")
+            setup = verifier.tests_dir / TESTS_SETUP
+            if setup.is_file():
+                await upload_dir_contents(shell, verifier.tests_dir, TESTS_DIR)
+                await check(shell, f"( {provisioned.prefix()}bash {TESTS_DIR}/{TESTS_SETUP} ) < /dev/null 2>&1",
+                            f"tests/{TESTS_SETUP} in the separate verifier", verifier.timeout_sec)
+            return await run_verifier(shell, replace(verifier, separate=None), provisioned, offline=offline)
+        finally:
+            await shell.close()
