@@ -14,6 +14,7 @@ Use it like this::
         await shell.write_file("/app/x.py", b"print(1)")
         data = await shell.read_file("/logs/verifier/reward.txt")
         term = await sandbox.open_shell(terminal=True)  # a `Terminal`: send_keys / screen / keystrokes
+        verifier = await sandbox.open_shell(role=ShellRole.VERIFIER)  # out of the agent's reach (local)
     await pool.close()                                # destroys what is left, then closes the provider
 
 Contracts:
@@ -45,6 +46,7 @@ from t1.sandbox.types import (
     SandboxProvider,
     SandboxRequest,
     Shell,
+    ShellRole,
     Terminal,
 )
 
@@ -56,6 +58,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxRequest",
     "Shell",
+    "ShellRole",
     "SshEndpoint",
     "SshSandbox",
     "SshShell",

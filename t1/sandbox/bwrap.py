@@ -18,6 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
+from t1.sandbox.types import ShellRole
+from t1.sandbox.verifier_role import (
+    make_verifier_dirs,
+    verifier_binds,
+    verifier_enter_argv,
+    verifier_env,
+)
 
 TREE_DIRS = {"app": "/app", "logs": "/logs", "tests": "/tests", "tmp": "/tmp", "home": "/root"}
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -36,6 +43,8 @@ class SandboxTree:
     limits: LimitsConfig
     bubblewrap: bool = True
     env: tuple[tuple[str, str], ...] = ()
+    verifier_uid: int | None = None
+    """The host uid of the sandbox's verifier sessions (`t1.sandbox.verifier_role`); None: the agent's."""
 
     def host_path(self, name: str) -> Path:
         return self.root / name
@@ -51,6 +60,7 @@ def make_tree(tree: SandboxTree) -> None:
         if tree.uid is not None:
             os.chown(path, tree.uid, tree.uid)
     os.chmod(tree.host_path("tmp"), 0o1777)
+    make_verifier_dirs(tree.root, tree.verifier_uid)
     if tree.uid is not None:
         os.chown(tree.root, tree.uid, tree.uid)
 
@@ -83,10 +93,13 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
+    argv += verifier_binds(tree.root)
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if as_pid_1:
-        argv.append("--as-pid-1")
+        # PID 1 keeps its capabilities in the user namespace; sessions drop theirs, so the kernel
+        # refuses them ptrace and signals to it (a dead init would end the sandbox).
+        argv += ["--as-pid-1", "--cap-add", "ALL"]
     argv += ["--chdir", "/app", "--remount-ro", "/", "--"]
     return argv + inner
 
@@ -148,7 +161,7 @@ def session_env(tree: SandboxTree, term: str | None) -> dict[str, str]:
     return env
 
 
-def host_prefix(tree: SandboxTree, pty: bool) -> list[str]:
+def host_prefix(tree: SandboxTree, pty: bool, as_uid: bool = True) -> list[str]:
     """Host-side wrappers that start every sandbox process (pure).
 
     Resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
@@ -164,8 +177,9 @@ def host_prefix(tree: SandboxTree, pty: bool) -> list[str]:
         mem = limits.max_memory_mb * 1024 * 1024
         argv.append(f"--as={mem}:{mem}")
     if tree.uid is not None:  # counted per host uid, so only meaningful with a uid per sandbox
-        argv += [f"--nproc={limits.max_processes}:{limits.max_processes}", "--",
-                 "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
+        argv.append(f"--nproc={limits.max_processes}:{limits.max_processes}")
+        if as_uid:
+            argv += ["--", "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
     return [*argv, "--"]
 
 
@@ -182,17 +196,24 @@ class Launch:
 
 def session_launch(
     tree: SandboxTree, command: str | None, subsystem: str | None, pty: tuple[str, int, int] | None,
-    target: NamespaceTarget | None = None,
+    target: NamespaceTarget | None = None, role: ShellRole = ShellRole.AGENT,
 ) -> Launch:
     """argv, environment and cwd for one SSH session of `tree`.
 
-    With bubblewrap the session enters the namespaces of the sandbox's init, `target`.
+    With bubblewrap the session enters the namespaces of the sandbox's init, `target`; a verifier
+    session with a verifier uid enters them as that uid, outside the sandbox's user namespace.
     """
     inner = _inner_command(command, subsystem, pty is not None)
     env = session_env(tree, pty[0] if pty else None)
+    separate = role is ShellRole.VERIFIER and tree.verifier_uid is not None and tree.bubblewrap
     if tree.bubblewrap:
         if target is None:
             raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
-        inner = enter_argv(target, inner)
-    prefix = host_prefix(tree, pty is not None)
+        if separate:
+            assert tree.verifier_uid is not None
+            inner = verifier_enter_argv(target.pid, target.namespaces, tree.verifier_uid, inner)
+            env = verifier_env(env)
+        else:
+            inner = enter_argv(target, inner)
+    prefix = host_prefix(tree, pty is not None, as_uid=not separate)
     return Launch(prefix + inner, env, None if tree.bubblewrap else str(tree.host_path("app")), pty is None)

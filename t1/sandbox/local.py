@@ -13,11 +13,12 @@ import logging
 import os
 import random
 import secrets
+from dataclasses import replace
 from pathlib import Path
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
-from t1.sandbox.local_server import LocalSshServer
+from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest
 
@@ -74,7 +75,7 @@ class LocalProvider:
         tree = SandboxTree(
             sandbox_id=sandbox_id, root=self.root / sandbox_id, uid=self._new_uid(),
             allow_network=request.allow_network, limits=self.cfg.limits,
-            bubblewrap=self.cfg.bubblewrap, env=request.env,
+            bubblewrap=self.cfg.bubblewrap, env=request.env, verifier_uid=self._new_uid(),
         )
         await asyncio.to_thread(make_tree, tree)
         endpoint = SshEndpoint(
@@ -83,7 +84,8 @@ class LocalProvider:
         )
         try:
             await self.server.start_sandbox(tree)
-            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
+            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
+                                               verifier=replace(endpoint, user=verifier_user(sandbox_id)))
         except BaseException:
             await self._forget(tree)
             raise
@@ -98,8 +100,7 @@ class LocalProvider:
         await self.server.end_sandbox(tree.sandbox_id)
         self.server.trees.pop(tree.sandbox_id, None)
         await asyncio.to_thread(remove_tree, tree)
-        if tree.uid is not None:
-            self._uids.discard(tree.uid)
+        self._uids.difference_update({tree.uid, tree.verifier_uid})
 
     async def destroy(self, sandbox: Sandbox) -> None:
         ssh_sandbox = self._sandboxes.pop(sandbox.id, None)
