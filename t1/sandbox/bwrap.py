@@ -76,10 +76,13 @@ def find_sftp_server() -> str:
     raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
 
 
-def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False) -> list[str]:
+def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False,
+               userns_block_fd: int | None = None) -> list[str]:
     """The bubblewrap command line confining `inner` to `tree` (pure); `info_fd` gets its namespace info.
 
-    With `as_pid_1`, `inner` is PID 1 of the new PID namespace itself (it must reap orphans).
+    With `as_pid_1`, `inner` is PID 1 of the new PID namespace itself (it must reap orphans). With
+    `userns_block_fd`, bubblewrap waits on it for the caller to write the user namespace's uid and
+    gid maps (`t1.sandbox.verifier_role.write_userns_map`) instead of writing its own.
     """
     argv = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
@@ -96,6 +99,8 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += verifier_binds(tree.root)
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if userns_block_fd is not None:
+        argv += ["--userns-block-fd", str(userns_block_fd)]
     if as_pid_1:
         # PID 1 keeps its capabilities in the user namespace; sessions drop theirs, so the kernel
         # refuses them ptrace and signals to it (a dead init would end the sandbox).
@@ -111,10 +116,10 @@ init plus a `sleep` would be one host task more per sandbox, and every pivot_roo
 per sandbox start) walks all host tasks."""
 
 
-def init_argv(tree: SandboxTree, info_fd: int, ready: str) -> list[str]:
+def init_argv(tree: SandboxTree, info_fd: int, ready: str, userns_block_fd: int | None = None) -> list[str]:
     """The sandbox's init: prints `ready` once every mount is in place, then holds the namespaces and reaps orphans."""
     return bwrap_argv(tree, ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready=ready)],
-                      info_fd, as_pid_1=True)
+                      info_fd, as_pid_1=True, userns_block_fd=userns_block_fd)
 
 
 NAMESPACE_FLAGS = {"user": "--user", "mnt": "--mount", "pid": "--pid", "net": "--net", "ipc": "--ipc",
@@ -210,8 +215,7 @@ def session_launch(
         if target is None:
             raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
         if separate:
-            assert tree.verifier_uid is not None
-            inner = verifier_enter_argv(target.pid, target.namespaces, tree.verifier_uid, inner)
+            inner = verifier_enter_argv(target.pid, [NAMESPACE_FLAGS[n] for n in target.namespaces], inner)
             env = verifier_env(env)
         else:
             inner = enter_argv(target, inner)

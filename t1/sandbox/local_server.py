@@ -350,7 +350,7 @@ class LocalSshServer:
 
     def drop_connections(self, sandbox_id: str) -> int:
         """Abort every connection logged in as `sandbox_id` (fault injection and destroy)."""
-        victims = [c for c in self._connections if parse_user(c.get_extra_info("username"))[0] == sandbox_id]
+        victims = [c for c in self._connections if parse_user(c.get_extra_info("username") or "")[0] == sandbox_id]
         for conn in victims:
             conn.abort()
         return len(victims)

@@ -25,6 +25,7 @@ from typing import Any
 
 from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
 from t1.sandbox.forker import Child, popen
+from t1.sandbox.verifier_role import write_userns_map
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
@@ -108,6 +109,33 @@ async def hang_up(proc: Child, grace_s: float = HANGUP_GRACE_S) -> None:
     kill_group(proc)
 
 
+def _map_verifier(tree: SandboxTree, proc: Child, info_r: int, block_w: int) -> bytes:
+    """Write the sandbox's two-uid user namespace map while bubblewrap waits for it, then let it go on.
+
+    Returns the info-fd bytes read on the way (bwrap's JSON with its child's pid).
+    """
+    info = b""
+    try:
+        while b"}" not in info:  # bwrap writes its child's pid, then blocks until the maps exist
+            chunk = os.read(info_r, 4096)
+            if not chunk:
+                break
+            info += chunk
+        try:
+            pid = int(json.loads(info)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            return info  # bwrap failed before its namespaces existed; its error is read below
+        assert tree.uid is not None and tree.verifier_uid is not None
+        write_userns_map(pid, tree.uid, tree.verifier_uid)
+        os.write(block_w, b"1")
+        return info
+    except OSError as exc:
+        proc.kill()
+        raise RuntimeError(f"sandbox {tree.sandbox_id}: cannot map the verifier's uid: {exc}") from exc
+    finally:
+        os.close(block_w)
+
+
 def _own_namespaces(pid: int) -> tuple[str, ...]:
     """The namespaces of `pid` that differ from ours (entering one we already share needs host privileges)."""
     return tuple(name for name in NAMESPACE_FLAGS
@@ -131,17 +159,22 @@ class SandboxInit:
     @classmethod
     def _start_blocking(cls, tree: SandboxTree) -> SandboxInit:
         info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe() if tree.verifier_uid is not None else (None, None)
         try:
             proc = popen(
-                host_prefix(tree, pty=False) + init_argv(tree, info_w, INIT_READY.decode().strip()),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(info_w,),
+                host_prefix(tree, pty=False) + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(info_w,) if block_r is None else (info_w, block_r),
                 env={"PATH": "/usr/bin:/bin"}, start_new_session=True,
             )
         finally:
             os.close(info_w)
+            if block_r is not None:
+                os.close(block_r)
+        early = _map_verifier(tree, proc, info_r, block_w) if block_w is not None else b""
         assert proc.stdout is not None and proc.stderr is not None
         with os.fdopen(info_r, "rb") as info_file:
-            info = info_file.read()  # bwrap closes the info fd once the namespaces exist
+            info = early + info_file.read()  # bwrap closes it once the namespaces exist
         ready = proc.stdout.readline()  # the inner command runs only after every mount is in place
         proc.stdout.close()
         if ready != INIT_READY:

@@ -1,19 +1,17 @@
 """The verifier's side of a local sandbox: its uid, the directories only it may use, and how it enters.
 
-A local sandbox's agent sessions run as the sandbox's host uid U, root inside the sandbox's user
-namespace. Its verifier sessions run as a second host uid V of their own, entered into the same
-mount, PID, network, IPC, UTS and cgroup namespaces (same files, same processes, same loopback:
-tests reach a server the agent started) but not into the user namespace. So, whatever the agent
-runs:
-- it cannot signal or ptrace the verifier: V is another uid, and the agent has no capability in
-  the user namespace V belongs to (the host's);
-- it can neither read nor write /tests, /logs/verifier and /run/t1-verifier (the toolchain): they
-  are host directories owned by V, mode 0700, bind-mounted at init, so they cannot be replaced
-  or renamed (a mount point is busy; their parents are mount points too);
-- it cannot ptrace or kill the sandbox's PID 1, which keeps its capabilities in the user
-  namespace (the agent has none, so the kernel refuses both).
-V reads what the agent left (files are world-readable unless the agent made them private) and
-writes /tmp and its own directories; it cannot write files the agent owns (see docs/security.md).
+A local sandbox's user namespace maps two host uids: the sandbox's own U as root (uid 0, the
+agent's sessions) and a second host uid V as `VERIFIER_UID` (the verifier's sessions). T1, as
+host root, writes that map itself while bubblewrap waits (`--userns-block-fd`). A verifier
+session enters every namespace of the sandbox (same files, processes and loopback network:
+tests reach a server the agent started) as `VERIFIER_UID`, keeping only the file capabilities
+(`VERIFIER_CAPS`) in the sandbox's user namespace, so it reads and writes the agent's files as a
+root verifier in a container would, and nothing outside the sandbox. Whatever the agent runs:
+- it cannot signal or ptrace the verifier: another uid, and the agent has no capabilities;
+- it can neither read nor write /tests, /logs/verifier and /tmp/.t1-verifier (the toolchain):
+  host directories owned by V, mode 0700, bind-mounted at init, so they cannot be replaced or
+  renamed (a mount point is busy; their parents are mount points too);
+- it cannot ptrace or kill the sandbox's PID 1, which keeps its capabilities (the agent has none).
 """
 
 from __future__ import annotations
@@ -21,11 +19,29 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-VERIFIER_DIRS = {"tests": "/tests", "verifier-logs": "/logs/verifier", "verifier": "/run/t1-verifier"}
+VERIFIER_UID = 64999
+"""The verifier's uid inside the sandbox (far from the 1000s that task Dockerfiles give their users)."""
+VERIFIER_HOME = "/tmp/.t1-verifier"
+"""The verifier's toolchain folder (`t1.tasks.toolchain.TOOLCHAIN_DIR`), also its home."""
+VERIFIER_DIRS = {"tests": "/tests", "verifier-logs": "/logs/verifier", "verifier": VERIFIER_HOME}
 """Tree directory -> sandbox path, owned by the verifier uid (`tests` is a tree directory already)."""
-VERIFIER_HOME = "/run/t1-verifier"
-USERNS_FREE = ("mnt", "pid", "net", "ipc", "uts", "cgroup")
-"""The namespaces a verifier session enters (everything but the user namespace)."""
+VERIFIER_CAPS = ("dac_override", "dac_read_search", "fowner", "chown")
+"""Capabilities a verifier session keeps, in the sandbox's user namespace only (files mapped in it)."""
+ETC_DIR = "/run/t1-etc"
+"""Where a verifier session mounts its private tmpfs for the passwd and group files that name its uid."""
+
+
+def userns_map(sandbox_uid: int, verifier_uid: int) -> str:
+    """The uid_map (and gid_map) of a sandbox's user namespace (pure)."""
+    return f"0 {sandbox_uid} 1\n{VERIFIER_UID} {verifier_uid} 1\n"
+
+
+def write_userns_map(pid: int, sandbox_uid: int, verifier_uid: int) -> None:
+    """Map the agent and verifier uids in the user namespace of process `pid` (host root only)."""
+    mapping = userns_map(sandbox_uid, verifier_uid)
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{name}", "w") as f:
+            f.write(mapping)
 
 
 def make_verifier_dirs(root: Path, verifier_uid: int | None) -> None:
@@ -40,26 +56,43 @@ def make_verifier_dirs(root: Path, verifier_uid: int | None) -> None:
 
 def verifier_binds(root: Path) -> list[str]:
     """bubblewrap arguments mounting the verifier's directories (after the tree's own binds; pure)."""
-    argv: list[str] = []
+    argv: list[str] = ["--tmpfs", ETC_DIR]  # a mount point: the agent cannot swap it for a symlink
     for name, target in VERIFIER_DIRS.items():
         if name != "tests":  # /tests is bound with the tree's directories
             argv += ["--bind", str(root / name), target]
     return argv
 
 
-def verifier_enter_argv(pid: int, namespaces: tuple[str, ...], verifier_uid: int, inner: list[str]) -> list[str]:
-    """Run `inner` as `verifier_uid` in every namespace of sandbox init `pid` but its user namespace (pure).
+_NAMED = (  # runs as root of the sandbox in a private copy of its mount namespace, before becoming the verifier
+    f'[ ! -L /etc/passwd ] && [ ! -L /etc/group ] && mount -t tmpfs -o size=1m,mode=755 t1-etc {ETC_DIR} && '
+    f'{{ cat /etc/passwd; echo "t1-verifier:x:{VERIFIER_UID}:{VERIFIER_UID}::{VERIFIER_HOME}:/bin/bash"; }} > {ETC_DIR}/passwd && '
+    f'{{ cat /etc/group; echo "t1-verifier:x:{VERIFIER_UID}:"; }} > {ETC_DIR}/group && '
+    f'mount --bind {ETC_DIR}/passwd /etc/passwd && mount --bind {ETC_DIR}/group /etc/group && exec "$@"'
+)
+"""The sandbox's passwd and group files as they are now (the agent may have added users), plus the
+verifier's uid, seen by the verifier session alone: sftp-server, `id` and `whoami` need a name."""
 
-    `nsenter` runs as host root (entering a child user namespace's mount namespace needs no more);
-    `setpriv` then becomes the verifier uid with no groups, no capabilities and `no_new_privs`.
+
+def verifier_enter_argv(pid: int, flags: list[str], inner: list[str]) -> list[str]:
+    """Run `inner` as the verifier in the namespaces of sandbox init `pid` (`flags`: nsenter's, user first; pure).
+
+    `nsenter` runs as host root and becomes the sandbox's root (full capabilities in its user
+    namespace); `unshare` gives the session a private copy of the mount namespace where its
+    passwd entry is mounted (`_NAMED`); `setpriv` then becomes `VERIFIER_UID` with no groups,
+    `no_new_privs` and only `VERIFIER_CAPS`.
     """
-    flags = {"mnt": "--mount", "pid": "--pid", "net": "--net", "ipc": "--ipc", "uts": "--uts", "cgroup": "--cgroup"}
-    entered = [flags[name] for name in USERNS_FREE if name in namespaces or name == "mnt"]
-    return ["nsenter", "-t", str(pid), *entered, "--root", "--wd", "--",
-            "setpriv", f"--reuid={verifier_uid}", f"--regid={verifier_uid}", "--clear-groups",
-            "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--", *inner]
+    caps = ",".join(f"+{c}" for c in VERIFIER_CAPS)
+    return ["nsenter", "-t", str(pid), *flags, "--root", "--wd", "--",
+            "unshare", "--mount", "--", "/bin/sh", "-c", _NAMED, "t1-verifier",
+            "setpriv", f"--reuid={VERIFIER_UID}", f"--regid={VERIFIER_UID}", "--clear-groups", "--no-new-privs",
+            f"--inh-caps=-all,{caps}", f"--ambient-caps=-all,{caps}", f"--bounding-set=-all,{caps}", "--", *inner]
 
 
 def verifier_env(env: dict[str, str]) -> dict[str, str]:
-    """A verifier session's environment: the agent's, with a home of its own (pure)."""
-    return {**env, "HOME": VERIFIER_HOME, "USER": "t1-verifier", "LOGNAME": "t1-verifier"}
+    """A verifier session's environment: the agent's, with a home of its own (pure).
+
+    Git refuses repositories owned by another uid; the verifier inspects the agent's (root's) as a
+    root verifier would, so every directory is marked safe for it.
+    """
+    return {**env, "HOME": VERIFIER_HOME, "USER": "t1-verifier", "LOGNAME": "t1-verifier",
+            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
