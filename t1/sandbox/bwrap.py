@@ -4,8 +4,9 @@ A tree is a fresh directory with `app/`, `logs/`, `tests/`, `tmp/` and `home/`, 
 uid of its own (when T1 runs as root) so sandboxes cannot touch each other's files or processes
 and the process limit counts per sandbox. One long-lived bubblewrap per sandbox (`init_argv`,
 run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: the host's system read-only, its
-tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, no network unless
-allowed, root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
+tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, a network
+namespace of its own (internet through user-mode networking when allowed, `t1.sandbox.netns`),
+root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
 own uid, with no capabilities and `no_new_privs`, so all shells of a sandbox see the same
 processes and the same loopback network, as the shells of one VM do.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
+from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
 from t1.sandbox.types import ShellRole
 from t1.sandbox.verifier_role import (
     make_verifier_dirs,
@@ -61,6 +63,8 @@ def make_tree(tree: SandboxTree) -> None:
             os.chown(path, tree.uid, tree.uid)
     os.chmod(tree.host_path("tmp"), 0o1777)
     make_verifier_dirs(tree.root, tree.verifier_uid)
+    if tree.allow_network:
+        write_resolv_conf(tree.root)
     if tree.uid is not None:
         os.chown(tree.root, tree.uid, tree.uid)
 
@@ -86,8 +90,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     """
     argv = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
-    if not tree.allow_network:
-        argv.append("--unshare-net")
+    argv += NETWORK_NAMESPACE
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -96,7 +99,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
-    argv += verifier_binds(tree.root)
+    argv += verifier_binds(tree.root) + network_binds(tree.root, tree.allow_network)
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if userns_block_fd is not None:

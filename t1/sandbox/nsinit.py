@@ -25,6 +25,7 @@ from typing import Any
 
 from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
 from t1.sandbox.forker import Child, popen
+from t1.sandbox.netns import start_slirp, stop_slirp
 from t1.sandbox.verifier_role import write_userns_map
 
 INIT_READY = b"t1-sandbox-ready\n"
@@ -145,11 +146,13 @@ def _own_namespaces(pid: int) -> tuple[str, ...]:
 class SandboxInit:
     """The long-lived bubblewrap that owns one sandbox's namespaces."""
 
-    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget) -> None:
+    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget, network: Child | None = None) -> None:
         self.tree = tree
         self.proc = proc
         self.target = target
         """PID 1 of the sandbox's namespaces (a host pid) and which of them sessions enter."""
+        self.network = network
+        """The sandbox's slirp4netns when it allows internet."""
 
     @classmethod
     async def start(cls, tree: SandboxTree) -> SandboxInit:
@@ -190,7 +193,15 @@ class SandboxInit:
             proc.kill()
             proc.wait()
             raise RuntimeError(f"sandbox {tree.sandbox_id}: unreadable bubblewrap --info-fd output {info!r}") from exc
-        return cls(tree, proc, NamespaceTarget(ns_pid, _own_namespaces(ns_pid)))
+        network = None
+        if tree.allow_network:
+            try:
+                network = start_slirp(tree.sandbox_id, ns_pid)
+            except BaseException:
+                os.kill(ns_pid, signal.SIGKILL)
+                proc.wait()
+                raise
+        return cls(tree, proc, NamespaceTarget(ns_pid, _own_namespaces(ns_pid)), network)
 
     async def stop(self, on_timeout: Callable[[str], None] | None = None) -> None:
         """Kill the init (and so every process in the sandbox's PID namespace) and wait until it is gone.
@@ -199,6 +210,8 @@ class SandboxInit:
         the other way round it would be left to the host's init, which may never reap it.
         """
         pid = self.target.pid
+        if self.network is not None:
+            await asyncio.to_thread(stop_slirp, self.network)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if not await wait_pidfd(pid, STOP_TIMEOUT_S) and on_timeout is not None:

@@ -76,8 +76,11 @@ async def test_no_network_unless_allowed(local_provider: LocalProvider) -> None:
         assert closed.exit_code != 0 and "hello-from-host" not in closed.output
         routes = await (await (await local_provider.create(SandboxRequest())).open_shell()).run("cat /proc/net/dev | grep -c :")
         assert routes.output.strip() == "1"  # loopback only
-        opened = await (await (await local_provider.create(SandboxRequest(allow_network=True))).open_shell()).run(probe)
-        assert opened.exit_code == 0 and "hello-from-host" in opened.output
+        online = await (await local_provider.create(SandboxRequest(allow_network=True))).open_shell()
+        opened = await online.run(probe)  # its own loopback: the host's listener is not there
+        assert opened.exit_code != 0 and "hello-from-host" not in opened.output
+        devices = await online.run("cat /proc/net/dev | grep -c :; grep nameserver /etc/resolv.conf")
+        assert devices.output.split()[:2] == ["2", "nameserver"] and "10.0.2.3" in devices.output  # lo + tap0
     finally:
         listener.close()
 
