@@ -20,6 +20,7 @@ from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
 from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
+from t1.sandbox.supervisor_bin import supervisor_binds
 from t1.sandbox.types import ShellRole
 from t1.sandbox.verifier_role import (
     make_verifier_dirs,
@@ -99,7 +100,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
-    argv += verifier_binds(tree.root) + network_binds(tree.root, tree.allow_network)
+    argv += verifier_binds(tree.root) + network_binds(tree.root, tree.allow_network) + supervisor_binds(tree.root)
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if userns_block_fd is not None:

@@ -20,6 +20,7 @@ from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
+from t1.sandbox.supervisor_bin import install_private_bash
 from t1.sandbox.types import Sandbox, SandboxRequest
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class LocalProvider:
             self.root.mkdir(parents=True, exist_ok=True)
             if self._per_sandbox_uid:
                 _check_traversable(self.root)
+                await asyncio.to_thread(install_private_bash, self.root)
             await self.server.start()
             self._started = True
 
