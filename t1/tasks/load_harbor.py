@@ -29,6 +29,7 @@ from t1.tasks.spec import (
     VerifierKind,
     VerifierSpec,
 )
+from t1.tasks.taskfiles import check_contained
 
 HARBOR_DEFAULT_TIMEOUT_SEC = 600.0
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -124,6 +125,7 @@ def _steps(root: Path, f: Fields, task_v: Fields, solution_env: Fields) -> tuple
 def load_harbor(root: Path) -> TaskSpec:
     """Parse a Harbor / Terminal-Bench 2.x task folder into a TaskSpec."""
     root = root.resolve()
+    check_contained(root)
     toml_file = root / "task.toml"
     f = Fields(toml_file, _read_toml(toml_file))
     meta, env, agent = f.table("metadata"), f.table("environment"), f.table("agent")
