@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
+from t1.sandbox.cgroups import join_argv
 from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
 from t1.sandbox.supervisor_bin import supervisor_binds
 from t1.sandbox.types import ShellRole
@@ -48,6 +49,10 @@ class SandboxTree:
     env: tuple[tuple[str, str], ...] = ()
     verifier_uid: int | None = None
     """The host uid of the sandbox's verifier sessions (`t1.sandbox.verifier_role`); None: the agent's."""
+    cgroup_procs: tuple[str, ...] = ()
+    """`cgroup.procs` files of the sandbox's cgroups (`t1.sandbox.cgroups`); every process joins them."""
+    verifier_cgroup_procs: tuple[str, ...] = ()
+    """The same for its verifier sessions (a sibling cgroup with the same limits)."""
 
     def host_path(self, name: str) -> Path:
         return self.root / name
@@ -170,25 +175,29 @@ def session_env(tree: SandboxTree, term: str | None) -> dict[str, str]:
     return env
 
 
-def host_prefix(tree: SandboxTree, pty: bool, as_uid: bool = True) -> list[str]:
+def host_prefix(tree: SandboxTree, pty: bool, as_uid: bool = True, count_processes: bool = True) -> list[str]:
     """Host-side wrappers that start every sandbox process (pure).
 
-    Resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
+    The sandbox's cgroups (`as_uid`) or its verifier's, resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
     and for a PTY session a new session with the terminal as its controlling tty (`setsid
     --ctty`). Doing this with small programs instead of a Python pre-exec hook lets the spawn use
     vfork: forking a large coordinator process would copy its page tables while holding the GIL.
+    `count_processes=False` leaves the process limit off (the sandbox's init).
     """
     limits = tree.limits
     fsize = limits.max_file_mb * 1024 * 1024
-    argv = ["setsid", "--ctty"] if pty else []
+    argv = join_argv(tree.cgroup_procs if as_uid else tree.verifier_cgroup_procs)
+    argv += ["setsid", "--ctty"] if pty else []
     argv += ["prlimit", f"--fsize={fsize}:{fsize}"]
     if limits.max_memory_mb is not None:
         mem = limits.max_memory_mb * 1024 * 1024
         argv.append(f"--as={mem}:{mem}")
-    if tree.uid is not None:  # counted per host uid, so only meaningful with a uid per sandbox
+    # Counted per uid and user namespace, so only meaningful with a uid per sandbox. Not on the init:
+    # its limit would bound every process of its user namespace, the verifier's too (its pids cgroup does).
+    if tree.uid is not None and count_processes:
         argv.append(f"--nproc={limits.max_processes}:{limits.max_processes}")
-        if as_uid:
-            argv += ["--", "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
+    if tree.uid is not None and as_uid:
+        argv += ["--", "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
     return [*argv, "--"]
 
 
@@ -219,7 +228,7 @@ def session_launch(
         if target is None:
             raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
         if separate:
-            inner = verifier_enter_argv(target.pid, [NAMESPACE_FLAGS[n] for n in target.namespaces], inner)
+            inner = verifier_enter_argv(target.pid, target.namespaces, inner)
             env = verifier_env(env)
         else:
             inner = enter_argv(target, inner)

@@ -165,7 +165,7 @@ class SandboxInit:
         block_r, block_w = os.pipe() if tree.verifier_uid is not None else (None, None)
         try:
             proc = popen(
-                host_prefix(tree, pty=False) + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
+                host_prefix(tree, pty=False, count_processes=tree.verifier_uid is None) + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 pass_fds=(info_w,) if block_r is None else (info_w, block_r),
                 env={"PATH": "/usr/bin:/bin"}, start_new_session=True,

@@ -39,4 +39,6 @@ def install_private_bash(provider_root: Path) -> Path:
 def supervisor_binds(sandbox_root: Path) -> list[str]:
     """bubblewrap arguments binding the execute-only bash where supervisors look for it (pure)."""
     source = private_bash(sandbox_root.parent)
-    return ["--ro-bind", str(source), SUPERVISOR_BASH] if source.exists() else []
+    if not source.exists():
+        return []
+    return ["--perms", "0755", "--dir", os.path.dirname(SUPERVISOR_BASH), "--ro-bind", str(source), SUPERVISOR_BASH]

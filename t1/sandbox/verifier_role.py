@@ -17,6 +17,7 @@ root verifier in a container would, and nothing outside the sandbox. Whatever th
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 VERIFIER_UID = 64999
@@ -28,7 +29,8 @@ VERIFIER_DIRS = {"tests": "/tests", "verifier-logs": "/logs/verifier", "verifier
 VERIFIER_CAPS = ("dac_override", "dac_read_search", "fowner", "chown")
 """Capabilities a verifier session keeps, in the sandbox's user namespace only (files mapped in it)."""
 ETC_DIR = "/run/t1-etc"
-"""Where a verifier session mounts its private tmpfs for the passwd and group files that name its uid."""
+"""Where a verifier session mounts its private tmpfs for the passwd and group files that name its uid
+(`t1.sandbox.enter_verifier` keeps its own copies of these constants: it runs with the standard library only)."""
 
 
 def userns_map(sandbox_uid: int, verifier_uid: int) -> str:
@@ -63,29 +65,16 @@ def verifier_binds(root: Path) -> list[str]:
     return argv
 
 
-_NAMED = (  # runs as root of the sandbox in a private copy of its mount namespace, before becoming the verifier
-    f'[ ! -L /etc/passwd ] && [ ! -L /etc/group ] && mount -t tmpfs -o size=1m,mode=755 t1-etc {ETC_DIR} && '
-    f'{{ cat /etc/passwd; echo "t1-verifier:x:{VERIFIER_UID}:{VERIFIER_UID}::{VERIFIER_HOME}:/bin/bash"; }} > {ETC_DIR}/passwd && '
-    f'{{ cat /etc/group; echo "t1-verifier:x:{VERIFIER_UID}:"; }} > {ETC_DIR}/group && '
-    f'mount --bind {ETC_DIR}/passwd /etc/passwd && mount --bind {ETC_DIR}/group /etc/group && exec "$@"'
-)
-"""The sandbox's passwd and group files as they are now (the agent may have added users), plus the
-verifier's uid, seen by the verifier session alone: sftp-server, `id` and `whoami` need a name."""
+HELPER = str(Path(__file__).with_name("enter_verifier.py"))
 
 
-def verifier_enter_argv(pid: int, flags: list[str], inner: list[str]) -> list[str]:
-    """Run `inner` as the verifier in the namespaces of sandbox init `pid` (`flags`: nsenter's, user first; pure).
+def verifier_enter_argv(pid: int, namespaces: tuple[str, ...], inner: list[str]) -> list[str]:
+    """Run `inner` as the verifier in the namespaces of sandbox init `pid` (pure; see `t1.sandbox.enter_verifier`).
 
-    `nsenter` runs as host root and becomes the sandbox's root (full capabilities in its user
-    namespace); `unshare` gives the session a private copy of the mount namespace where its
-    passwd entry is mounted (`_NAMED`); `setpriv` then becomes `VERIFIER_UID` with no groups,
-    `no_new_privs` and only `VERIFIER_CAPS`.
+    The helper runs from the host's python as host root and becomes `VERIFIER_UID` right after
+    joining the user namespace, so no process of the session is ever the agent's uid.
     """
-    caps = ",".join(f"+{c}" for c in VERIFIER_CAPS)
-    return ["nsenter", "-t", str(pid), *flags, "--root", "--wd", "--",
-            "unshare", "--mount", "--", "/bin/sh", "-c", _NAMED, "t1-verifier",
-            "setpriv", f"--reuid={VERIFIER_UID}", f"--regid={VERIFIER_UID}", "--clear-groups", "--no-new-privs",
-            f"--inh-caps=-all,{caps}", f"--ambient-caps=-all,{caps}", f"--bounding-set=-all,{caps}", "--", *inner]
+    return [sys.executable, "-I", "-S", HELPER, str(pid), ",".join(namespaces), ",".join(VERIFIER_CAPS), "--", *inner]
 
 
 def verifier_env(env: dict[str, str]) -> dict[str, str]:

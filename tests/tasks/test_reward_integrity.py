@@ -19,7 +19,7 @@ from t1.sandbox.types import SandboxRequest, ShellRole
 from t1.tasks.dataset import load_task
 from t1.tasks.declared import DeclaredTests, check_report, declared_in_source, declared_tests
 from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task
-from t1.tasks.report import ATTEMPT_FAILURES, FailureMode, TestResult, TestStatus
+from t1.tasks.report import FailureMode, TestResult, TestStatus
 from t1.tasks.rewards import RewardMode, episode_reward
 from t1.tasks.spec import VerifierKind
 from t1.tasks.verifier import build_report
@@ -88,9 +88,6 @@ async def _oracle(provider: LocalProvider, root: Path, solution: str) -> TaskRun
     return await run_task(provider, load_task(_task(root, solution)), RunMode.ORACLE, reward_mode=RewardMode.COUNT)
 
 
-RACES_SESSION_START = {"kill_everything_else"}
-"""Attacks that may hit a verifier session in the few milliseconds it starts as the sandbox's root
-(see docs/security.md): the attempt then fails as sandbox_died, scored 0, never more."""
 HONEST = (1.0, 1, 5)
 """Reward, passed and total of the honest failed attempt (only test_app_exists passes without work)."""
 
@@ -108,9 +105,6 @@ async def test_attack_scores_as_an_honest_failure(provider: LocalProvider, tmp_p
     attacked = await _oracle(provider, tmp_path / attack, ATTACKS[attack])
     assert attacked.status is not RunStatus.INFRA_ERROR and not attacked.resolved, attacked.as_json()
     outcome = (attacked.reward, attacked.report.passed, attacked.report.total)
-    if attack in RACES_SESSION_START and attacked.report.failure_mode in ATTEMPT_FAILURES:
-        assert attacked.reward == 0.0  # it killed a verifier session while it started: its own loss, counted
-        return
     assert outcome == HONEST, (attacked.as_json(), attacked.detail, attacked.report.output_tail)
 
 
