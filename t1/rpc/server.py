@@ -13,7 +13,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from t1.config.service import AuthConfig, ServerConfig
-from t1.rpc.auth import BearerTokenInterceptor, resolve_token
+from t1.rpc.auth import BearerTokenInterceptor, server_token
 from t1.rpc.options import MB, server_options
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class GrpcServer:
         return f"{self._cfg.host}:{self.port}"
 
     async def start(self) -> int:
-        token = resolve_token(self._auth)
+        token = server_token(self._auth)
         interceptors = [BearerTokenInterceptor(token)] if token else []
         server = grpc.aio.server(interceptors=interceptors, options=server_options(self._cfg.max_message_mb * MB))
         for binding in self._bindings:
