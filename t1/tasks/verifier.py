@@ -96,7 +96,10 @@ async def run_verifier(
         prefix = toolchain_prefix()
     env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in spec.env)
     inner = f"{prefix}{provisioned.prefix()}{env}{_COMMANDS[spec.kind]}"
-    command = f"( {as_user(inner, spec.user)} ) > {OUTPUT_FILE} 2>&1 < /dev/null"
+    # The verifier shell stands in for a container's root (on local sandboxes it is a uid of its own that
+    # may write the agent's files): a task asking for root gets it; another user is switched to.
+    user = None if spec.user == "root" else spec.user
+    command = f"( {as_user(inner, user)} ) > {OUTPUT_FILE} 2>&1 < /dev/null"
     result = await shell.run(command, timeout_s=spec.timeout_sec)
     output = await _read_text(shell, OUTPUT_FILE) or ""
     files = {name: await _read_text(shell, f"{LOGS_DIR}/{name}")
