@@ -15,12 +15,12 @@ class SandboxLost(Exception):
 class ShellRole(StrEnum):
     """Whose shell: the agent's, or the verifier's (out of the agent's reach where the provider can do it).
 
-    On the local provider a verifier shell runs as a host uid of its own per sandbox, in the same
-    filesystem view, PID and network namespaces as the agent (tests reach servers the agent
-    started), but outside the sandbox's user namespace: agent processes can neither signal nor
-    trace it, and /tests, /logs/verifier and the verifier toolchain are writable (and /tests
-    readable) only by it. Providers that cannot separate the roles log in as the same user and say
-    so (`Sandbox.separates_verifier`), see docs/security.md.
+    On the local provider a verifier shell runs as a uid of its own per sandbox (mapped in the
+    sandbox's user namespace next to the agent's root), in the same filesystem view, PID and
+    network namespaces as the agent (tests reach servers the agent started): agent processes can
+    neither signal nor trace it, and /tests, /logs/verifier and the verifier toolchain are
+    writable (and /tests readable) only by it. Providers that cannot separate the roles log in as
+    the same user and say so (`SshSandbox.separates_verifier`); see docs/security.md.
     """
 
     AGENT = "agent"
