@@ -56,6 +56,20 @@ class SandboxCgroups:
         """Controller (or 'unified') -> this provider's folder in that hierarchy."""
         self.v2 = v2
 
+    @staticmethod
+    def sweep(parent: Path) -> None:
+        """Remove empty cgroup folders that providers of dead processes left in `parent` (`t1-<pid>-*`)."""
+        for stale in parent.glob("t1-*-*"):
+            pid = stale.name.split("-")[1]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            for child in stale.iterdir():
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                stale.rmdir()
+
     @classmethod
     def create(cls, root: Path = CGROUP_ROOT) -> SandboxCgroups | None:
         """This provider's cgroup folders, or None (logged) where the machine offers no writable cgroups."""
@@ -63,12 +77,14 @@ class SandboxCgroups:
         try:
             if (root / "cgroup.controllers").exists():
                 base = root / _own_path(None) / name
+                cls.sweep(base.parent)
                 base.mkdir()
                 _write(base / "cgroup.subtree_control", "+memory +pids +cpu")
                 return cls({"unified": base}, v2=True)
             bases = {}
             for controller in V1_CONTROLLERS:
                 base = root / controller / _own_path(controller) / name
+                cls.sweep(base.parent)
                 base.mkdir()
                 bases[controller] = base
             return cls(bases, v2=False)
