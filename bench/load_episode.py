@@ -31,7 +31,14 @@ from bench.sim_inference import Latency
 from t1.coordinator.rollout import RolloutRunner
 from t1.coordinator.spool import Spool
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult
-from t1.sandbox.types import CommandResult, Sandbox, SandboxProvider, SandboxRequest, Shell
+from t1.sandbox.types import (
+    CommandResult,
+    Sandbox,
+    SandboxProvider,
+    SandboxRequest,
+    Shell,
+    ShellRole,
+)
 from t1.tasks.spec import TaskSpec
 
 CURRENT_EPISODE: contextvars.ContextVar[str] = contextvars.ContextVar("bench_episode", default="")
@@ -123,8 +130,8 @@ class TimedSandbox:
     def id(self) -> str:
         return self.inner.id
 
-    async def open_shell(self, *, terminal: bool = False) -> Shell:
-        return TimedShell(await self.inner.open_shell(terminal=terminal), self.clock)
+    async def open_shell(self, *, terminal: bool = False, role: ShellRole = ShellRole.AGENT) -> Shell:
+        return TimedShell(await self.inner.open_shell(terminal=terminal, role=role), self.clock)
 
     async def upload(self, local_path: str, remote_path: str) -> None:
         await self.inner.upload(local_path, remote_path)

@@ -6,8 +6,10 @@
     end:  verifiers -> reward -> Trajectory (+ transcript)
 
 Statuses: ok (done or turn limit), timeout (task wall clock), context_limit, infra_error
-(lost sandbox, inference failing past retries, setup failure). Infra errors never get a
-reward: their trajectory carries reward 0 and status infra_error, and the trainer drops it.
+(sandbox lost or setup failing before the agent acted, inference failing past retries). Infra
+errors never get a reward: their trajectory carries reward 0 and status infra_error, and the
+trainer drops it. Once the agent has acted, a sandbox fault is the attempt's own failure
+(`t1.tasks.outcome`): reward 0, counted, with its failure mode. Verifiers run in verifier shells.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from t1.agent.transcript import Transcript
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
 from t1.metrics import registry as m
 from t1.sandbox.remote import SandboxCreateError
-from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell, ShellRole
 from t1.tasks.needs import NeedsError
+from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
@@ -183,17 +186,26 @@ class Episode:
                     log.warning("episode %s: sandbox lost during setup (%s); retrying on a fresh one",
                                 spec.episode_id, exc)
         except Exception as exc:  # the fault-tolerance point: the episode fails, the run goes on
-            kind = type(exc).__name__
-            if not isinstance(exc, INFRA_ERRORS):  # a bug, not the policy's doing: logged loudly, never scored
-                log.exception("episode %s (%s) crashed", spec.episode_id, task.id)
-                kind = f"crash:{kind}"
-            m.INFRA_FAILURES.labels(kind=kind).inc()
-            log.warning("episode %s (%s): infra error: %s: %s", spec.episode_id, task.id, kind, exc)
-            status, why, report = EpisodeStatus.INFRA_ERROR, f"{kind}: {exc}", VerifierReport(
-                failure_mode=FailureMode.INFRA_ERROR, detail=str(exc))
+            failure = attempt_failure(exc, agent_acted=bool(self._commands))
+            if failure is not None:  # the policy's own doing: scored 0, counted
+                log.info("episode %s (%s): the attempt broke its sandbox: %s", spec.episode_id, task.id, exc)
+                why, report = f"{failure.value}: {exc}", VerifierReport(failure_mode=failure, detail=str(exc))
+            else:
+                status, why, report = self._infra_error(exc)
         finally:
             m.ACTIVE_EPISODES.dec()
         return await self._finish(status, why, report, time.monotonic() - t0)
+
+    def _infra_error(self, exc: Exception) -> tuple[EpisodeStatus, str, VerifierReport]:
+        spec, task = self.spec, self.spec.task
+        kind = type(exc).__name__
+        if not isinstance(exc, INFRA_ERRORS):  # a bug, not the policy's doing: logged loudly, never scored
+            log.exception("episode %s (%s) crashed", spec.episode_id, task.id)
+            kind = f"crash:{kind}"
+        m.INFRA_FAILURES.labels(kind=kind).inc()
+        log.warning("episode %s (%s): infra error: %s: %s", spec.episode_id, task.id, kind, exc)
+        return EpisodeStatus.INFRA_ERROR, f"{kind}: {exc}", VerifierReport(failure_mode=FailureMode.INFRA_ERROR,
+                                                                          detail=str(exc))
 
     async def _in_sandbox(self, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
@@ -336,7 +348,7 @@ class Episode:
                       ) -> VerifierReport:
         t = time.monotonic()
         offline = self._local or not self.spec.task.environment.allow_internet
-        vshell = await sandbox.open_shell()
+        vshell = await sandbox.open_shell(role=ShellRole.VERIFIER)
         try:
             if phase.verifier.separate is not None:  # Harbor: the tests see only the declared artifacts
                 artifacts = await pack_artifacts(vshell, phase.verifier.separate, provisioned)

@@ -1,18 +1,21 @@
 """The local stack of a one-command run: the model, the task sets, and child t1-inference / t1-trainer services.
 
 What is configured remotely (inference.pool.endpoints, trainer.endpoint) is used as is; what
-is not is started here as a child process with the coordinator's own config file and overrides.
+is not is started here as a child process with the coordinator's own config file and overrides,
+and, unless a token is configured, a service token generated for this run (`t1.rpc.auth`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from pathlib import Path
 
 from t1.config.schema import T1Config
 from t1.coordinator.children import Child, service_argv
 from t1.coordinator.runtime import ensure_model
+from t1.rpc.auth import SERVICE_TOKEN_ENV, resolve_token, use_service_token
 from t1.tasks.dataset import load_named_set
 from t1.tasks.spec import TaskSpec
 
@@ -28,6 +31,11 @@ class LocalStack:
         self.overrides = overrides
         self.run_dir = run_dir
         self.children: list[Child] = []
+        self.child_env: dict[str, str] = {}
+        if resolve_token(cfg.auth) is None:  # children still require a token: one for this run
+            token = secrets.token_urlsafe(32)
+            self.child_env = {SERVICE_TOKEN_ENV: token}
+            use_service_token(token)
 
     async def prepare(self) -> dict[str, list[TaskSpec]]:
         """Make the model if missing and load (synthesizing if configured) every task set in use."""
@@ -56,7 +64,7 @@ class LocalStack:
                       self.run_dir / "logs" / f"{name}.log")
         self.children.append(child)
         log.info("starting %s", name)
-        return await child.start(CHILD_START_TIMEOUT_S)
+        return await child.start(CHILD_START_TIMEOUT_S, env=self.child_env)
 
     def child(self, name: str) -> Child | None:
         return next((c for c in self.children if c.name == name), None)

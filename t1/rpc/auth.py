@@ -1,4 +1,11 @@
-"""Bearer-token auth: a server interceptor that rejects calls without the token, and client metadata."""
+"""Bearer-token auth: a server interceptor that rejects calls without the token, and client metadata.
+
+Besides the configured token (`auth.token` or its environment variable), a local run gives the
+child services it starts (inference servers, the trainer) a generated service token in
+`SERVICE_TOKEN_ENV`: they require it when no token is configured, and the coordinator's clients
+(`use_service_token`) and the children's own clients send it, so nothing else on the machine
+can call UpdateWeights or PushTrajectories. The coordinator's own server is not given it.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,26 @@ from t1.config.service import AuthConfig
 
 # Health checks stay open so load balancers and Kubernetes probes need no secret.
 OPEN_METHODS_PREFIXES = ("/grpc.health.v1.Health/",)
+
+
+SERVICE_TOKEN_ENV = "T1_SERVICE_TOKEN"
+_service_token: str | None = None
+
+
+def use_service_token(token: str) -> None:
+    """Send `token` from this process's clients when no token is configured (the coordinator of a local run)."""
+    global _service_token
+    _service_token = token
+
+
+def server_token(auth: AuthConfig) -> str | None:
+    """The token a server requires: the configured one, else the service token its parent gave it."""
+    return resolve_token(auth) or os.environ.get(SERVICE_TOKEN_ENV, "").strip() or None
+
+
+def client_token(auth: AuthConfig) -> str | None:
+    """The token a client sends: the configured one, else the local run's service token."""
+    return resolve_token(auth) or _service_token or os.environ.get(SERVICE_TOKEN_ENV, "").strip() or None
 
 
 def resolve_token(auth: AuthConfig) -> str | None:

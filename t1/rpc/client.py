@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import grpc
 
 from t1.config.service import AuthConfig
-from t1.rpc.auth import auth_metadata, resolve_token
+from t1.rpc.auth import auth_metadata, client_token
 from t1.rpc.options import DEFAULT_DEADLINE_S, channel_options
 
 
@@ -41,4 +41,4 @@ def make_sync_channel(target: str, auth: AuthConfig | None = None) -> grpc.Chann
 
 
 def call_options(auth: AuthConfig | None = None, deadline_s: float = DEFAULT_DEADLINE_S) -> CallOptions:
-    return CallOptions(metadata=auth_metadata(resolve_token(auth or AuthConfig())), deadline_s=deadline_s)
+    return CallOptions(metadata=auth_metadata(client_token(auth or AuthConfig())), deadline_s=deadline_s)

@@ -13,7 +13,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from t1.config.service import AuthConfig, ServerConfig
-from t1.rpc.auth import BearerTokenInterceptor, resolve_token
+from t1.rpc.auth import BearerTokenInterceptor, server_token
 from t1.rpc.guard import RequestGuard
 from t1.rpc.options import MB, server_options
 
@@ -60,7 +60,7 @@ class GrpcServer:
         return f"{self._cfg.host}:{self.port}"
 
     async def start(self) -> int:
-        token = resolve_token(self._auth)
+        token = server_token(self._auth)
         # The guard is innermost: auth rejects before any body is parsed, the guard parses the rest.
         guard = RequestGuard({b.name: b.max_request_bytes for b in self._bindings})
         interceptors: list[grpc.aio.ServerInterceptor] = [BearerTokenInterceptor(token), guard] if token else [guard]

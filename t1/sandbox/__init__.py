@@ -14,23 +14,29 @@ Use it like this::
         await shell.write_file("/app/x.py", b"print(1)")
         data = await shell.read_file("/logs/verifier/reward.txt")
         term = await sandbox.open_shell(terminal=True)  # a `Terminal`: send_keys / screen / keystrokes
+        verifier = await sandbox.open_shell(role=ShellRole.VERIFIER)  # out of the agent's reach (local)
     await pool.close()                                # destroys what is left, then closes the provider
 
 Contracts:
 - `Shell.run(command, timeout_s)` never raises for what the command did: a timeout interrupts it
   (SIGINT, then SIGKILL, then a shell restart) and says so in the `CommandResult`; a shell that
   died (`exit`, `exec ...`) is restarted in the same cwd with `shell_restarted=True`.
-- `SandboxLost` means the sandbox or its connection is gone: an infra error, not a reward. The
-  pool drops such sandboxes on release and hands out a healthy one next.
+- `SandboxLost` means the sandbox or its connection is gone: an infra error before the agent
+  acted, the attempt's own failure after (`t1.tasks.outcome`). The pool drops such sandboxes on
+  release and hands out a healthy one next.
 - Output is capped (head and tail kept, `truncated=True`), decoded as UTF-8 with replacement
   and stripped of ANSI sequences; `output_bytes` counts what the command really printed.
 - `SandboxProvider.create(SandboxRequest) -> Sandbox` and `destroy(sandbox)`; `pool.acquire()`
   always destroys (or, for the ssh inventory, resets) the sandbox when the block exits.
 
 Modules: `framing` (the protocol, pure), `ssh_shell` (SshShell), `terminal` (TerminalShell),
-`ssh_sandbox` (one SSH connection per sandbox), `local_server` + `bwrap` + `nsinit` + `local` (the
-default provider: one bubblewrap init per sandbox whose namespaces every session enters), `remote` (ssh inventory and command providers), `pool`, `factory`, and `sshd` (a
-throwaway OpenSSH server for tests and benchmarks).
+`ssh_sandbox` (one SSH connection per sandbox, a second for verifier shells), `local_server` +
+`bwrap` + `nsinit` + `local` (the default provider: one bubblewrap init per sandbox whose
+namespaces every session enters), `verifier_role` + `enter_verifier` (the verifier's uid, folders
+and entry), `netns` (a network namespace per sandbox, slirp4netns for internet), `cgroups`
+(aggregate limits), `supervisor_bin` (the non-dumpable supervisor), `remote` (ssh inventory and
+command providers), `pool`, `factory`, and `sshd` (a throwaway OpenSSH server for tests and
+benchmarks). Threat model: docs/security.md.
 """
 
 from t1.sandbox.factory import build_provider
@@ -45,6 +51,7 @@ from t1.sandbox.types import (
     SandboxProvider,
     SandboxRequest,
     Shell,
+    ShellRole,
     Terminal,
 )
 
@@ -56,6 +63,7 @@ __all__ = [
     "SandboxProvider",
     "SandboxRequest",
     "Shell",
+    "ShellRole",
     "SshEndpoint",
     "SshSandbox",
     "SshShell",

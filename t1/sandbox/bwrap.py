@@ -4,8 +4,9 @@ A tree is a fresh directory with `app/`, `logs/`, `tests/`, `tmp/` and `home/`, 
 uid of its own (when T1 runs as root) so sandboxes cannot touch each other's files or processes
 and the process limit counts per sandbox. One long-lived bubblewrap per sandbox (`init_argv`,
 run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: the host's system read-only, its
-tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, no network unless
-allowed, root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
+tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, a network
+namespace of its own (internet through user-mode networking when allowed, `t1.sandbox.netns`),
+root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
 own uid, with no capabilities and `no_new_privs`, so all shells of a sandbox see the same
 processes and the same loopback network, as the shells of one VM do.
 """
@@ -18,6 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
+from t1.sandbox.cgroups import join_argv
+from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
+from t1.sandbox.supervisor_bin import supervisor_binds
+from t1.sandbox.types import ShellRole
+from t1.sandbox.verifier_role import (
+    make_verifier_dirs,
+    verifier_binds,
+    verifier_enter_argv,
+    verifier_env,
+)
 
 TREE_DIRS = {"app": "/app", "logs": "/logs", "tests": "/tests", "tmp": "/tmp", "home": "/root"}
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -36,6 +47,12 @@ class SandboxTree:
     limits: LimitsConfig
     bubblewrap: bool = True
     env: tuple[tuple[str, str], ...] = ()
+    verifier_uid: int | None = None
+    """The host uid of the sandbox's verifier sessions (`t1.sandbox.verifier_role`); None: the agent's."""
+    cgroup_procs: tuple[str, ...] = ()
+    """`cgroup.procs` files of the sandbox's cgroups (`t1.sandbox.cgroups`); every process joins them."""
+    verifier_cgroup_procs: tuple[str, ...] = ()
+    """The same for its verifier sessions (a sibling cgroup with the same limits)."""
 
     def host_path(self, name: str) -> Path:
         return self.root / name
@@ -51,6 +68,9 @@ def make_tree(tree: SandboxTree) -> None:
         if tree.uid is not None:
             os.chown(path, tree.uid, tree.uid)
     os.chmod(tree.host_path("tmp"), 0o1777)
+    make_verifier_dirs(tree.root, tree.verifier_uid)
+    if tree.allow_network:
+        write_resolv_conf(tree.root)
     if tree.uid is not None:
         os.chown(tree.root, tree.uid, tree.uid)
 
@@ -66,15 +86,17 @@ def find_sftp_server() -> str:
     raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
 
 
-def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False) -> list[str]:
+def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False,
+               userns_block_fd: int | None = None) -> list[str]:
     """The bubblewrap command line confining `inner` to `tree` (pure); `info_fd` gets its namespace info.
 
-    With `as_pid_1`, `inner` is PID 1 of the new PID namespace itself (it must reap orphans).
+    With `as_pid_1`, `inner` is PID 1 of the new PID namespace itself (it must reap orphans). With
+    `userns_block_fd`, bubblewrap waits on it for the caller to write the user namespace's uid and
+    gid maps (`t1.sandbox.verifier_role.write_userns_map`) instead of writing its own.
     """
     argv = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
-    if not tree.allow_network:
-        argv.append("--unshare-net")
+    argv += NETWORK_NAMESPACE
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
@@ -83,10 +105,15 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
+    argv += verifier_binds(tree.root) + network_binds(tree.root, tree.allow_network) + supervisor_binds(tree.root)
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
+    if userns_block_fd is not None:
+        argv += ["--userns-block-fd", str(userns_block_fd)]
     if as_pid_1:
-        argv.append("--as-pid-1")
+        # PID 1 keeps its capabilities in the user namespace; sessions drop theirs, so the kernel
+        # refuses them ptrace and signals to it (a dead init would end the sandbox).
+        argv += ["--as-pid-1", "--cap-add", "ALL"]
     argv += ["--chdir", "/app", "--remount-ro", "/", "--"]
     return argv + inner
 
@@ -98,10 +125,10 @@ init plus a `sleep` would be one host task more per sandbox, and every pivot_roo
 per sandbox start) walks all host tasks."""
 
 
-def init_argv(tree: SandboxTree, info_fd: int, ready: str) -> list[str]:
+def init_argv(tree: SandboxTree, info_fd: int, ready: str, userns_block_fd: int | None = None) -> list[str]:
     """The sandbox's init: prints `ready` once every mount is in place, then holds the namespaces and reaps orphans."""
     return bwrap_argv(tree, ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready=ready)],
-                      info_fd, as_pid_1=True)
+                      info_fd, as_pid_1=True, userns_block_fd=userns_block_fd)
 
 
 NAMESPACE_FLAGS = {"user": "--user", "mnt": "--mount", "pid": "--pid", "net": "--net", "ipc": "--ipc",
@@ -148,24 +175,29 @@ def session_env(tree: SandboxTree, term: str | None) -> dict[str, str]:
     return env
 
 
-def host_prefix(tree: SandboxTree, pty: bool) -> list[str]:
+def host_prefix(tree: SandboxTree, pty: bool, as_uid: bool = True, count_processes: bool = True) -> list[str]:
     """Host-side wrappers that start every sandbox process (pure).
 
-    Resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
+    The sandbox's cgroups (`as_uid`) or its verifier's, resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
     and for a PTY session a new session with the terminal as its controlling tty (`setsid
     --ctty`). Doing this with small programs instead of a Python pre-exec hook lets the spawn use
     vfork: forking a large coordinator process would copy its page tables while holding the GIL.
+    `count_processes=False` leaves the process limit off (the sandbox's init).
     """
     limits = tree.limits
     fsize = limits.max_file_mb * 1024 * 1024
-    argv = ["setsid", "--ctty"] if pty else []
+    argv = join_argv(tree.cgroup_procs if as_uid else tree.verifier_cgroup_procs)
+    argv += ["setsid", "--ctty"] if pty else []
     argv += ["prlimit", f"--fsize={fsize}:{fsize}"]
     if limits.max_memory_mb is not None:
         mem = limits.max_memory_mb * 1024 * 1024
         argv.append(f"--as={mem}:{mem}")
-    if tree.uid is not None:  # counted per host uid, so only meaningful with a uid per sandbox
-        argv += [f"--nproc={limits.max_processes}:{limits.max_processes}", "--",
-                 "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
+    # Counted per uid and user namespace, so only meaningful with a uid per sandbox. Not on the init:
+    # its limit would bound every process of its user namespace, the verifier's too (its pids cgroup does).
+    if tree.uid is not None and count_processes:
+        argv.append(f"--nproc={limits.max_processes}:{limits.max_processes}")
+    if tree.uid is not None and as_uid:
+        argv += ["--", "setpriv", f"--reuid={tree.uid}", f"--regid={tree.uid}", "--clear-groups"]
     return [*argv, "--"]
 
 
@@ -182,17 +214,23 @@ class Launch:
 
 def session_launch(
     tree: SandboxTree, command: str | None, subsystem: str | None, pty: tuple[str, int, int] | None,
-    target: NamespaceTarget | None = None,
+    target: NamespaceTarget | None = None, role: ShellRole = ShellRole.AGENT,
 ) -> Launch:
     """argv, environment and cwd for one SSH session of `tree`.
 
-    With bubblewrap the session enters the namespaces of the sandbox's init, `target`.
+    With bubblewrap the session enters the namespaces of the sandbox's init, `target`; a verifier
+    session with a verifier uid enters them as that uid, outside the sandbox's user namespace.
     """
     inner = _inner_command(command, subsystem, pty is not None)
     env = session_env(tree, pty[0] if pty else None)
+    separate = role is ShellRole.VERIFIER and tree.verifier_uid is not None and tree.bubblewrap
     if tree.bubblewrap:
         if target is None:
             raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
-        inner = enter_argv(target, inner)
-    prefix = host_prefix(tree, pty is not None)
+        if separate:
+            inner = verifier_enter_argv(target.pid, target.namespaces, inner)
+            env = verifier_env(env)
+        else:
+            inner = enter_argv(target, inner)
+    prefix = host_prefix(tree, pty is not None, as_uid=not separate)
     return Launch(prefix + inner, env, None if tree.bubblewrap else str(tree.host_path("app")), pty is None)

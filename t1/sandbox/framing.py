@@ -3,14 +3,19 @@
 A framed shell is two bash processes on the remote side. The *supervisor* reads length-prefixed
 messages from the SSH channel's stdin and forwards command text to the *worker* (`bash
 --noprofile --norc`, whose cwd, environment and jobs persist). After each command the worker
-prints `"\\n" + TOKEN + "<exit> <%q-quoted cwd>\\n"`; when the worker dies the supervisor prints
-`"\\n" + TOKEN + "X<status>\\n"` and exits. TOKEN is random per shell and only ever printed as
-two halves joined by printf, so it never appears literally in a command line, a `set -x` trace or
-`ps` output. Because the supervisor, not the worker, reads the channel, it can interrupt a busy
-worker: `I` sends SIGINT to the process trees the current command started, `K` sends SIGKILL, `R`
-kills the worker and exits.
+writes `"<exit> <%q-quoted cwd>\n"` to a status pipe (fd 4, closed for the command itself); the
+supervisor's status reader turns it into the frame `"\n" + TOKEN + "<exit> <cwd>\n"` on the
+channel; when the worker dies the supervisor prints `"\n" + TOKEN + "X<status>\n"` and exits.
+TOKEN is random per shell and known only to the supervisor: it arrives as the first line of the
+channel's stdin (never in an argv, an environment or the worker's input), so output the agent
+prints cannot forge a frame. Where the sandbox offers an execute-only bash
+(`t1.sandbox.supervisor_bin`, local sandboxes) the supervisor runs it and is not dumpable: its
+memory and descriptors are closed even to processes of the same uid. Because the supervisor,
+not the worker, reads the channel, it can interrupt a busy worker: `I` sends SIGINT to the
+process trees the current command started, `K` sends SIGKILL, `R` kills the worker and exits.
 
-Messages to the supervisor: `C<n>\\n<n bytes of worker input>`, `I\\n`, `K\\n`, `R\\n`.
+Messages to the supervisor: first `<left> <right>\n` (the token), then `C<n>\n<n bytes of worker
+input>`, `I\n`, `K\n`, `R\n`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from dataclasses import dataclass
 TRUNCATION_NOTE = "\n[... {skipped} bytes of output truncated ...]\n"
 
 _SUPERVISOR = r"""
-exec 3> >(bash --noprofile --norc; s=$?; printf '\n%s%sX%d\n' "$A" "$B" "$s"; kill -TERM $$ 2>/dev/null)
+IFS=' ' read -r A B || exit 1
+exec 4> >(while IFS= read -r s; do printf '\n%s%s%s\n' "$A" "$B" "$s"; done)
+exec 3> >(bash --noprofile --norc; s=$?; exec 4>&-; printf '\n%s%sX%d\n' "$A" "$B" "$s"; kill -TERM $$ 2>/dev/null)
 w=$!; wp=; pre=
 LC_ALL=C
 kids() { K=(); if [[ -r /proc/$1/task/$1/children ]]; then read -r -a K < "/proc/$1/task/$1/children"; else K=($(pgrep -P "$1")); fi; }
@@ -81,10 +88,19 @@ class Frame:
     worker_died: bool
 
 
-def supervisor_command(token: Token) -> str:
-    """The exec command line that starts the supervisor (and through it the worker)."""
-    script = f"A={token.left}; B={token.right}\n{_SUPERVISOR}"
-    return "exec bash --noprofile --norc -c " + shlex.quote(script)
+SUPERVISOR_BASH = "/run/t1-bin/bash"
+"""An execute-only bash where the sandbox has one (`t1.sandbox.supervisor_bin`); plain bash elsewhere."""
+
+
+def supervisor_command() -> str:
+    """The exec command line that starts the supervisor (and through it the worker); it holds no token."""
+    return (f"S={SUPERVISOR_BASH}; [ -x $S ] || S=bash; exec $S --noprofile --norc -c "
+            + shlex.quote(_SUPERVISOR))
+
+
+def token_message(token: Token) -> bytes:
+    """The supervisor's first input: the token it frames the worker's statuses with."""
+    return f"{token.left} {token.right}\n".encode()
 
 
 def worker_message(body: str) -> bytes:
@@ -93,24 +109,24 @@ def worker_message(body: str) -> bytes:
     return b"C%d\n" % len(data) + data
 
 
-def command_body(command: str, token: Token) -> str:
-    """Worker input that runs `command` in the worker itself (state persists), stdin from /dev/null,
-    then prints the frame. The command is single-quoted for eval, so unbalanced quotes are a
-    syntax error of that command only."""
+def command_body(command: str) -> str:
+    """Worker input that runs `command` in the worker itself (state persists), stdin from /dev/null
+    and the status pipe closed, then reports its status. The command is single-quoted for eval, so
+    unbalanced quotes are a syntax error of that command only."""
     if "\x00" in command:
         raise ValueError("command contains a NUL byte, which bash cannot represent")
     quoted = "'" + command.replace("'", "'\\''") + "'"
-    return f"eval {quoted} </dev/null; {frame_printf(token)}\n"
+    return f"eval {quoted} </dev/null 4>&-; {STATUS_PRINTF}\n"
 
 
-def frame_printf(token: Token) -> str:
-    return f"printf '\\n%s%s%d %q\\n' {token.left} {token.right} \"$?\" \"$PWD\""
+STATUS_PRINTF = "printf '%d %q\\n' \"$?\" \"$PWD\" >&4"
+"""What the worker runs after each command: its status, to the supervisor's status reader."""
 
 
-def init_body(token: Token, cwd: str | None = None) -> str:
+def init_body(cwd: str | None = None) -> str:
     """First worker input: merge stderr, set a non-interactive environment, restore cwd after a restart."""
     cd = f"cd -- {cwd} 2>/dev/null\n" if cwd else ""
-    return _WORKER_INIT + cd + frame_printf(token) + "\n"
+    return _WORKER_INIT + cd + STATUS_PRINTF + "\n"
 
 
 def _parse_status(line: bytes) -> Frame:

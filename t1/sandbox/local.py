@@ -17,12 +17,15 @@ import os
 import random
 import secrets
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
-from t1.sandbox.local_server import LocalSshServer
+from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
+from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
+from t1.sandbox.supervisor_bin import install_private_bash
 from t1.sandbox.types import Sandbox, SandboxRequest
 from t1.workdir import SharedDirLock
 
@@ -65,6 +68,7 @@ class LocalProvider:
         self._start_lock = asyncio.Lock()
         self._root_lock = SharedDirLock(self.root)
         self._started = False
+        self.cgroups: SandboxCgroups | None = None
 
     async def start(self) -> None:
         async with self._start_lock:
@@ -74,6 +78,8 @@ class LocalProvider:
             await asyncio.to_thread(self._root_lock.acquire, lambda: sweep_trees(self.root))
             if self._per_sandbox_uid:
                 _check_traversable(self.root)
+                await asyncio.to_thread(install_private_bash, self.root)
+                self.cgroups = await asyncio.to_thread(SandboxCgroups.create)
             await self.server.start()
             self._started = True
 
@@ -88,10 +94,12 @@ class LocalProvider:
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()
         sandbox_id = "sb-" + secrets.token_hex(6)
+        procs, verifier_procs = await asyncio.to_thread(self._add_cgroups, sandbox_id, request)
         tree = SandboxTree(
             sandbox_id=sandbox_id, root=self.root / sandbox_id, uid=self._new_uid(),
             allow_network=request.allow_network, limits=self.cfg.limits,
-            bubblewrap=self.cfg.bubblewrap, env=request.env,
+            bubblewrap=self.cfg.bubblewrap, env=request.env, verifier_uid=self._new_uid(),
+            cgroup_procs=procs, verifier_cgroup_procs=verifier_procs,
         )
         await asyncio.to_thread(make_tree, tree)
         endpoint = SshEndpoint(
@@ -100,12 +108,22 @@ class LocalProvider:
         )
         try:
             await self.server.start_sandbox(tree)
-            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
+            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
+                                               verifier=replace(endpoint, user=verifier_user(sandbox_id)))
         except BaseException:
             await self._forget(tree)
             raise
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
+
+    def _add_cgroups(self, sandbox_id: str, request: SandboxRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The sandbox's and its verifier's cgroups, limited by the task's request or the config's defaults."""
+        if self.cgroups is None:
+            return (), ()
+        limits = self.cfg.limits
+        cg = CgroupLimits(memory_mb=request.memory_mb or limits.sandbox_memory_mb, pids=limits.max_processes,
+                          cpus=request.cpus or limits.sandbox_cpus)
+        return self.cgroups.add(sandbox_id, cg), self.cgroups.add(sandbox_id + "-verifier", cg)
 
     def tree(self, sandbox_id: str) -> SandboxTree:
         """The host-side tree of a live sandbox (tests and task provisioning may read it)."""
@@ -115,8 +133,10 @@ class LocalProvider:
         await self.server.end_sandbox(tree.sandbox_id)
         self.server.trees.pop(tree.sandbox_id, None)
         await asyncio.to_thread(remove_tree, tree)
-        if tree.uid is not None:
-            self._uids.discard(tree.uid)
+        self._uids.difference_update({tree.uid, tree.verifier_uid})
+        if self.cgroups is not None:
+            for name in (tree.sandbox_id, tree.sandbox_id + "-verifier"):
+                self.cgroups.remove(name)
 
     async def destroy(self, sandbox: Sandbox) -> None:
         ssh_sandbox = self._sandboxes.pop(sandbox.id, None)
@@ -131,4 +151,7 @@ class LocalProvider:
             await self.destroy(sandbox)
         await self.server.close()
         self._root_lock.release()
+        if self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None
         self._started = False

@@ -1,6 +1,6 @@
 """The embedded SSH server of the local provider: loopback only, key auth, every session in bubblewrap.
 
-The SSH user name is the sandbox id. Each sandbox has one bubblewrap init holding its namespaces
+The SSH user name is the sandbox id (`verifier_user(id)` for its verifier sessions). Each sandbox has one bubblewrap init holding its namespaces
 (`t1.sandbox.nsinit.SandboxInit`, started by `start_sandbox`, or on the first session of a tree
 registered directly in `trees`); every session (exec, shell, PTY shell, the SFTP subsystem)
 enters them, so all sessions of a sandbox see the same files, processes and loopback network.
@@ -27,6 +27,7 @@ import asyncssh
 from t1.sandbox.bwrap import NamespaceTarget, SandboxTree, session_launch
 from t1.sandbox.forker import Child
 from t1.sandbox.nsinit import SandboxInit, hang_up, kill_group, spawn, wait_exit
+from t1.sandbox.types import ShellRole
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,21 @@ def transport_pipe(loop: asyncio.AbstractEventLoop, source: IO[bytes] | int, mod
     return open(fd, mode, buffering=0, closefd=owns)
 
 
+VERIFIER_SUFFIX = "+verifier"
+
+
+def verifier_user(sandbox_id: str) -> str:
+    """The SSH user name of a sandbox's verifier sessions."""
+    return sandbox_id + VERIFIER_SUFFIX
+
+
+def parse_user(username: str) -> tuple[str, ShellRole]:
+    """Sandbox id and role of an SSH user name (pure)."""
+    if username.endswith(VERIFIER_SUFFIX):
+        return username[: -len(VERIFIER_SUFFIX)], ShellRole.VERIFIER
+    return username, ShellRole.AGENT
+
+
 def _set_winsize(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
@@ -60,9 +76,10 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
 
     def __init__(
         self, tree: SandboxTree, track: Callable[[_SandboxSession, bool], None],
-        ns_target: Callable[[SandboxTree], Awaitable[NamespaceTarget | None]],
+        ns_target: Callable[[SandboxTree], Awaitable[NamespaceTarget | None]], role: ShellRole = ShellRole.AGENT,
     ) -> None:
         self._tree = tree
+        self._role = role
         self._track = track
         self._ns_target = ns_target
         self._chan: asyncssh.SSHServerChannel[bytes] | None = None
@@ -177,7 +194,7 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
 
     async def _spawn_and_pump(self, chan: asyncssh.SSHServerChannel[bytes]) -> int:
         target = await self._ns_target(self._tree)
-        launch = session_launch(self._tree, self._command, self._subsystem, self._pty, target)
+        launch = session_launch(self._tree, self._command, self._subsystem, self._pty, target, self._role)
         loop = asyncio.get_running_loop()
         popen: dict[str, Any] = {"env": launch.env, "cwd": launch.cwd, "start_new_session": launch.new_session}
         if self._pty is not None:
@@ -240,6 +257,7 @@ class _SandboxServer(asyncssh.SSHServer):
     def __init__(self, owner: LocalSshServer) -> None:
         self._owner = owner
         self._tree: SandboxTree | None = None
+        self._role = ShellRole.AGENT
         self._conn: asyncssh.SSHServerConnection | None = None
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
@@ -250,7 +268,8 @@ class _SandboxServer(asyncssh.SSHServer):
             self._owner._connections.discard(self._conn)
 
     def begin_auth(self, username: str) -> bool:
-        self._tree = self._owner.trees.get(username)
+        sandbox_id, self._role = parse_user(username)
+        self._tree = self._owner.trees.get(sandbox_id)
         return True
 
     def public_key_auth_supported(self) -> bool:
@@ -265,7 +284,7 @@ class _SandboxServer(asyncssh.SSHServer):
     def session_requested(self) -> asyncssh.SSHServerSession[bytes] | bool:
         if self._tree is None:
             return False
-        return _SandboxSession(self._tree, self._owner._track_session, self._owner.ns_target)
+        return _SandboxSession(self._tree, self._owner._track_session, self._owner.ns_target, self._role)
 
 
 class LocalSshServer:
@@ -331,7 +350,7 @@ class LocalSshServer:
 
     def drop_connections(self, sandbox_id: str) -> int:
         """Abort every connection logged in as `sandbox_id` (fault injection and destroy)."""
-        victims = [c for c in self._connections if c.get_extra_info("username") == sandbox_id]
+        victims = [c for c in self._connections if parse_user(c.get_extra_info("username") or "")[0] == sandbox_id]
         for conn in victims:
             conn.abort()
         return len(victims)

@@ -25,6 +25,8 @@ from typing import Any
 
 from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
 from t1.sandbox.forker import Child, popen
+from t1.sandbox.netns import start_slirp, stop_slirp
+from t1.sandbox.verifier_role import write_userns_map
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
@@ -108,6 +110,33 @@ async def hang_up(proc: Child, grace_s: float = HANGUP_GRACE_S) -> None:
     kill_group(proc)
 
 
+def _map_verifier(tree: SandboxTree, proc: Child, info_r: int, block_w: int) -> bytes:
+    """Write the sandbox's two-uid user namespace map while bubblewrap waits for it, then let it go on.
+
+    Returns the info-fd bytes read on the way (bwrap's JSON with its child's pid).
+    """
+    info = b""
+    try:
+        while b"}" not in info:  # bwrap writes its child's pid, then blocks until the maps exist
+            chunk = os.read(info_r, 4096)
+            if not chunk:
+                break
+            info += chunk
+        try:
+            pid = int(json.loads(info)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            return info  # bwrap failed before its namespaces existed; its error is read below
+        assert tree.uid is not None and tree.verifier_uid is not None
+        write_userns_map(pid, tree.uid, tree.verifier_uid)
+        os.write(block_w, b"1")
+        return info
+    except OSError as exc:
+        proc.kill()
+        raise RuntimeError(f"sandbox {tree.sandbox_id}: cannot map the verifier's uid: {exc}") from exc
+    finally:
+        os.close(block_w)
+
+
 def _own_namespaces(pid: int) -> tuple[str, ...]:
     """The namespaces of `pid` that differ from ours (entering one we already share needs host privileges)."""
     return tuple(name for name in NAMESPACE_FLAGS
@@ -117,11 +146,13 @@ def _own_namespaces(pid: int) -> tuple[str, ...]:
 class SandboxInit:
     """The long-lived bubblewrap that owns one sandbox's namespaces."""
 
-    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget) -> None:
+    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget, network: Child | None = None) -> None:
         self.tree = tree
         self.proc = proc
         self.target = target
         """PID 1 of the sandbox's namespaces (a host pid) and which of them sessions enter."""
+        self.network = network
+        """The sandbox's slirp4netns when it allows internet."""
 
     @classmethod
     async def start(cls, tree: SandboxTree) -> SandboxInit:
@@ -131,17 +162,22 @@ class SandboxInit:
     @classmethod
     def _start_blocking(cls, tree: SandboxTree) -> SandboxInit:
         info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe() if tree.verifier_uid is not None else (None, None)
         try:
             proc = popen(
-                host_prefix(tree, pty=False) + init_argv(tree, info_w, INIT_READY.decode().strip()),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(info_w,),
+                host_prefix(tree, pty=False, count_processes=tree.verifier_uid is None) + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(info_w,) if block_r is None else (info_w, block_r),
                 env={"PATH": "/usr/bin:/bin"}, start_new_session=True,
             )
         finally:
             os.close(info_w)
+            if block_r is not None:
+                os.close(block_r)
+        early = _map_verifier(tree, proc, info_r, block_w) if block_w is not None else b""
         assert proc.stdout is not None and proc.stderr is not None
         with os.fdopen(info_r, "rb") as info_file:
-            info = info_file.read()  # bwrap closes the info fd once the namespaces exist
+            info = early + info_file.read()  # bwrap closes it once the namespaces exist
         ready = proc.stdout.readline()  # the inner command runs only after every mount is in place
         proc.stdout.close()
         if ready != INIT_READY:
@@ -157,7 +193,15 @@ class SandboxInit:
             proc.kill()
             proc.wait()
             raise RuntimeError(f"sandbox {tree.sandbox_id}: unreadable bubblewrap --info-fd output {info!r}") from exc
-        return cls(tree, proc, NamespaceTarget(ns_pid, _own_namespaces(ns_pid)))
+        network = None
+        if tree.allow_network:
+            try:
+                network = start_slirp(tree.sandbox_id, ns_pid)
+            except BaseException:
+                os.kill(ns_pid, signal.SIGKILL)
+                proc.wait()
+                raise
+        return cls(tree, proc, NamespaceTarget(ns_pid, _own_namespaces(ns_pid)), network)
 
     async def stop(self, on_timeout: Callable[[str], None] | None = None) -> None:
         """Kill the init (and so every process in the sandbox's PID namespace) and wait until it is gone.
@@ -166,6 +210,8 @@ class SandboxInit:
         the other way round it would be left to the host's init, which may never reap it.
         """
         pid = self.target.pid
+        if self.network is not None:
+            await asyncio.to_thread(stop_slirp, self.network)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if not await wait_pidfd(pid, STOP_TIMEOUT_S) and on_timeout is not None:

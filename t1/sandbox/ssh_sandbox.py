@@ -1,7 +1,9 @@
 """SshSandbox: one SSH connection to a sandbox (any provider), its shells and SFTP transfers.
 
-A sandbox holds exactly one `asyncssh` connection with keepalives; every shell it opens is a
-channel on that connection. When the connection dies, shells raise `SandboxLost` and
+A sandbox holds one `asyncssh` connection with keepalives; every agent shell it opens is a
+channel on that connection. Verifier shells use a second connection, opened on first use, as the
+endpoint's verifier user where the provider has one (the local provider: a uid of its own per
+sandbox); without one they share the agent's login and `separates_verifier` is False. When the connection dies, shells raise `SandboxLost` and
 `SshSandbox.alive` turns False, which the pool uses to drop the sandbox.
 """
 
@@ -17,7 +19,7 @@ import asyncssh
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.ssh_shell import SshShell
 from t1.sandbox.terminal import TerminalShell
-from t1.sandbox.types import SandboxLost, Shell
+from t1.sandbox.types import SandboxLost, Shell, ShellRole
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class SshSandbox:
         watcher: _LossWatcher,
         shell_cfg: ShellConfig,
         endpoint: SshEndpoint,
+        verifier: SshEndpoint | None = None,
     ) -> None:
         self._id = sandbox_id
         self.conn = conn
@@ -117,11 +120,26 @@ class SshSandbox:
         self._shell_cfg = shell_cfg
         self.endpoint = endpoint
         self._shells: list[SshShell | TerminalShell] = []
+        self.verifier_endpoint = verifier
+        self._verifier_conn: tuple[asyncssh.SSHClientConnection, _LossWatcher] | None = None
 
     @classmethod
-    async def connect(cls, sandbox_id: str, endpoint: SshEndpoint, shell_cfg: ShellConfig) -> SshSandbox:
+    async def connect(cls, sandbox_id: str, endpoint: SshEndpoint, shell_cfg: ShellConfig,
+                      verifier: SshEndpoint | None = None) -> SshSandbox:
         conn, watcher = await connect(endpoint, shell_cfg)
-        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint)
+        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier)
+
+    @property
+    def separates_verifier(self) -> bool:
+        """Whether verifier shells log in as a user of their own (out of the agent's reach)."""
+        return self.verifier_endpoint is not None
+
+    async def _connection(self, role: ShellRole) -> asyncssh.SSHClientConnection:
+        if role is ShellRole.AGENT or self.verifier_endpoint is None:
+            return self.conn
+        if self._verifier_conn is None or self._verifier_conn[0].is_closed():
+            self._verifier_conn = await connect(self.verifier_endpoint, self._shell_cfg)
+        return self._verifier_conn[0]
 
     @property
     def id(self) -> str:
@@ -135,15 +153,16 @@ class SshSandbox:
         if not self.alive:
             raise SandboxLost(f"sandbox {self._id}: SSH connection lost: {self._watcher.lost or 'closed'}")
 
-    async def open_shell(self, *, terminal: bool = False) -> Shell:
-        """A new persistent shell (framed bash, or a PTY shell rendered by a terminal emulator)."""
+    async def open_shell(self, *, terminal: bool = False, role: ShellRole = ShellRole.AGENT) -> Shell:
+        """A new persistent shell (framed bash, or a PTY shell rendered by a terminal emulator) for `role`."""
         self._check()
+        conn = await self._connection(role)
         shell: SshShell | TerminalShell
         if terminal:
-            shell = await TerminalShell.open(self.conn, default_timeout_s=self._shell_cfg.command_timeout_s)
+            shell = await TerminalShell.open(conn, default_timeout_s=self._shell_cfg.command_timeout_s)
         else:
             shell = await SshShell.open(
-                self.conn,
+                conn,
                 output_cap_bytes=self._shell_cfg.output_cap_bytes,
                 default_timeout_s=self._shell_cfg.command_timeout_s,
                 interrupt_grace_s=self._shell_cfg.interrupt_grace_s,
@@ -185,6 +204,8 @@ class SshSandbox:
             except (OSError, asyncssh.Error) as exc:
                 log.debug("closing shell of %s: %s", self._id, exc)
         self._shells.clear()
-        self.conn.close()
-        with contextlib.suppress(OSError, asyncssh.Error):
-            await self.conn.wait_closed()
+        conns = [self.conn] + ([self._verifier_conn[0]] if self._verifier_conn is not None else [])
+        for conn in conns:
+            conn.close()
+            with contextlib.suppress(OSError, asyncssh.Error):
+                await conn.wait_closed()

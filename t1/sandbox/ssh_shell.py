@@ -158,13 +158,13 @@ class SshShell(SftpFiles):
         scanner = framing.FrameScanner(self._token, self._cap)
         try:
             chan, session = await self._conn.create_session(
-                lambda: _FramedSession(scanner), framing.supervisor_command(self._token), encoding=None
+                lambda: _FramedSession(scanner), framing.supervisor_command(), encoding=None
             )
         except (OSError, asyncssh.Error) as exc:
             raise SandboxLost(f"cannot open a shell channel: {exc}") from exc
         assert isinstance(session, _FramedSession)
         self._chan, self._session = chan, session
-        chan.write(framing.worker_message(framing.init_body(self._token, self._cwd)))
+        chan.write(framing.token_message(self._token) + framing.worker_message(framing.init_body(self._cwd)))
         if not await session.wait(START_TIMEOUT_S):
             chan.abort()
             raise SandboxLost(f"the remote shell did not start within {START_TIMEOUT_S:.0f}s") from None
@@ -187,7 +187,7 @@ class SshShell(SftpFiles):
         timeout = self._default_timeout_s if timeout_s is None else timeout_s
         if timeout <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout}")
-        framing.command_body(command, self._token)  # reject bad commands before touching the shell
+        framing.command_body(command)  # reject bad commands before touching the shell
         async with self._lock:
             return await self._run_locked(command, timeout)
 
@@ -204,7 +204,7 @@ class SshShell(SftpFiles):
         scanner.reset()
         start = time.monotonic()
         self._in_flight = True
-        self._send(framing.worker_message(framing.command_body(command, self._token)))  # token of this shell
+        self._send(framing.worker_message(framing.command_body(command)))
         timed_out = not await session.wait(timeout)
         if timed_out:
             for message, grace in ((b"I\n", self._grace_s), (b"K\n", KILL_GRACE_S)):

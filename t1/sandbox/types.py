@@ -4,11 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 
 class SandboxLost(Exception):
     """The sandbox or its connection is gone; the episode cannot continue in it (an infra error)."""
+
+
+class ShellRole(StrEnum):
+    """Whose shell: the agent's, or the verifier's (out of the agent's reach where the provider can do it).
+
+    On the local provider a verifier shell runs as a uid of its own per sandbox (mapped in the
+    sandbox's user namespace next to the agent's root), in the same filesystem view, PID and
+    network namespaces as the agent (tests reach servers the agent started): agent processes can
+    neither signal nor trace it, and /tests, /logs/verifier and the verifier toolchain are
+    writable (and /tests readable) only by it. Providers that cannot separate the roles log in as
+    the same user and say so (`SshSandbox.separates_verifier`); see docs/security.md.
+    """
+
+    AGENT = "agent"
+    VERIFIER = "verifier"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +86,7 @@ class Sandbox(Protocol):
     @property
     def id(self) -> str: ...
 
-    async def open_shell(self, *, terminal: bool = False) -> Shell: ...
+    async def open_shell(self, *, terminal: bool = False, role: ShellRole = ShellRole.AGENT) -> Shell: ...
 
     async def upload(self, local_path: str, remote_path: str) -> None: ...
 

@@ -47,6 +47,7 @@ from t1.tasks.spec import (
     VerifierKind,
     VerifierSpec,
 )
+from t1.tasks.taskfiles import check_contained
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -230,6 +231,7 @@ def _environment(root: Path, env: Fields) -> EnvironmentSpec:
 def load_harbor(root: Path) -> TaskSpec:
     """Parse a Harbor / Terminal-Bench 2.x task folder into a TaskSpec."""
     root = root.resolve()
+    check_contained(root)
     toml_file = root / "task.toml"
     f = Fields(toml_file, _read_toml(toml_file))
     r = _Reader(root, f)

@@ -26,6 +26,7 @@ from t1.tasks.spec import (
     VerifierKind,
     VerifierSpec,
 )
+from t1.tasks.taskfiles import check_contained
 
 TB1_DEFAULT_AGENT_TIMEOUT_SEC = 360.0
 TB1_DEFAULT_TEST_TIMEOUT_SEC = 60.0
@@ -81,6 +82,7 @@ def _solution(root: Path) -> SolutionSpec | None:
 def load_tb1(root: Path) -> TaskSpec:
     """Parse a Terminal-Bench 1 task folder into a TaskSpec."""
     root = root.resolve()
+    check_contained(root)
     task_file = root / "task.yaml"
     f = Fields(task_file, _read_yaml(task_file) or {})
     instruction = _instruction(f)

@@ -4,21 +4,26 @@
 `verify` on an untouched sandbox shows that they reject doing nothing (a task
 whose verifiers pass without work is flagged). Each task gets a fresh sandbox,
 destroyed afterwards. Multi-step tasks run step by step in the same sandbox and
-stop at a step that falls below its min_reward. Setup failures and lost
-sandboxes become a status, so one bad task does not stop a batch.
+stop at a step that falls below its min_reward. Verifiers run in a verifier shell
+(`ShellRole.VERIFIER`), which sees the solution's processes (a server it started)
+but is out of their reach. Setup failures and lost sandboxes become a status, so
+one bad task does not stop a batch; once the solution has run they are its own
+failure (`t1.tasks.outcome`), scored 0, never infra_error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell, ShellRole
 from t1.tasks.needs import NeedKind, NeedsError, NeedsNetworkError
+from t1.tasks.outcome import SANDBOX_FAULTS, attempt_failure
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
@@ -131,20 +136,26 @@ async def _verify(provider: SandboxProvider, sandbox: Sandbox, shell: Shell, spe
         artifacts = await pack_artifacts(shell, phase.verifier.separate, provisioned)
         return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts, local=local,
                                            offline=offline)
-    # Local sandboxes give each shell its own PID and network namespace, so a service the solution
-    # started is only visible from its own shell: verify there (in a subshell) rather than in a new one.
-    share = phase.verifier.same_shell or local
-    verifier_shell = shell if share else await sandbox.open_shell()
+    verifier_shell = await sandbox.open_shell(role=ShellRole.VERIFIER)
     try:
         return await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
     finally:
-        if verifier_shell is not shell:
+        with contextlib.suppress(*SANDBOX_FAULTS):
             await verifier_shell.close()
+
+
+class _AfterSolution(Exception):
+    """A sandbox fault once the solution had run: the attempt's own failure, not the infrastructure's."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpec, mode: RunMode,
                       local: bool) -> tuple[VerifierReport, str]:
     shell = await sandbox.open_shell()
+    acted = False
     try:
         provisioned = await provision(shell, spec, local=local)
         offline = local or not spec.environment.allow_internet
@@ -155,6 +166,7 @@ async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpe
             if spec.is_multi_step:
                 await enter_step(shell, phase, provisioned)
             if mode is RunMode.ORACLE and phase.solution is not None:
+                acted = True
                 problem = await run_solution(shell, phase.solution, provisioned,
                                              phase.agent_timeout_sec or spec.agent_timeout_sec, offline=offline)
                 solution_problem = solution_problem or (f"{phase.name}: {problem}" if problem else "")
@@ -165,8 +177,13 @@ async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpe
         if not spec.is_multi_step:
             return done[0][1], solution_problem
         return combine_steps(done, spec.multi_step_strategy, len(phases)), solution_problem
+    except SANDBOX_FAULTS as exc:
+        if attempt_failure(exc, acted) is not None:
+            raise _AfterSolution(exc) from exc
+        raise
     finally:
-        await shell.close()
+        with contextlib.suppress(*SANDBOX_FAULTS):
+            await shell.close()
 
 
 _NEED_STATUS = {NeedKind.IMAGE: RunStatus.NEEDS_IMAGE, NeedKind.NETWORK: RunStatus.NEEDS_NETWORK,
@@ -201,6 +218,9 @@ async def run_task(
                        0.0, str(exc))
     try:
         report, detail = await _run_phases(provider, sandbox, spec, mode, local)
+    except _AfterSolution as exc:
+        failure = attempt_failure(exc.cause, agent_acted=True) or FailureMode.SANDBOX_DIED
+        status, detail, report = RunStatus.VERIFIER_ERROR, str(exc), VerifierReport(failure_mode=failure, detail=str(exc))
     except NeedsError as exc:
         status, detail = _NEED_STATUS[exc.kind], str(exc)
         report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))

@@ -42,6 +42,16 @@ class FailureMode(StrEnum):
     NEEDS_FEATURE = "needs_feature"
     STEP_GATE = "step_gate"  # a multi-step task stopped: a step fell below its min_reward
     INFRA_ERROR = "infra_error"
+    # The attempt's own failures (scored 0 and counted, never infra errors; see t1.tasks.outcome):
+    VERIFIER_TAMPERED = "verifier_tampered"  # results naming tests the task does not declare, or more than it has
+    AGENT_BROKE_VERIFIER = "agent_broke_verifier"  # the verifier could not be set up after the agent acted
+    SANDBOX_DIED = "sandbox_died"  # the sandbox or its connection was lost after the agent acted
+    SANDBOX_AT_LIMIT = "sandbox_at_limit"  # processes, memory or disk of the sandbox exhausted after the agent acted
+
+
+ATTEMPT_FAILURES = frozenset({FailureMode.VERIFIER_TAMPERED, FailureMode.AGENT_BROKE_VERIFIER,
+                              FailureMode.SANDBOX_DIED, FailureMode.SANDBOX_AT_LIMIT})
+"""Failure modes that are the attempt's doing: reward 0 in every mode, counted in every statistic."""
 
 
 _PASSING = (TestStatus.PASSED, TestStatus.XFAIL)

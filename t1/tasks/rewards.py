@@ -7,6 +7,10 @@
   with the increase in passing verifiers since the previous checkpoint, so the
   per-turn rewards of an episode sum to its final count reward (minus the count
   an untouched sandbox already had).
+A report whose failure is the attempt's own (a tampered verifier, a broken or dead sandbox:
+`t1.tasks.report.ATTEMPT_FAILURES`) is worth 0 in every mode; the count reward is bounded by the
+tests the task declares because a report passing more than that is a tampered one
+(`t1.tasks.declared`).
 Multi-step tasks combine per-step rewards by Harbor's strategy (mean or final)
 and stop at a step whose reward falls below its min_reward.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from t1.tasks.report import FailureMode, TestResult, VerifierReport
+from t1.tasks.report import ATTEMPT_FAILURES, FailureMode, TestResult, VerifierReport
 from t1.tasks.spec import MultiStepStrategy, StepSpec
 
 
@@ -29,6 +33,8 @@ class RewardMode(StrEnum):
 def episode_reward(report: VerifierReport, mode: RewardMode | str = RewardMode.COUNT) -> float:
     """The scalar reward of one finished episode."""
     mode = RewardMode(mode)
+    if report.failure_mode in ATTEMPT_FAILURES:
+        return 0.0
     if mode is RewardMode.BINARY:
         return 1.0 if report.resolved else 0.0
     if mode is RewardMode.FRACTION:
@@ -38,6 +44,8 @@ def episode_reward(report: VerifierReport, mode: RewardMode | str = RewardMode.C
 
 def step_reward(report: VerifierReport) -> float:
     """A Harbor step's reward: the reward file's value, else the fraction of passing tests."""
+    if report.failure_mode in ATTEMPT_FAILURES:
+        return 0.0
     if report.reward is not None:
         return report.reward
     return report.passed / report.total if report.total else 0.0

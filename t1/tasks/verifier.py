@@ -1,16 +1,21 @@
 """Run a task's verifiers in its sandbox after the agent finishes, and read what they found.
 
-Tests are uploaded to /tests only now (the agent never sees them), /logs/verifier
-is emptied, the verifier command runs with the task's timeout, env and user, its
-output goes to a file in the sandbox (so a timeout still leaves output to parse),
-and the report is read from CTRF JSON, JUnit XML or pytest -rA output, plus
-/logs/verifier/reward.txt or reward.json. Offline sandboxes get the verifier
-toolchain first (see t1.tasks.toolchain). Whatever the verifier does, the result
-is a VerifierReport with a FailureMode; only a lost sandbox raises.
+`shell` is a verifier shell (`ShellRole.VERIFIER`): on the local provider it runs as a uid of
+its own, so /tests, /logs/verifier and the toolchain are out of the agent's reach while the
+agent's processes (a server its tests use) keep running. Tests are uploaded to /tests only now,
+/logs/verifier is emptied, the verifier command runs with the task's timeout, env and user, its
+output goes to a file in the sandbox (so a timeout still leaves output to parse), and the report
+is read from CTRF JSON, JUnit XML or pytest -rA output, plus /logs/verifier/reward.txt or
+reward.json. Offline sandboxes get the verifier toolchain first (see t1.tasks.toolchain), with
+T1's own pytest first on the path; T1-run pytest has its rootdir, ini file and conftest search
+pinned to /tests, so files the agent planted (/pytest.ini, /conftest.py) are not read. The
+results are then checked against the tests the task's files declare, counted on the host
+(`t1.tasks.declared`): a report that cannot come from them is VERIFIER_TAMPERED. Whatever the
+verifier does, the result is a VerifierReport with a FailureMode; only a lost sandbox (or a
+verifier setup the sandbox refuses) raises.
 
-Process rewards run the same verifiers mid-episode (`cleanup=True`): in a
-subshell of a separate shell, so the agent's cwd, env and jobs are untouched,
-and /tests and /logs/verifier are removed afterwards so the agent never sees them.
+Process rewards run the same verifiers mid-episode (`cleanup=True`) in a verifier shell of
+their own; /tests and /logs/verifier are emptied afterwards.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import shlex
 import time
 
 from t1.sandbox.types import Shell
+from t1.tasks.declared import DeclaredTests, check_report, declared_tests
 from t1.tasks.provision import Provisioned, as_user
 from t1.tasks.report import (
     FailureMode,
@@ -40,27 +46,29 @@ OUTPUT_FILE = f"{LOGS_DIR}/.t1-verifier-output.txt"
 CTRF_FILES = ("ctrf.json", "ctrf-report.json")
 JUNIT_FILES = ("junit.xml", "results.xml", "report.xml")
 _OUTPUT_TAIL = 4000
-# /tests and /logs may be mount points (local sandboxes): empty them rather than remove them
+# /tests, /logs/verifier and the toolchain may be mount points (local sandboxes): empty, never remove
 _EMPTY = f"find {TESTS_DIR} {LOGS_DIR} -mindepth 1 -delete"
+# pytest run by T1 reads no ini file, conftest or rootdir above /tests (the agent may have written /pytest.ini)
+_PINNED = f"--rootdir={TESTS_DIR} --confcutdir={TESTS_DIR} -p no:cacheprovider"
 
 _COMMANDS = {
     VerifierKind.TEST_SH: f"bash {TESTS_DIR}/test.sh",
     VerifierKind.RUN_TESTS_SH: f"bash {TESTS_DIR}/run-tests.sh",
-    VerifierKind.PYTEST: f"python3 -m pytest {TESTS_DIR}/test_outputs.py -rA",
+    VerifierKind.PYTEST: f"python3 -m pytest {TESTS_DIR}/test_outputs.py -rA {_PINNED}",
 }
 
 
 async def install_toolchain(shell: Shell) -> None:
-    """Put the offline verifier toolchain into the sandbox (pytest only if python3 lacks it)."""
-    probe = await shell.run("python3 -c 'import pytest' 2>/dev/null && echo have-pytest", 60)
-    archive = toolchain_archive(with_pytest="have-pytest" not in probe.output)
-    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "clear verifier toolchain")
-    await upload_archive(shell, archive, TOOLCHAIN_DIR, "verifier toolchain")
+    """Put the offline verifier toolchain into the sandbox, T1's pytest included (a sandbox's own may be the agent's)."""
+    await check(shell, f"mkdir -p {TOOLCHAIN_DIR} && find {TOOLCHAIN_DIR} -mindepth 1 -delete",
+                "clear verifier toolchain")
+    await upload_archive(shell, toolchain_archive(with_pytest=True), TOOLCHAIN_DIR, "verifier toolchain")
 
 
 async def _upload_tests(shell: Shell, spec: VerifierSpec) -> None:
-    await check(shell, f"mkdir -p {TESTS_DIR} {LOGS_DIR} && {_EMPTY} && chmod 777 {LOGS_DIR}",
-                "prepare /tests and /logs/verifier")
+    # A root verifier (VMs) opens /logs/verifier to a task's verifier user; a verifier uid keeps it its own.
+    await check(shell, f"mkdir -p {TESTS_DIR} {LOGS_DIR} && {_EMPTY} && "
+                f"{{ [ \"$(id -u)\" != 0 ] || chmod 777 {LOGS_DIR}; }}", "prepare /tests and /logs/verifier")
     for shared in spec.extra_tests_dirs:  # Harbor: the top-level tests/ under a step's own
         await upload_dir_contents(shell, shared, TESTS_DIR)
     await upload_dir_contents(shell, spec.tests_dir, TESTS_DIR)
@@ -90,7 +98,10 @@ async def run_verifier(
         prefix = toolchain_prefix()
     env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in spec.env)
     inner = f"{prefix}{provisioned.prefix()}{env}{_COMMANDS[spec.kind]}"
-    command = f"( {as_user(inner, spec.user)} ) > {OUTPUT_FILE} 2>&1 < /dev/null"
+    # The verifier shell stands in for a container's root (on local sandboxes it is a uid of its own that
+    # may write the agent's files): a task asking for root gets it; another user is switched to.
+    user = None if spec.user == "root" else spec.user
+    command = f"( {as_user(inner, user)} ) > {OUTPUT_FILE} 2>&1 < /dev/null"
     result = await shell.run(command, timeout_s=spec.timeout_sec)
     output = await _read_text(shell, OUTPUT_FILE) or ""
     files = {name: await _read_text(shell, f"{LOGS_DIR}/{name}")
@@ -98,7 +109,9 @@ async def run_verifier(
     shims = await _read_text(shell, SHIM_LOG) if offline else None
     if cleanup:
         await shell.run(_EMPTY, 60)
-    report = build_report(spec.kind, output, files, exit_code=result.exit_code, timed_out=result.timed_out)
+    declared = declared_tests(spec.tests_dir)
+    report = build_report(spec.kind, output, files, exit_code=result.exit_code, timed_out=result.timed_out,
+                          declared=declared)
     return VerifierReport(
         tests=report.tests, reward_values=report.reward_values, duration_s=time.monotonic() - start,
         timed_out=report.timed_out, exit_code=report.exit_code, failure_mode=report.failure_mode,
@@ -108,9 +121,10 @@ async def run_verifier(
 
 
 def build_report(
-    kind: VerifierKind, output: str, files: dict[str, str | None], *, exit_code: int | None, timed_out: bool
+    kind: VerifierKind, output: str, files: dict[str, str | None], *, exit_code: int | None, timed_out: bool,
+    declared: DeclaredTests | None = None,
 ) -> VerifierReport:
-    """Classify one verifier run from its output and the files it left (pure)."""
+    """Classify one verifier run from its output and the files it left, against the declared tests (pure)."""
     tests = None
     for name in CTRF_FILES:
         if tests is None and files.get(name) is not None:
@@ -130,7 +144,10 @@ def build_report(
     except RewardFileError as exc:
         reward_error = str(exc)
     mode, detail = FailureMode.NONE, ""
-    if timed_out:
+    tampered = check_report(tests, declared) if tests and declared is not None else ""
+    if tampered:
+        mode, detail = FailureMode.VERIFIER_TAMPERED, tampered
+    elif timed_out:
         mode, detail = FailureMode.VERIFIER_TIMEOUT, "the verifier ran past its timeout and was killed"
     elif reward_error:
         mode, detail = FailureMode.REWARD_FILE_INVALID, reward_error

@@ -15,7 +15,9 @@ from t1.sandbox.framing import (
     Token,
     clean_output,
     command_body,
+    init_body,
     supervisor_command,
+    token_message,
 )
 
 
@@ -67,12 +69,13 @@ def test_clean_output_strips_ansi_controls_and_bad_utf8() -> None:
     assert clean_output(raw) == "green ok\nbar 100%\n\ufffdend"
 
 
-def test_tokens_never_appear_joined_in_what_is_sent() -> None:
+def test_tokens_reach_only_the_supervisor() -> None:
     token = Token.new()
-    joined = token.left + token.right
-    assert joined not in supervisor_command(token)
-    assert joined not in command_body("echo hi", token)
-    assert "'it'\\''s'" in command_body("it's", token)
+    assert token.left not in supervisor_command() and token.right not in supervisor_command()
+    body = init_body("/app") + command_body("echo hi")  # everything the worker (and so the agent) gets
+    assert token.left not in body and token.right not in body
+    assert token_message(token) == f"{token.left} {token.right}\n".encode()
+    assert "'it'\\''s'" in command_body("it's")
 
 
 _SHOWN_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")

@@ -39,7 +39,7 @@ async def test_writes_stay_inside_the_tree(local_provider: LocalProvider) -> Non
     for path in ["/usr/t1-x", "/etc/t1-x", "/t1-x", "/var/t1-x"]:
         result = await shell.run(f"touch {path}")
         assert result.exit_code != 0 and "Read-only file system" in result.output, (path, result)
-    ok = await shell.run("echo data > /app/a; echo log > /logs/l; echo t > /tests/t; echo h > ~/h; echo x > /tmp/x; id -u")
+    ok = await shell.run("echo data > /app/a; echo log > /logs/l; echo h > ~/h; echo x > /tmp/x; id -u")
     assert ok.exit_code == 0 and ok.output.strip() == "0"
     tree = local_provider.tree(box.id)
     assert (tree.host_path("app") / "a").read_text() == "data\n"
@@ -76,8 +76,11 @@ async def test_no_network_unless_allowed(local_provider: LocalProvider) -> None:
         assert closed.exit_code != 0 and "hello-from-host" not in closed.output
         routes = await (await (await local_provider.create(SandboxRequest())).open_shell()).run("cat /proc/net/dev | grep -c :")
         assert routes.output.strip() == "1"  # loopback only
-        opened = await (await (await local_provider.create(SandboxRequest(allow_network=True))).open_shell()).run(probe)
-        assert opened.exit_code == 0 and "hello-from-host" in opened.output
+        online = await (await local_provider.create(SandboxRequest(allow_network=True))).open_shell()
+        opened = await online.run(probe)  # its own loopback: the host's listener is not there
+        assert opened.exit_code != 0 and "hello-from-host" not in opened.output
+        devices = await online.run("cat /proc/net/dev | grep -c :; grep nameserver /etc/resolv.conf")
+        assert devices.output.split()[:2] == ["2", "nameserver"] and "10.0.2.3" in devices.output  # lo + tap0
     finally:
         listener.close()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from t1.sandbox.local import LocalProvider
+from t1.sandbox.types import ShellRole
 from t1.tasks.dataset import load_dataset, load_task
 from t1.tasks.oracle import RunMode, RunStatus, run_task, run_tasks
 from t1.tasks.provision import provision, sandbox_request
@@ -99,17 +100,20 @@ async def test_dockerfile_replay_and_checkpoint_verifier(provider: LocalProvider
         assert provisioned.workdir == "/app" and ("DATA_FILE", "/app/sales.csv") in provisioned.env
         listing = await shell.run("ls /app /app/out && cat /app/sales.csv | wc -l")
         assert "sales.csv" in listing.output and listing.output.split()[-1] == "6"
-        before = await run_verifier(shell, spec.verifier, provisioned, cleanup=True)
-        leftover = await shell.run("find /tests /logs/verifier -mindepth 1 | wc -l")
-        assert leftover.output.strip() == "0"  # after a checkpoint the agent cannot see the tests
+        vshell = await sandbox.open_shell(role=ShellRole.VERIFIER)
+        before = await run_verifier(vshell, spec.verifier, provisioned, cleanup=True)
+        leftover = await vshell.run("find /tests /logs/verifier -mindepth 1 | wc -l")
+        assert leftover.output.strip() == "0"  # emptied after a checkpoint
+        hidden = await shell.run("ls /tests /logs/verifier; cat /tests/test_outputs.py")
+        assert hidden.exit_code != 0 and hidden.output.count("Permission denied") == 3  # the agent never sees them
         await shell.run("mkdir -p /app/out && printf 'region,total\\n' > /app/out/totals.csv")
-        after = await run_verifier(shell, spec.verifier, provisioned, cleanup=True)
+        after = await run_verifier(vshell, spec.verifier, provisioned, cleanup=True)
         assert after.passed - before.passed == 2 and not after.resolved
-        await install_toolchain(shell)
-        shims = await shell.run(f"{toolchain_prefix()} pip install -q 'pytest>=8' && echo pip-ok; "
-                                "pip install surely-not-installed-pkg; echo pip=$?; "
-                                "apt-get install -y surely-not-installed-pkg; echo apt=$?; "
-                                "apt-get install -y bash coreutils && echo apt-ok")
+        await install_toolchain(vshell)
+        shims = await vshell.run(f"{toolchain_prefix()} pip install -q 'pytest>=8' && echo pip-ok; "
+                                 "pip install surely-not-installed-pkg; echo pip=$?; "
+                                 "apt-get install -y surely-not-installed-pkg; echo apt=$?; "
+                                 "apt-get install -y bash coreutils && echo apt-ok")
         assert "pip-ok" in shims.output and "pip=1" in shims.output and "apt=100" in shims.output
         assert "pip packages not on this host: surely-not-installed-pkg" in shims.output
         assert "apt packages not on this host: surely-not-installed-pkg" in shims.output and "apt-ok" in shims.output

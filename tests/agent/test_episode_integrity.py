@@ -1,0 +1,97 @@
+"""Failures a policy causes inside its sandbox are scored and counted, never laundered as infra errors.
+
+Scripted episodes (the policy types a task's solution) through the real episode path: a verifier
+the agent tried to break, a fork bomb left running, a sandbox that died after the agent acted.
+Their outcomes go through the eval's own math (`outcome_of`, `summarize`): every attempt counts
+in resolve rate, mean reward and pass@k; none is an infra error.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from
+from t1.agent.formats import FormatName, get_format
+from t1.agent.scripted import ScriptedPolicy
+from t1.agent.transcript import Transcript
+from t1.config.sandbox import LimitsConfig, LocalProviderConfig, ShellConfig
+from t1.coordinator.results import summarize
+from t1.coordinator.rollout import outcome_of
+from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
+from t1.sandbox.local import LocalProvider
+from t1.tasks.dataset import load_task
+from t1.tasks.report import FailureMode
+from t1.trajectory.types import EpisodeStatus
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+@pytest.fixture()
+async def small_provider(sandbox_root: Path) -> AsyncIterator[LocalProvider]:
+    limits = LimitsConfig(max_processes=48)
+    p = LocalProvider(LocalProviderConfig(root=sandbox_root / "trees", limits=limits), ShellConfig(output_cap_bytes=4096))
+    yield p
+    await p.close()
+
+
+def _task(root: Path, name: str, solution: str) -> Path:
+    d = root / name
+    (d / "tests").mkdir(parents=True)
+    (d / "solution").mkdir()
+    (d / "task.toml").write_text(f'[task]\nname = "{name}"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n')
+    (d / "instruction.md").write_text("Write hello into /app/answer.txt\n")
+    (d / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nif [ "$(cat /app/answer.txt 2>/dev/null)" = hello ]; then echo 1 > /logs/verifier/reward.txt; '
+        'else echo 0 > /logs/verifier/reward.txt; fi\n')
+    (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solution)
+    return d
+
+
+SOLUTIONS = {
+    "solved": "echo hello > /app/answer.txt\n",
+    "honest_failure": "echo goodbye > /app/answer.txt\n",
+    "break_verifier": "rm -rf /logs/verifier; touch /logs/verifier; echo 1 > /logs/verifier/reward.txt\n",
+    "fork_bomb": "nohup setsid bash -c 'b() { b | b & }; b' >/dev/null 2>&1 &\nsleep 1\n",
+    "dies_after_acting": "echo goodbye > /app/answer.txt\n",
+}
+
+
+async def test_policy_made_failures_are_counted(tmp_path: Path, small_provider: LocalProvider, renderers) -> None:
+    renderer = renderers[FormatName.TOOL_CALLS]
+    fmt = get_format(FormatName.TOOL_CALLS)
+    outcomes, results = [], {}
+    for i, (name, solution) in enumerate(SOLUTIONS.items()):
+        task = load_task(_task(tmp_path, name, solution))
+        policy = ScriptedPolicy(renderer)
+        episode_id = f"ep-{name}"
+        policy.plan(episode_id, task, fmt)
+        generate = policy
+
+        if name == "dies_after_acting":
+            async def kill_sandbox_then_reply(req: GenerateRequest, policy: ScriptedPolicy = policy) -> GenerateResult:
+                if policy.calls == 1:  # the agent's command ran: now its sandbox dies (PID 1 killed from the host)
+                    for init in small_provider.server._inits.values():
+                        os.kill(init.target.pid, signal.SIGKILL)
+                return await policy(req)
+            generate = kill_sandbox_then_reply  # type: ignore[assignment]
+
+        spec = EpisodeSpec(episode_id, task, "g", i, fmt, SamplingParams(max_tokens=400))
+        result = await Episode(spec, generate, acquire_from(small_provider), renderer,
+                               Transcript(None, task.id, episode_id)).run()
+        results[name] = result
+        outcomes.append(outcome_of(task.id, 0, result))
+    for name, result in results.items():
+        assert result.status is not EpisodeStatus.INFRA_ERROR, (name, result.failure_mode)
+        assert result.report.resolved == (name == "solved"), (name, result.report)
+        assert result.trajectory.reward == (1.0 if name == "solved" else 0.0), (name, result.failure_mode)
+    assert results["dies_after_acting"].report.failure_mode is FailureMode.SANDBOX_DIED
+    summary = summarize(outcomes, attempts_per_task=1)
+    assert summary.infra_errors == 0 and summary.num_tasks == len(SOLUTIONS)
+    assert summary.resolve_rate == pytest.approx(1 / len(SOLUTIONS))  # every failure is in the denominator
+    assert summary.mean_reward == pytest.approx(1 / len(SOLUTIONS)) and summary.pass_at_k[1] == summary.resolve_rate

@@ -1,0 +1,36 @@
+"""The rule that tells infra errors from the attempt's own failures (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from t1.agent.episode import InferenceFailed
+from t1.sandbox.remote import SandboxCreateError
+from t1.sandbox.types import SandboxLost
+from t1.tasks.dockerfile import NeedsImageError
+from t1.tasks.outcome import attempt_failure
+from t1.tasks.report import ATTEMPT_FAILURES, FailureMode
+from t1.tasks.transfer import SetupError
+
+
+@pytest.mark.parametrize(("exc", "mode"), [
+    (SetupError("prepare /tests and /logs/verifier: exit code 1: Not a directory"), FailureMode.AGENT_BROKE_VERIFIER),
+    (SandboxLost("SSH connection lost: closed"), FailureMode.SANDBOX_DIED),
+    (SetupError("upload tests: tar: write error: No space left on device"), FailureMode.SANDBOX_AT_LIMIT),
+    (SandboxLost("the remote shell exited while starting: bash: fork: retry: Resource temporarily unavailable"),
+     FailureMode.SANDBOX_AT_LIMIT),
+    (OSError("sftp write failed: Disk quota exceeded"), FailureMode.SANDBOX_AT_LIMIT),
+    (TimeoutError(), FailureMode.SANDBOX_DIED),
+])
+def test_sandbox_faults_after_the_agent_acted_are_its_own(exc: BaseException, mode: FailureMode) -> None:
+    assert attempt_failure(exc, agent_acted=True) is mode
+    assert mode in ATTEMPT_FAILURES
+    assert attempt_failure(exc, agent_acted=False) is None  # before the agent acted: the infrastructure's
+
+
+@pytest.mark.parametrize("exc", [
+    InferenceFailed("generate failed 3 times"), SandboxCreateError("no capacity"),
+    NeedsImageError("needs an image"), KeyError("a bug in T1"),
+])
+def test_infrastructure_and_bugs_are_never_scored(exc: BaseException) -> None:
+    assert attempt_failure(exc, agent_acted=True) is None
