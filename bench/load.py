@@ -46,6 +46,7 @@ from bench.sandbox_host import peer_command
 from bench.sim_inference import Latency
 
 log = logging.getLogger("bench.load")
+STOP_WAIT_S = 3600.0  # how long the episodes in flight may take to end after the stop
 PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -> "
         "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
         "format, compaction, transcript, verifier) with t1.inference.pool.InferencePool over gRPC to "
@@ -188,11 +189,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     cfg = rollout_config(args)
     renderers = make_renderers(args.model)
     context = listing(args.context_tokens, next(iter(renderers.values())).encode)
-    runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, episode_id: generate,
+    runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, task, fmt: generate,
                            None if args.no_transcripts else workdir / "transcripts")
     task = load_task(write_task(workdir / "task", context))
-    scheduler = Scheduler(itertools.repeat(task), cfg.rollout.group_size, asyncio.Semaphore(episodes), spool,
-                          weights=None, max_policy_lag=0, groups_per_step=1 << 40, new_group_id=new_group_id)
+    scheduler = Scheduler(cfg.rollout.group_size, asyncio.Semaphore(episodes), spool, max_policy_lag=0,
+                          groups_per_step=1 << 40, new_group_id=new_group_id)
     finite = args.quick or args.once
     run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
                   on_stop_after=scheduler.stop)
@@ -209,7 +210,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     t_start = time.monotonic()
     try:
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(scheduler.run(tg, run.attempt))
+            tg.create_task(scheduler.run(itertools.repeat(task), None, run.attempt))
             last_log = t_start
             while gate is not None and len(live.started | live.finished) < episodes:
                 await asyncio.sleep(0.2)
@@ -256,6 +257,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             t_stop = time.monotonic()
             stop.set()
             scheduler.stop()
+            await scheduler.drain(STOP_WAIT_S)  # every episode ends on `stop`; the bound only keeps a hang finite
         stop_s = time.monotonic() - t_stop
     finally:
         stop.set()

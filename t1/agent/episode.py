@@ -5,6 +5,9 @@
           (every K turns: verifiers -> process reward; context full: compact -> new segment)
     end:  verifiers -> reward -> Trajectory (+ transcript)
 
+`run()` is `play()` then `export()`: a caller that bounds how many exported trajectories exist
+at once (the RolloutRunner) calls the two itself and exports under its own slot.
+
 Statuses: ok (done or turn limit), timeout (task wall clock), context_limit, infra_error
 (lost sandbox, inference failing past retries, setup failure). Infra errors never get a
 reward: their trajectory carries reward 0 and status infra_error, and the trainer drops it.
@@ -16,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
@@ -26,7 +29,13 @@ from t1.agent.compaction import compact_messages
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
 from t1.agent.transcript import Transcript
-from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
+from t1.inference.types import (
+    GenerateFn,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+    SessionGenerateFn,
+)
 from t1.metrics import registry as m
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell
@@ -115,6 +124,16 @@ class EpisodeResult:
         return self.trajectory.status
 
 
+@dataclass(frozen=True, slots=True)
+class EpisodeEnd:
+    """How an episode ended, before its trajectory is exported."""
+
+    status: EpisodeStatus
+    why: str
+    report: VerifierReport
+    duration_s: float
+
+
 class _End(Exception):
     def __init__(self, status: EpisodeStatus, why: str) -> None:
         super().__init__(why)
@@ -125,16 +144,8 @@ class Episode:
     """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
-                 transcript: Transcript, *, local: bool = True,
-                 persist: Callable[[Trajectory], Awaitable[None]] | None = None,
-                 ending: asyncio.Semaphore | None = None) -> None:
+                 transcript: Transcript, *, local: bool = True) -> None:
         self.spec = spec
-        # The end of an episode: `persist` (e.g. encode and spool) receives the trajectory while the
-        # episode holds one of the `ending` slots, from the export on. The slots bound how many
-        # exported trajectories (copies of tens of MB each) exist at once when many episodes end
-        # together (a SIGTERM drain, a failure storm, the load bench's stop).
-        self._persist = persist
-        self._ending = ending
         self._generate = generate
         self._acquire = acquire
         self._renderer = renderer
@@ -156,12 +167,33 @@ class Episode:
         self._commands_latency = m.TURN_LATENCY.labels(part="commands")
 
     async def run(self) -> EpisodeResult:
-        try:
-            return await self._run()
-        finally:
-            self.tx.close()  # flushes the buffered transcript however the episode ends, cancelled included
+        """The whole episode: play, then export."""
+        return await self.export(await self.play())
 
-    async def _run(self) -> EpisodeResult:
+    async def play(self) -> EpisodeEnd:
+        """Sandbox, turns, verifiers: how the episode ended. Nothing is exported yet."""
+        try:
+            return await self._play()
+        except BaseException:
+            self.close()  # flushes the buffered transcript however the episode ends, cancelled included
+            raise
+        finally:
+            self._end_session()
+
+    @property
+    def session_id(self) -> str:
+        """The generate session of the current segment (one per segment: compaction starts a new one)."""
+        return f"{self.spec.episode_id}/s{self._segments}"
+
+    def _end_session(self) -> None:
+        if isinstance(self._generate, SessionGenerateFn):
+            self._generate.end_session(self.session_id)
+
+    def close(self) -> None:
+        """Flush and close the transcript (safe more than once)."""
+        self.tx.close()
+
+    async def _play(self) -> EpisodeEnd:
         t0 = time.monotonic()
         spec, task = self.spec, self.spec.task
         deadline = t0 + task.agent_timeout_sec * spec.limits.timeout_multiplier
@@ -192,7 +224,7 @@ class Episode:
                 failure_mode=FailureMode.INFRA_ERROR, detail=str(exc))
         finally:
             m.ACTIVE_EPISODES.dec()
-        return await self._finish(status, why, report, time.monotonic() - t0)
+        return EpisodeEnd(status, why, report, time.monotonic() - t0)
 
     async def _in_sandbox(self, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
@@ -295,6 +327,7 @@ class Episode:
             compacted = compact_messages(self.buf.messages, self._num_opening, limits.keep_last_turns,
                                          self._commands)
             self.buf.compact(compacted)
+            self._end_session()
             self._segments += 1
             self.tx.note(f"context compacted: new segment {self._segments} starts with "
                          f"{len(self.buf.prompt_ids())} tokens")
@@ -311,7 +344,7 @@ class Episode:
         if budget < sampling.max_tokens:
             sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed,
                                       sampling.stop_token_ids, max(1, budget))
-        req = GenerateRequest(f"{self.spec.episode_id}/s{self._segments}", np.asarray(prompt, np.int32), sampling)
+        req = GenerateRequest(self.session_id, np.asarray(prompt, np.int32), sampling)
         last: BaseException | None = None
         for attempt in range(self.spec.limits.turn_retries + 1):
             remaining = deadline - time.monotonic()
@@ -346,8 +379,15 @@ class Episode:
                          if report.failure_mode is not FailureMode.NONE else "")
         return report
 
-    async def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float
-                      ) -> EpisodeResult:
+    async def export(self, end: EpisodeEnd) -> EpisodeResult:
+        """The reward, the exported trajectory and its TITO checks (off the event loop), the transcript's end."""
+        try:
+            return await self._export_result(end.status, end.why, end.report, end.duration_s)
+        finally:
+            self.close()
+
+    async def _export_result(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float
+                             ) -> EpisodeResult:
         spec = self.spec
         infra = status is EpisodeStatus.INFRA_ERROR
         reward = 0.0 if infra else episode_reward(report, spec.reward_mode)
@@ -358,17 +398,12 @@ class Episode:
         verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
         # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
         # touches this episode's buffer any more.
-        async with self._ending if self._ending is not None else contextlib.nullcontext():
-            traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration,
-                                                          turn_rewards)
-            if self._persist is not None:
-                await self._persist(traj)
+        traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration, turn_rewards)
         m.EPISODES.labels(status=status.value).inc()
         if not infra:
             m.EPISODE_REWARD.observe(reward)
         failure = why or ("" if report.failure_mode is FailureMode.NONE else report.failure_mode.value)
         self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
-        self.tx.close()
         return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
                              total)
 

@@ -68,14 +68,14 @@ class GenerateRouter:
 
         self.pool = InferencePool.from_config(self.cfg.inference.pool, self.cfg.auth, list(endpoints), registry=REGISTRY)
 
-    def plan(self, episode_id: str, task: TaskSpec, fmt: AgentFormat) -> None:
-        """RolloutRunner's hook: the scripted policy learns each episode's task (encoding needs no tools)."""
-        if self.scripted is not None:
-            self.scripted.plan(episode_id, task, fmt)
+    def num_healthy_servers(self) -> int:
+        """Healthy replicas of the run's pool (0 before it is connected)."""
+        return len(self.pool.healthy_endpoints) if self.pool is not None else 0
 
-    def __call__(self, job: EvalAttempt | None, episode_id: str) -> GenerateFn:
+    def __call__(self, job: EvalAttempt | None, task: TaskSpec, fmt: AgentFormat) -> GenerateFn:
+        """The generate function of one episode of `task` (of eval job `job`, or training when None)."""
         if self.scripted is not None:
-            return self.scripted
+            return self.scripted.for_episode(task, fmt)  # encoding the replies needs no tools
         if job is not None and job.inference_endpoints:
             key = tuple(job.inference_endpoints)
             if key not in self._job_pools:
