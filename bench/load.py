@@ -162,6 +162,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         write_task,
     )
     from bench.sandbox_host import HostedProvider
+    from t1.config.inference import InferencePoolConfig
     from t1.config.sandbox import PoolConfig, ShellConfig
     from t1.coordinator.gc_policy import GcSchedule
     from t1.coordinator.rollout import RolloutRunner, new_group_id
@@ -178,8 +179,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
                           log_file=workdir / "sandbox_host.log", nice=args.peer_nice)
     await host.start()
     spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
-    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched",
-                         batch_linger_s=args.linger_ms / 1e3, prompt_deltas=not args.no_prompt_deltas)
+    pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0, batched_stream=args.transport == "batched", batch_linger_ms=args.linger_ms, prompt_deltas=not args.no_prompt_deltas), [f"127.0.0.1:{port}"])
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
     clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
     gate = None if args.quick else asyncio.Event()

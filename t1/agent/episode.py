@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from t1.agent.compaction import compact_messages
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
 from t1.agent.transcript import Transcript
+from t1.config.rollout import RolloutConfig
+from t1.config.tasks import RewardConfig
 from t1.inference.types import (
     GenerateFn,
     GenerateRequest,
@@ -80,17 +82,31 @@ def acquire_from(provider: SandboxProvider) -> SandboxAcquire:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeLimits:
-    max_turns: int = 400
-    max_context_tokens: int = 32768
-    timeout_multiplier: float = 1.0
-    compaction: bool = True
-    compaction_trigger: float = 0.85
-    keep_last_turns: int = 2
-    max_segments: int = 8
-    process_every_k: int | None = None
-    turn_retries: int = 2
-    setup_retries: int = 2
-    steps_per_loop_tick: int = 0  # t1.agent.pacing; 0: no pacing
+    """An episode's limits, made from the rollout and reward config sections (the defaults live there)."""
+
+    max_turns: int
+    max_context_tokens: int
+    timeout_multiplier: float
+    compaction: bool
+    compaction_trigger: float
+    keep_last_turns: int
+    max_segments: int
+    process_every_k: int | None
+    turn_retries: int
+    setup_retries: int
+    steps_per_loop_tick: int  # t1.agent.pacing; 0: no pacing
+
+    @classmethod
+    def from_config(cls, rollout: RolloutConfig, reward: RewardConfig, timeout_multiplier: float | None = None
+                    ) -> EpisodeLimits:
+        """`timeout_multiplier` replaces rollout.timeout_multiplier (an eval job's own)."""
+        c = rollout.compaction
+        return cls(max_turns=rollout.max_turns, max_context_tokens=rollout.max_context_tokens,
+                   timeout_multiplier=timeout_multiplier or rollout.timeout_multiplier, compaction=c.enabled,
+                   compaction_trigger=c.trigger_fraction, keep_last_turns=c.keep_last_turns,
+                   max_segments=c.max_segments, process_every_k=reward.process_every_k_turns,
+                   turn_retries=rollout.turn_retries, setup_retries=rollout.setup_retries,
+                   steps_per_loop_tick=rollout.steps_per_loop_tick)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +119,7 @@ class EpisodeSpec:
     attempt: int
     fmt: AgentFormat
     sampling: SamplingParams
-    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    limits: EpisodeLimits
     reward_mode: RewardMode = RewardMode.COUNT
 
 

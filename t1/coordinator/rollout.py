@@ -37,16 +37,6 @@ GenerateFor = Callable[[EvalAttempt | None, TaskSpec, AgentFormat], GenerateFn]
 ENDING_SLOTS = 4  # episodes between their export and the end of persisting, at once
 
 
-def limits_from_config(cfg: T1Config, timeout_multiplier: float | None = None) -> EpisodeLimits:
-    r = cfg.rollout
-    return EpisodeLimits(
-        max_turns=r.max_turns, max_context_tokens=r.max_context_tokens,
-        timeout_multiplier=timeout_multiplier or r.timeout_multiplier, compaction=r.compaction.enabled,
-        compaction_trigger=r.compaction.trigger_fraction, keep_last_turns=r.compaction.keep_last_turns,
-        max_segments=r.compaction.max_segments, process_every_k=cfg.reward.process_every_k_turns,
-        steps_per_loop_tick=r.steps_per_loop_tick)
-
-
 def sampling_from_config(cfg: T1Config) -> SamplingParams:
     s = cfg.rollout.sampling
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=s.max_tokens)
@@ -93,7 +83,7 @@ class RolloutRunner:
         # Eval attempts may run again after a restart: each run gets its own id (and transcript).
         episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
         spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg),
-                           limits_from_config(self.cfg, timeout_multiplier), reward_mode or self._reward_mode)
+                           EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier), reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
                           Transcript(tx_dir, task.id, episode_id), local=self._local)

@@ -66,7 +66,7 @@ class GenerateRouter:
     def connect(self, endpoints: Sequence[str]) -> None:
         from t1.inference.pool import InferencePool
 
-        self.pool = InferencePool.from_config(self.cfg.inference.pool, self.cfg.auth, list(endpoints), registry=REGISTRY)
+        self.pool = InferencePool(self.cfg.inference.pool, list(endpoints), auth=self.cfg.auth, registry=REGISTRY)
 
     def num_healthy_servers(self) -> int:
         """Healthy replicas of the run's pool (0 before it is connected)."""
@@ -81,8 +81,7 @@ class GenerateRouter:
             if key not in self._job_pools:
                 from t1.inference.pool import InferencePool
 
-                self._job_pools[key] = InferencePool.from_config(self.cfg.inference.pool, self.cfg.auth, list(key),
-                                                                 registry=None)
+                self._job_pools[key] = InferencePool(self.cfg.inference.pool, list(key), auth=self.cfg.auth)
             return self._job_pools[key]
         if self.pool is None:
             raise RequestError("no inference servers: set inference.pool.endpoints or run locally")

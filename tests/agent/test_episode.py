@@ -17,9 +17,16 @@ from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.agent.transcript import Transcript
+from t1.config.loader import load_config
 from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, SamplingParams
 from t1.tasks.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
+
+
+def limits(*overrides: str) -> EpisodeLimits:
+    """Limits as production makes them, from the config (with dotted overrides)."""
+    cfg = load_config(None, list(overrides))
+    return EpisodeLimits.from_config(cfg.rollout, cfg.reward)
 
 
 def _task(root: Path, name: str, word: str) -> Path:
@@ -42,7 +49,7 @@ async def test_scripted_episode_resolves_with_exact_tokens(tmp_path: Path, provi
     renderer = renderers[fmt_name]
     policy = ScriptedPolicy(renderer, policy_version=3)
     fmt = get_format(fmt_name)
-    spec = EpisodeSpec("ep-1", task, "g-1", 0, fmt, SamplingParams(max_tokens=400))
+    spec = EpisodeSpec("ep-1", task, "g-1", 0, fmt, SamplingParams(max_tokens=400), limits())
     scripted = policy.for_episode(task, fmt)
     replies: list[np.ndarray] = []
 
@@ -75,7 +82,7 @@ async def test_bad_replies_count_as_turns_and_unsolved_task_scores_zero(tmp_path
                               np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
 
     spec = EpisodeSpec("ep-2", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
-                       EpisodeLimits(max_turns=3))
+                       limits("rollout.max_turns=3"))
     result = await Episode(spec, babbling, acquire_from(provider), renderer, Transcript(None, task.id, "ep-2")).run()
     assert result.status is EpisodeStatus.OK and result.turns == 3
     assert result.trajectory.reward == 0.0 and not result.report.resolved
@@ -93,7 +100,7 @@ async def test_inference_failure_past_retries_is_infra_error(tmp_path: Path, pro
         raise ConnectionError("replica gone")
 
     spec = EpisodeSpec("ep-3", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
-                       EpisodeLimits(turn_retries=2))
+                       limits("rollout.turn_retries=2"))
     result = await Episode(spec, dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e")).run()
     assert calls == 3
     assert result.status is EpisodeStatus.INFRA_ERROR and result.trajectory.reward == 0.0
@@ -105,7 +112,7 @@ async def test_process_rewards_sum_to_final_count(tmp_path: Path, provider, rend
     renderer = renderers[FormatName.TOOL_CALLS]
     fmt = get_format("tool_calls")
     scripted = ScriptedPolicy(renderer).for_episode(task, fmt)
-    spec = EpisodeSpec("ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), EpisodeLimits(process_every_k=1))
+    spec = EpisodeSpec("ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits("reward.process_every_k_turns=1"))
     result = await Episode(spec, scripted, acquire_from(provider), renderer, Transcript(None, task.id, "ep-4")).run()
     turns = result.trajectory.segments[0].turns
     # The solution turn takes the passing count from 0 to 1; the finish turn adds nothing.
@@ -129,7 +136,7 @@ async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, 
         return await scripted(req)
 
     tx = Transcript(tmp_path / "tx", task.id, "ep-5")
-    spec = EpisodeSpec("ep-5", task, "g", 0, fmt, SamplingParams(max_tokens=400))
+    spec = EpisodeSpec("ep-5", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits())
     run = asyncio.create_task(Episode(spec, stalls_on_second_turn, acquire_from(provider), renderer, tx).run())
     await asyncio.wait_for(second_turn.wait(), 60)
     run.cancel()
@@ -143,7 +150,6 @@ async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, 
 async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, renderers) -> None:
     """RolloutRunner.train_episode: export, encode and the fsynced append run off the loop; the spooled
     record is the episode's trajectory, and the runner knows which policy versions sampled it."""
-    from t1.config.loader import load_config
     from t1.coordinator.rollout import RolloutRunner
     from t1.coordinator.spool import Spool
     from t1.trajectory.codec import decode_trajectory, encode_trajectory
@@ -170,7 +176,6 @@ async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, 
 async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: Path, provider, renderers,
                                                                       monkeypatch) -> None:
     """RolloutRunner: between its export and the end of `persist`, an episode holds one slot: copies stay bounded."""
-    from t1.config.loader import load_config
     from t1.coordinator import rollout
 
     monkeypatch.setattr(rollout, "ENDING_SLOTS", 2)
@@ -189,7 +194,7 @@ async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: 
         persisted.append(traj.id)
         holding -= 1
 
-    cfg = load_config(None, ["rollout.transcripts=false"])
+    cfg = load_config(None, ["rollout.transcripts=false", "rollout.turn_retries=0"])
     runner = rollout.RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, task, fmt: dead, None)
     results = await asyncio.gather(*(runner.run_episode(task, "g", i, persist=persist) for i in range(6)))
     assert sorted(persisted) == sorted(r.trajectory.id for r in results) and len(persisted) == 6
@@ -215,7 +220,7 @@ async def test_every_generate_session_is_ended_when_the_episode_ends(tmp_path: P
         def end_session(self, session_id: str) -> None:
             ended.append((session_id, len(requested)))
 
-    spec = EpisodeSpec("ep-6", task, "g", 0, fmt, SamplingParams(max_tokens=400))
+    spec = EpisodeSpec("ep-6", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits())
     result = await Episode(spec, Sessions(), acquire_from(provider), renderer, Transcript(None, task.id, "e")).run()
     assert result.status is EpisodeStatus.OK and len(requested) == 2
     assert [s for s, _ in ended] == ["ep-6/s1"] and ended[0][1] == len(requested)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 
+from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.trainer_link import stop_task
 from t1.coordinator.weights import WeightSync
@@ -45,7 +46,7 @@ async def test_weight_sync_advances_while_one_of_two_servers_is_dead(tiny_model_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    pool = InferencePool([dead, live.address], backoff_s=0.01, unhealthy_s=60)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01, unhealthy_s=60), [dead, live.address])
     updates: list[WeightsUpdate] = []
 
     async def load(path: str, version: int) -> None:
