@@ -44,7 +44,14 @@ from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxReque
 from t1.tasks.dockerfile import NeedsImageError
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
-from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.rewards import (
+    RewardMode,
+    checkpoint_turns,
+    combine_steps,
+    episode_reward,
+    passes_gate,
+    process_rewards,
+)
 from t1.tasks.spec import StepSpec, TaskSpec
 from t1.tasks.transfer import SetupError
 from t1.tasks.verifier import run_verifier
@@ -172,9 +179,9 @@ class Episode:
         self.buf = TokenBuffer(renderer, opening)
         self.turns = 0
         self._segments = 1
-        self._turn_rewards: dict[int, float] = {}
+        self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
         self._commands: list[tuple[str, int | None]] = []
-        self._passed_so_far = 0
+        self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
         # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids).
         self._sampled: list[tuple[int, int, np.ndarray]] = []
@@ -258,7 +265,7 @@ class Episode:
                       ) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
         if self.spec.limits.process_every_k:
-            self._passed_so_far = (await self._verify(sandbox, task.phases()[0], provisioned, "baseline")).passed
+            self._baseline = (await self._verify(sandbox, task.phases()[0], provisioned, "baseline")).passed
         done: list[tuple[StepSpec, VerifierReport]] = []
         status, why = EpisodeStatus.OK, ""
         for i, phase in enumerate(task.phases()):
@@ -271,6 +278,8 @@ class Episode:
                 status, why = end.status, end.why
                 self.tx.note(f"episode ends: {why}")
             report = await self._verify(sandbox, phase, provisioned, "final")
+            if self.turns:  # the state after this phase's last turn (a K-th turn that ended the phase has no other)
+                self._checkpoints[self.turns - 1] = report.passed
             done.append((phase, report))
             if status is not EpisodeStatus.OK or not passes_gate(report, phase.min_reward):
                 break
@@ -326,8 +335,7 @@ class Episode:
             k = limits.process_every_k
             if k and self.turns % k == 0 and not parsed.done:
                 report = await self._verify(sandbox, phase, provisioned, f"turn {self.turns}")
-                self._turn_rewards[self.turns - 1] = float(report.passed - self._passed_so_far)
-                self._passed_so_far = report.passed
+                self._checkpoints[self.turns - 1] = report.passed
             if parsed.done and parsed.error is None:
                 return
             # Appended before the next generation, so a next phase's instruction can join it.
@@ -407,10 +415,8 @@ class Episode:
         spec = self.spec
         infra = status is EpisodeStatus.INFRA_ERROR
         reward = 0.0 if infra else episode_reward(report, spec.reward_mode)
-        if spec.limits.process_every_k and not infra and self.turns:
-            last = self.turns - 1
-            self._turn_rewards[last] = self._turn_rewards.get(last, 0.0) + report.passed - self._passed_so_far
-        turn_rewards = {} if infra else self._turn_rewards
+        k = spec.limits.process_every_k
+        turn_rewards = {} if infra or not k or not self.turns else self._process_rewards(k, report.passed)
         verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
         # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
         # touches this episode's buffer any more.
@@ -422,6 +428,14 @@ class Episode:
         self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
         return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
                              total)
+
+    def _process_rewards(self, every_k: int, final_passed: int) -> dict[int, float]:
+        """Each checkpoint turn's change in passing verifiers; the last turn's checkpoint is the final verifier
+        (it replaces a K-th check that fell on the last turn)."""
+        turns = checkpoint_turns(self.turns, every_k)
+        counts = [*(self._checkpoints[t] for t in turns[:-1]), final_passed]
+        rewards = process_rewards(list(zip(turns, counts, strict=True)), self.turns, self._baseline)
+        return {t: rewards[t] for t in turns}
 
     def _export(self, status: EpisodeStatus, reward: float, verifier: VerifierSummary, duration: float,
                 turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int]]:
