@@ -69,7 +69,7 @@ class Setup:
     def __init__(self, work: Path, transcripts: bool) -> None:
         import numpy as np
 
-        from bench.load_episode import write_task
+        from bench.load.episode import write_task
         from bench.sim_replies import LogprobPool, ModelShape, ReplyBook, ReplySettings, RoutingPool
         from t1.agent.formats import get_format
         from t1.coordinator.runtime import make_renderers

@@ -1,6 +1,6 @@
 """Load test of the coordinator's rollout path: thousands of concurrent episodes over real SSH, gRPC, TITO, spool.
 
-    bench/load.py process (measured: "coordinator")              child processes (measured apart)
+    bench/load/run.py process (measured: "coordinator")              child processes (measured apart)
     +---------------------------------------------------+        +-------------------------------+
     | Scheduler (groups, limit N) -> RolloutRunner      |        | bench.sim_inference           |
     |   -> Episode: TokenBuffer, tool_calls, transcript |--gRPC->|  InferenceService, 48 x top-8 |
@@ -17,8 +17,8 @@ turn overhead (turn wall minus model and command time), event-loop lag, and RSS 
 without its trajectory arrays. Then every episode is stopped (it ends as infra_error and is
 spooled like any other), which gives trajectory bytes per token and spool throughput.
 
-    .venv/bin/python bench/load.py --quick
-    .venv/bin/python bench/load.py --scales 100,1000,4000 --window-s 60 --out bench/results/load.json
+    .venv/bin/python -m bench.load --quick
+    .venv/bin/python -m bench.load --scales 100,1000,4000 --window-s 60 --out bench/results/load.json
 """
 
 from __future__ import annotations
@@ -38,14 +38,15 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.load_metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census, machine
-from bench.load_report import print_table, scale_result
+from bench.load.metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census, machine
+from bench.load.report import print_table, scale_result
 from bench.sandbox_host import peer_command
 from bench.sim_inference import Latency
 
 log = logging.getLogger("bench.load")
+REPO_ROOT = Path(__file__).resolve().parents[2]  # where `python -m bench.<module>` finds the bench package
 STOP_WAIT_S = 3600.0  # how long the episodes in flight may take to end after the stop
 PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -> "
         "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
@@ -131,7 +132,7 @@ async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.su
             "--chunk-tokens", str(args.chunk_tokens), "--linger-ms", str(args.linger_ms),
             "--reply-max-mb", str(args.reply_max_mb), "--layers", str(args.layers),
             "--experts", str(args.experts), "--top-k", str(args.top_k)]
-    proc = await asyncio.create_subprocess_exec(*peer_command(argv, getattr(args, "peer_nice", 0)), cwd=str(Path(__file__).resolve().parents[1]))
+    proc = await asyncio.create_subprocess_exec(*peer_command(argv, getattr(args, "peer_nice", 0)), cwd=str(REPO_ROOT))
     deadline = time.monotonic() + 60
     while not ready.exists():
         if proc.returncode is not None or time.monotonic() > deadline:
@@ -151,7 +152,7 @@ def rollout_config(args: argparse.Namespace) -> Any:
 
 
 async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> dict[str, Any]:
-    from bench.load_episode import (
+    from bench.load.episode import (
         LiveState,
         LoadRun,
         MeasuredGenerate,
