@@ -2,7 +2,7 @@
 
    t1 eval ... ──gRPC──► CoordinatorService ──► EvalJobs (SQLite: jobs + finished attempts)
                                                     │ attempts, job concurrency
-   TaskSource ──► Scheduler ──[spool room? staleness bound?]──► RolloutRunner xN ◄─┘ (global limit)
+   training_stream ► Scheduler ──[spool room? staleness bound?]──► RolloutRunner xN ◄─┘ (global limit)
                      ▲                                        │  Episode: SandboxPool ─SSH─► shells
                      │ version changed                        │           InferencePool ─► t1-inference xM
                  WeightSync ◄── WatchVersions ─┐              ▼

@@ -27,8 +27,8 @@ from t1.metrics import registry as m
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
-from t1.trajectory.codec import encode_trajectory
 from t1.trajectory.offload import offload
+from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from t1.coordinator.tasksource import training_stream
 from t1.metrics import registry as m
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as cpb
 

@@ -152,7 +152,7 @@ async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, 
     record is the episode's trajectory, and the runner knows which policy versions sampled it."""
     from t1.coordinator.rollout import RolloutRunner
     from t1.coordinator.spool import Spool
-    from t1.trajectory.codec import decode_trajectory, encode_trajectory
+    from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 
     task = load_task(_task(tmp_path, "spooled", "yes"))
     policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS], policy_version=7)

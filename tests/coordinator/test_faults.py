@@ -22,10 +22,10 @@ from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.children import Child, service_argv
 from t1.coordinator.runtime import make_renderers
-from t1.coordinator.trainer_link import stop_task
 from t1.coordinator.weights import WeightSync
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
+from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.sandbox.local import LocalProvider
 from t1.tasks.dataset import load_task
@@ -78,7 +78,7 @@ async def test_killing_one_of_two_inference_servers_mid_episode(tmp_path: Path, 
         sync = WeightSync(trainer.address, load, backoff_s=0.1)
         sync_task = asyncio.create_task(sync.run())
         await asyncio.wait_for(sync.wait_for_version(lambda v: v >= 1), 120)
-        await stop_task(sync_task)
+        await cancel_and_wait(sync_task)
         await trainer.stop(0)
         assert loaded == [tuple(addresses)], "both servers serve v1"
         task = load_task(write_harbor_task(tmp_path / "tasks", "t", "w"))

@@ -11,10 +11,10 @@ import grpc
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.coordinator.trainer_link import stop_task
 from t1.coordinator.weights import WeightSync
 from t1.inference.pool import InferencePool, WeightsUpdate
 from t1.inference.server import inference_binding
+from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as tpb
 from t1.v1 import trainer_pb2_grpc as tpb_grpc
@@ -60,7 +60,7 @@ async def test_weight_sync_advances_while_one_of_two_servers_is_dead(tiny_model_
             (1, (live.address,), (dead,)), (2, (live.address,), (dead,))]
         assert backend.policy_version == 2 and pool.healthy_endpoints == [live.address]
     finally:
-        await stop_task(task)
+        await cancel_and_wait(task)
         await pool.close()
         await trainer.stop(0)
         await live.stop()

@@ -1,6 +1,6 @@
 """Trajectory codec throughput: encode, decode and stream a long-episode record (msgpack, numpy views).
 
-    python bench/codec.py --out bench/results/codec.json [--tokens 32768 --layers 48 --top-k 8 --reps 15]
+    python bench/trajectory_serialization.py --out bench/results/codec.json [--tokens 32768 --layers 48 --top-k 8 --reps 15]
 
 The record is one segment of `tokens` positions with routing [tokens, layers, top_k] uint8 (a
 Qwen3-30B-A3B-like MoE: 48 layers, top-8 of 128 experts). Prints medians and writes JSON.
@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
 
 from bench.machine_info import cpu_name
-from t1.trajectory.codec import decode_trajectory, encode_trajectory, iter_trajectories
+from t1.trajectory.serialization import decode_trajectory, encode_trajectory, iter_trajectories
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan
 
 
