@@ -26,8 +26,8 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.load.metrics import machine
 from bench.load.run import ensure_model, start_sim
+from bench.machine_info import machine
 from t1.config.inference import InferencePoolConfig
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams

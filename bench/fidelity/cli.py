@@ -18,12 +18,12 @@ import torch
 from bench.fidelity.measure import (
     DEFAULT_NOTE,
     INIT_ROUTER_SCALE,
-    machine,
     make_model,
     measure,
     print_result,
 )
 from bench.fidelity.sweep import run_sweep
+from bench.machine_info import machine
 
 
 def parser() -> argparse.ArgumentParser:

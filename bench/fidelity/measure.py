@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -37,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
 
-from bench.machine_info import cpu_name
+from bench.machine_info import describe
 from t1.inference.torch_backend import TorchBackend
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.routing.block import sentinel
@@ -51,13 +49,6 @@ COMMANDS = ("ls -la /", "uname -a", "echo $((RANDOM % 1000)) files", "head -c 30
             "ps -o pid,comm | head -5", "printf 'a\\tb\\n1\\t2\\n'", "date -u", "df -h / | tail -1")
 INIT_ROUTER_SCALE = 2.0  # std of router / LM-head logits that t1.model.init gives (`_sharpen`)
 Sampled = list[tuple[int, np.ndarray]]  # (prompt length, sampled ids) per turn of a segment
-
-
-def machine(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name()
-    return (f"{cpu_name()}, {torch.get_num_threads()} torch thread(s) of {torch.get_num_interop_threads()} "
-            f"interop, {len(os.sched_getaffinity(0))} cores visible ({platform.node()})")
 
 
 def bash(cmd: str, cap: int = 400) -> str:
@@ -292,7 +283,7 @@ DEFAULT_NOTE = (
 
 
 def print_result(result: dict[str, Any], dtype: str) -> None:
-    print(f"{result['machine']}: {result['episodes']} episodes, {result['turns']} turns, {result['tokens']} tokens "
+    print(f"{describe(result['machine'])}: {result['episodes']} episodes, {result['turns']} turns, {result['tokens']} tokens "
           f"({result['loss_tokens']} sampled), model {result['model']}, {dtype}")
     print(f"{'':<34}{'no R3':>12}{'R3':>12}{'ratio':>10}")
     rows = [("mean |dlogp|", result["mean_abs_dlogp_no_r3"], result["mean_abs_dlogp_r3"]),

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.fidelity.measure import INIT_ROUTER_SCALE, copy_model, machine, measure, resize_model
+from bench.fidelity.measure import INIT_ROUTER_SCALE, copy_model, measure, resize_model
+from bench.machine_info import describe, machine
 
 TARGET_REDUCTION = 0.30
 DEFAULT_SHAPE = (3, 8, 2)
@@ -131,7 +132,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         "columns": COLUMNS, "production_reference": PRODUCTION_REFERENCE,
         "target_reduction": TARGET_REDUCTION, "settings_meeting_target": met, "rows": rows,
     }
-    print(f"{result['machine']}, {args.dtype}, {args.episodes} episodes x {args.turns} turns x "
+    print(f"{describe(result['machine'])}, {args.dtype}, {args.episodes} episodes x {args.turns} turns x "
           f"{args.max_tokens} tokens per setting, hidden 64; share = mean MoE update / residual norm")
     print_table(rows)
     print(DEFAULT_NOTE)

@@ -40,8 +40,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.load.metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census, machine
+from bench.load.metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census
 from bench.load.report import print_table, scale_result
+from bench.machine_info import machine
 from bench.sandbox_host import peer_command
 from bench.sim_inference import Latency
 
@@ -166,8 +167,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     from t1.config.inference import InferencePoolConfig
     from t1.config.sandbox import PoolConfig, ShellConfig
     from t1.coordinator.gc_policy import GcSchedule
+    from t1.coordinator.model_setup import make_renderers
     from t1.coordinator.rollout import RolloutRunner, new_group_id
-    from t1.coordinator.runtime import make_renderers
     from t1.coordinator.scheduler import Scheduler
     from t1.coordinator.spool import Spool
     from t1.inference.pool import InferencePool
