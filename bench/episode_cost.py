@@ -72,7 +72,7 @@ class Setup:
         from bench.load.episode import write_task
         from bench.sim_replies import LogprobPool, ModelShape, ReplyBook, ReplySettings, RoutingPool
         from t1.agent.formats import get_format
-        from t1.coordinator.runtime import make_renderers
+        from t1.coordinator.model_setup import make_renderers
         from t1.tasks.dataset import load_task
 
         model = ROOT / ".t1/bench/tiny"

@@ -117,6 +117,23 @@ class EpisodeLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class SandboxTraits:
+    """What the episode's sandboxes can do, which decides how a task is set up and verified."""
+
+    no_images: bool  # tasks cannot start from their image: the Dockerfile is replayed in the sandbox
+    offline: bool    # sandboxes never reach the internet: verifiers get no downloads either
+
+    @classmethod
+    def of_provider(cls, provider: str) -> SandboxTraits:
+        """The local provider (bubblewrap over the host's root, no network) has neither images nor internet."""
+        local = provider == "local"
+        return cls(no_images=local, offline=local)
+
+
+LOCAL_SANDBOXES = SandboxTraits.of_provider("local")
+
+
+@dataclass(frozen=True, slots=True)
 class EpisodeSpec:
     """Everything that identifies one attempt."""
 
@@ -167,12 +184,12 @@ class Episode:
     """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
-                 transcript: Transcript, *, local: bool = True) -> None:
+                 transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES) -> None:
         self.spec = spec
         self._generate = generate
         self._acquire = acquire
         self._renderer = renderer
-        self._local = local
+        self._sandboxes = sandboxes
         self.tx = transcript
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
         self._num_opening = len(opening)
@@ -254,7 +271,7 @@ class Episode:
         async with self._acquire(sandbox_request(task)) as sandbox:
             shell = await sandbox.open_shell()
             try:
-                provisioned = await provision(shell, task, local=self._local)
+                provisioned = await provision(shell, task, local=self._sandboxes.no_images)
                 await shell.run(provisioned.prefix(), 30)
                 return await self._phases(sandbox, shell, provisioned, deadline)
             finally:
@@ -394,7 +411,7 @@ class Episode:
         vshell = await sandbox.open_shell()
         try:
             report = await run_verifier(vshell, phase.verifier, provisioned,
-                                        offline=self._local or not self.spec.task.environment.allow_internet)
+                                        offline=self._sandboxes.offline or not self.spec.task.environment.allow_internet)
         finally:
             with contextlib.suppress(SandboxLost, OSError):
                 await vshell.close()

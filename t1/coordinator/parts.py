@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from t1.agent.episode import SandboxTraits
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalJobs
+from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
+from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.progress import EvalProgress, ProgressView
 from t1.coordinator.rollout import RolloutRunner, new_group_id
 from t1.coordinator.run_state import RunState, TrainerSide
-from t1.coordinator.runtime import GenerateRouter, make_renderers
 from t1.coordinator.scheduler import Scheduler
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.spool import Spool
@@ -94,7 +96,7 @@ class Parts:
         if endpoints:
             router.connect(endpoints)
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
-                               local=cfg.sandbox.provider == "local")
+                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider))
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         sp = cfg.coordinator.spool
         spool = Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync)

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeSpec, SandboxAcquire
+from t1.agent.episode import (
+    LOCAL_SANDBOXES,
+    Episode,
+    EpisodeLimits,
+    EpisodeResult,
+    EpisodeSpec,
+    SandboxAcquire,
+    SandboxTraits,
+)
 from t1.agent.formats import AgentFormat, FormatName, get_format
 from t1.agent.transcript import Transcript
 from t1.config.schema import T1Config
@@ -63,13 +71,13 @@ class RolloutRunner:
 
     def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
                  generate_for: GenerateFor, transcripts_dir: Path | None,
-                 local: bool = True, reward_mode: RewardMode | None = None) -> None:
+                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None) -> None:
         self.cfg = cfg
         self.renderers = renderers
         self._acquire = acquire
         self._generate_for = generate_for
         self._transcripts = transcripts_dir if cfg.rollout.transcripts else None
-        self._local = local
+        self._sandboxes = sandboxes
         self._reward_mode = RewardMode(reward_mode or cfg.reward.mode)
         self.stats = RolloutStats()
         self._ending = asyncio.Semaphore(ENDING_SLOTS)
@@ -86,7 +94,7 @@ class RolloutRunner:
                            EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier), reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
-                          Transcript(tx_dir, task.id, episode_id), local=self._local)
+                          Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes)
         self.stats.active += 1
         try:
             end = await episode.play()

@@ -21,7 +21,7 @@ from t1.config.loader import load_config
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.children import Child, service_argv
-from t1.coordinator.runtime import make_renderers
+from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.weights import WeightSync
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
