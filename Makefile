@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-slow lint protos bench
+.PHONY: setup run test test-slow lint dead-code protos bench
 
 setup:
 	@bash scripts/setup.sh
@@ -17,9 +17,13 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
-lint: setup
+lint: setup dead-code
 	$(BIN)/ruff check t1 tests bench
 	$(BIN)/mypy
+
+# Dead code: names nothing uses (framework callbacks are listed, with reasons, in the whitelist).
+dead-code: setup
+	$(BIN)/vulture t1 tests bench .ci/vulture_whitelist.py --exclude t1/v1 --min-confidence 60
 
 protos: setup
 	$(BIN)/python -m t1.rpc.protogen

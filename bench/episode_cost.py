@@ -69,10 +69,10 @@ class Setup:
     def __init__(self, work: Path, transcripts: bool) -> None:
         import numpy as np
 
-        from bench.load_episode import write_task
+        from bench.load.episode import write_task
         from bench.sim_replies import LogprobPool, ModelShape, ReplyBook, ReplySettings, RoutingPool
         from t1.agent.formats import get_format
-        from t1.coordinator.runtime import make_renderers
+        from t1.coordinator.model_setup import make_renderers
         from t1.tasks.dataset import load_task
 
         model = ROOT / ".t1/bench/tiny"
@@ -107,9 +107,11 @@ class Setup:
     def episode(self, i: int, turns: int) -> Any:
         from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec
         from t1.agent.transcript import Transcript
+        from t1.config.loader import load_config
         from t1.inference.types import SamplingParams
 
-        limits = EpisodeLimits(max_turns=turns, max_context_tokens=32768, process_every_k=None)
+        cfg = load_config(None, [f"rollout.max_turns={turns}", "rollout.max_context_tokens=32768"])
+        limits = EpisodeLimits.from_config(cfg.rollout, cfg.reward)
         spec = EpisodeSpec(f"ep{i}", self.task, f"g{i}", 0, self.fmt,
                            SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=400), limits)
         ep = Episode(spec, self.generate, None, self.renderer,  # type: ignore[arg-type]

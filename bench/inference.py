@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -22,6 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
+
+from bench.machine_info import machine
 
 
 def _ids(n: int, seed: int, vocab: int) -> np.ndarray:
@@ -100,9 +103,7 @@ async def run(args: argparse.Namespace) -> dict:
     await backend.close()
     med = statistics.median
     return {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": args.threads,
-                    "python": sys.version.split()[0],
-                    "load_avg_1m_at_end": os.getloadavg()[0]},
+        "machine": {**machine(), "torch_threads": args.threads, "load_avg_1m_at_end": os.getloadavg()[0]},
         "model": str(args.model), "repeats": args.repeats,
         "prefill_tokens_per_s": med(prefill), "prefill_tokens": args.prefill_tokens,
         "decode_tokens_per_s_routing_on": med(decode_on), "decode_tokens_per_s_routing_off": med(decode_off),

@@ -7,7 +7,7 @@ position processed for the first time, from the first uncached prompt position t
 second-to-last sampled token, shaped [rows, 48, 8] uint8 by default. Replies are real tokenized
 tool calls (see sim_replies), streamed in chunks; latency is per request, per prefilled token and
 per sampled token. GenerateBatched (one stream, whole results) serves the same turns. Used by
-bench/load.py, which starts it in its own process::
+bench/load/run.py, which starts it in its own process::
 
     python -m bench.sim_inference --tokenizer .t1/models/tiny/tokenizer.json --port 0 --ready-file P
 """

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine_info import machine
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.tasks.dataset import load_dataset
@@ -100,8 +100,7 @@ def main() -> None:
         for p in r["problems"]:
             print(f"PROBLEM (concurrency {r['concurrency']}): {p}")
     if args.out:
-        machine = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
-        args.out.write_text(json.dumps({"machine": machine, "n": args.n, "seed": args.seed, "results": results}, indent=2))
+        args.out.write_text(json.dumps({"machine": machine(), "n": args.n, "seed": args.seed, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

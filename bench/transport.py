@@ -26,8 +26,9 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.load import ensure_model, start_sim
-from bench.load_metrics import machine
+from bench.load.run import ensure_model, start_sim
+from bench.machine_info import machine
+from t1.config.inference import InferencePoolConfig
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 
@@ -67,8 +68,7 @@ def sim_args(args: argparse.Namespace, linger_ms: float) -> argparse.Namespace:
 async def one_round(args: argparse.Namespace, variant: str, workdir: Path) -> dict[str, float]:
     batched, client_linger, server_linger = VARIANTS[variant]
     sim, port = await start_sim(sim_args(args, server_linger), workdir)
-    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=batched,
-                         batch_linger_s=client_linger / 1e3)
+    pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0, batched_stream=batched, batch_linger_ms=client_linger), [f"127.0.0.1:{port}"])
     rng = np.random.default_rng(0)
     done = 0
     stop = asyncio.Event()

@@ -5,6 +5,9 @@
           (every K turns: verifiers -> process reward; context full: compact -> new segment)
     end:  verifiers -> reward -> Trajectory (+ transcript)
 
+`run()` is `play()` then `export()`: a caller that bounds how many exported trajectories exist
+at once (the RolloutRunner) calls the two itself and exports under its own slot.
+
 Statuses: ok (done or turn limit), timeout (task wall clock), context_limit, infra_error
 (sandbox lost or setup failing before the agent acted, inference failing past retries). Infra
 errors never get a reward: their trajectory carries reward 0 and status infra_error, and the
@@ -18,9 +21,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,7 +31,15 @@ from t1.agent.compaction import compact_messages
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
 from t1.agent.transcript import Transcript
-from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
+from t1.config.rollout import RolloutConfig
+from t1.config.tasks import RewardConfig
+from t1.inference.types import (
+    GenerateFn,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+    SessionGenerateFn,
+)
 from t1.metrics import registry as m
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell, ShellRole
@@ -36,7 +47,14 @@ from t1.tasks.needs import NeedsError
 from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
-from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.rewards import (
+    RewardMode,
+    checkpoint_turns,
+    combine_steps,
+    episode_reward,
+    passes_gate,
+    process_rewards,
+)
 from t1.tasks.separate import pack_artifacts, run_separate_verifier
 from t1.tasks.spec import StepSpec, TaskSpec
 from t1.tasks.transfer import SetupError
@@ -75,17 +93,48 @@ def acquire_from(provider: SandboxProvider) -> SandboxAcquire:
 
 @dataclass(frozen=True, slots=True)
 class EpisodeLimits:
-    max_turns: int = 400
-    max_context_tokens: int = 32768
-    timeout_multiplier: float = 1.0
-    compaction: bool = True
-    compaction_trigger: float = 0.85
-    keep_last_turns: int = 2
-    max_segments: int = 8
-    process_every_k: int | None = None
-    turn_retries: int = 2
-    setup_retries: int = 2
-    steps_per_loop_tick: int = 0  # t1.agent.pacing; 0: no pacing
+    """An episode's limits, made from the rollout and reward config sections (the defaults live there)."""
+
+    max_turns: int
+    max_context_tokens: int
+    timeout_multiplier: float
+    compaction: bool
+    compaction_trigger: float
+    keep_last_turns: int
+    max_segments: int
+    process_every_k: int | None
+    turn_retries: int
+    setup_retries: int
+    steps_per_loop_tick: int  # t1.agent.pacing; 0: no pacing
+
+    @classmethod
+    def from_config(cls, rollout: RolloutConfig, reward: RewardConfig, timeout_multiplier: float | None = None
+                    ) -> EpisodeLimits:
+        """`timeout_multiplier` replaces rollout.timeout_multiplier (an eval job's own)."""
+        c = rollout.compaction
+        return cls(max_turns=rollout.max_turns, max_context_tokens=rollout.max_context_tokens,
+                   timeout_multiplier=timeout_multiplier or rollout.timeout_multiplier, compaction=c.enabled,
+                   compaction_trigger=c.trigger_fraction, keep_last_turns=c.keep_last_turns,
+                   max_segments=c.max_segments, process_every_k=reward.process_every_k_turns,
+                   turn_retries=rollout.turn_retries, setup_retries=rollout.setup_retries,
+                   steps_per_loop_tick=rollout.steps_per_loop_tick)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxTraits:
+    """What the episode's sandboxes can do, which decides how a task is set up and verified."""
+
+    no_images: bool  # tasks cannot start from their image: the Dockerfile is replayed in the sandbox
+    offline: bool    # sandboxes never reach the internet: verifiers get no downloads either
+
+    @classmethod
+    def of_provider(cls, provider: str) -> SandboxTraits:
+        """The local provider (bubblewrap over the host's root, no network) has neither images nor internet."""
+        local = provider == "local"
+        return cls(no_images=local, offline=local)
+
+
+LOCAL_SANDBOXES = SandboxTraits.of_provider("local")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +147,7 @@ class EpisodeSpec:
     attempt: int
     fmt: AgentFormat
     sampling: SamplingParams
-    limits: EpisodeLimits = field(default_factory=EpisodeLimits)
+    limits: EpisodeLimits
     reward_mode: RewardMode = RewardMode.COUNT
 
 
@@ -119,6 +168,16 @@ class EpisodeResult:
         return self.trajectory.status
 
 
+@dataclass(frozen=True, slots=True)
+class EpisodeEnd:
+    """How an episode ended, before its trajectory is exported."""
+
+    status: EpisodeStatus
+    why: str
+    report: VerifierReport
+    duration_s: float
+
+
 class _End(Exception):
     def __init__(self, status: EpisodeStatus, why: str) -> None:
         super().__init__(why)
@@ -129,29 +188,21 @@ class Episode:
     """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
-                 transcript: Transcript, *, local: bool = True,
-                 persist: Callable[[Trajectory], Awaitable[None]] | None = None,
-                 ending: asyncio.Semaphore | None = None) -> None:
+                 transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES) -> None:
         self.spec = spec
-        # The end of an episode: `persist` (e.g. encode and spool) receives the trajectory while the
-        # episode holds one of the `ending` slots, from the export on. The slots bound how many
-        # exported trajectories (copies of tens of MB each) exist at once when many episodes end
-        # together (a SIGTERM drain, a failure storm, the load bench's stop).
-        self._persist = persist
-        self._ending = ending
         self._generate = generate
         self._acquire = acquire
         self._renderer = renderer
-        self._local = local
+        self._sandboxes = sandboxes
         self.tx = transcript
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
         self._num_opening = len(opening)
         self.buf = TokenBuffer(renderer, opening)
         self.turns = 0
         self._segments = 1
-        self._turn_rewards: dict[int, float] = {}
+        self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
         self._commands: list[tuple[str, int | None]] = []
-        self._passed_so_far = 0
+        self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
         # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids).
         self._sampled: list[tuple[int, int, np.ndarray]] = []
@@ -160,12 +211,33 @@ class Episode:
         self._commands_latency = m.TURN_LATENCY.labels(part="commands")
 
     async def run(self) -> EpisodeResult:
-        try:
-            return await self._run()
-        finally:
-            self.tx.close()  # flushes the buffered transcript however the episode ends, cancelled included
+        """The whole episode: play, then export."""
+        return await self.export(await self.play())
 
-    async def _run(self) -> EpisodeResult:
+    async def play(self) -> EpisodeEnd:
+        """Sandbox, turns, verifiers: how the episode ended. Nothing is exported yet."""
+        try:
+            return await self._play()
+        except BaseException:
+            self.close()  # flushes the buffered transcript however the episode ends, cancelled included
+            raise
+        finally:
+            self._end_session()
+
+    @property
+    def session_id(self) -> str:
+        """The generate session of the current segment (one per segment: compaction starts a new one)."""
+        return f"{self.spec.episode_id}/s{self._segments}"
+
+    def _end_session(self) -> None:
+        if isinstance(self._generate, SessionGenerateFn):
+            self._generate.end_session(self.session_id)
+
+    def close(self) -> None:
+        """Flush and close the transcript (safe more than once)."""
+        self.tx.close()
+
+    async def _play(self) -> EpisodeEnd:
         t0 = time.monotonic()
         spec, task = self.spec, self.spec.task
         deadline = t0 + task.agent_timeout_sec * spec.limits.timeout_multiplier
@@ -194,7 +266,7 @@ class Episode:
                 status, why, report = self._infra_error(exc)
         finally:
             m.ACTIVE_EPISODES.dec()
-        return await self._finish(status, why, report, time.monotonic() - t0)
+        return EpisodeEnd(status, why, report, time.monotonic() - t0)
 
     def _infra_error(self, exc: Exception) -> tuple[EpisodeStatus, str, VerifierReport]:
         spec, task = self.spec, self.spec.task
@@ -212,7 +284,7 @@ class Episode:
         async with self._acquire(sandbox_request(task)) as sandbox:
             shell = await sandbox.open_shell()
             try:
-                provisioned = await provision(shell, task, local=self._local)
+                provisioned = await provision(shell, task, local=self._sandboxes.no_images)
                 await shell.run(provisioned.prefix(), 30)
                 return await self._phases(sandbox, shell, provisioned, deadline)
             finally:
@@ -223,7 +295,7 @@ class Episode:
                       ) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
         if self.spec.limits.process_every_k:
-            self._passed_so_far = (await self._verify(sandbox, task.phases()[0], provisioned, "baseline")).passed
+            self._baseline = (await self._verify(sandbox, task.phases()[0], provisioned, "baseline")).passed
         done: list[tuple[StepSpec, VerifierReport]] = []
         status, why = EpisodeStatus.OK, ""
         for i, phase in enumerate(task.phases()):
@@ -236,6 +308,8 @@ class Episode:
                 status, why = end.status, end.why
                 self.tx.note(f"episode ends: {why}")
             report = await self._verify(sandbox, phase, provisioned, "final")
+            if self.turns:  # the state after this phase's last turn (a K-th turn that ended the phase has no other)
+                self._checkpoints[self.turns - 1] = report.passed
             done.append((phase, report))
             if status is not EpisodeStatus.OK or not passes_gate(report, phase.min_reward):
                 break
@@ -291,8 +365,7 @@ class Episode:
             k = limits.process_every_k
             if k and self.turns % k == 0 and not parsed.done:
                 report = await self._verify(sandbox, phase, provisioned, f"turn {self.turns}")
-                self._turn_rewards[self.turns - 1] = float(report.passed - self._passed_so_far)
-                self._passed_so_far = report.passed
+                self._checkpoints[self.turns - 1] = report.passed
             if parsed.done and parsed.error is None:
                 return
             # Appended before the next generation, so a next phase's instruction can join it.
@@ -308,6 +381,7 @@ class Episode:
             compacted = compact_messages(self.buf.messages, self._num_opening, limits.keep_last_turns,
                                          self._commands)
             self.buf.compact(compacted)
+            self._end_session()
             self._segments += 1
             self.tx.note(f"context compacted: new segment {self._segments} starts with "
                          f"{len(self.buf.prompt_ids())} tokens")
@@ -324,7 +398,7 @@ class Episode:
         if budget < sampling.max_tokens:
             sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed,
                                       sampling.stop_token_ids, max(1, budget))
-        req = GenerateRequest(f"{self.spec.episode_id}/s{self._segments}", np.asarray(prompt, np.int32), sampling)
+        req = GenerateRequest(self.session_id, np.asarray(prompt, np.int32), sampling)
         last: BaseException | None = None
         for attempt in range(self.spec.limits.turn_retries + 1):
             remaining = deadline - time.monotonic()
@@ -347,13 +421,13 @@ class Episode:
     async def _verify(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned, label: str
                       ) -> VerifierReport:
         t = time.monotonic()
-        offline = self._local or not self.spec.task.environment.allow_internet
+        offline = self._sandboxes.offline or not self.spec.task.environment.allow_internet
         vshell = await sandbox.open_shell(role=ShellRole.VERIFIER)
         try:
             if phase.verifier.separate is not None:  # Harbor: the tests see only the declared artifacts
                 artifacts = await pack_artifacts(vshell, phase.verifier.separate, provisioned)
                 report = await run_separate_verifier(self._acquire, self.spec.task, phase.verifier, artifacts,
-                                                     local=self._local, offline=offline)
+                                                     local=self._sandboxes.no_images, offline=offline)
             else:
                 report = await run_verifier(vshell, phase.verifier, provisioned, offline=offline)
         finally:
@@ -363,31 +437,39 @@ class Episode:
         self.tx.verifier(label, report.passed, report.total, report.why)
         return report
 
-    async def _finish(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float
-                      ) -> EpisodeResult:
+    async def export(self, end: EpisodeEnd) -> EpisodeResult:
+        """The reward, the exported trajectory and its TITO checks (off the event loop), the transcript's end."""
+        try:
+            return await self._export_result(end.status, end.why, end.report, end.duration_s)
+        finally:
+            self.close()
+
+    async def _export_result(self, status: EpisodeStatus, why: str, report: VerifierReport, duration: float
+                             ) -> EpisodeResult:
         spec = self.spec
         infra = status is EpisodeStatus.INFRA_ERROR
         reward = 0.0 if infra else episode_reward(report, spec.reward_mode)
-        if spec.limits.process_every_k and not infra and self.turns:
-            last = self.turns - 1
-            self._turn_rewards[last] = self._turn_rewards.get(last, 0.0) + report.passed - self._passed_so_far
-        turn_rewards = {} if infra else self._turn_rewards
+        k = spec.limits.process_every_k
+        turn_rewards = {} if infra or not k or not self.turns else self._process_rewards(k, report.passed)
         verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
         # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
         # touches this episode's buffer any more.
-        async with self._ending if self._ending is not None else contextlib.nullcontext():
-            traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration,
-                                                          turn_rewards)
-            if self._persist is not None:
-                await self._persist(traj)
+        traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration, turn_rewards)
         m.EPISODES.labels(status=status.value).inc()
         if not infra:
             m.EPISODE_REWARD.observe(reward)
         failure = why or ("" if report.failure_mode is FailureMode.NONE else report.failure_mode.value)
         self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
-        self.tx.close()
         return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
                              total)
+
+    def _process_rewards(self, every_k: int, final_passed: int) -> dict[int, float]:
+        """Each checkpoint turn's change in passing verifiers; the last turn's checkpoint is the final verifier
+        (it replaces a K-th check that fell on the last turn)."""
+        turns = checkpoint_turns(self.turns, every_k)
+        counts = [*(self._checkpoints[t] for t in turns[:-1]), final_passed]
+        rewards = process_rewards(list(zip(turns, counts, strict=True)), self.turns, self._baseline)
+        return {t: rewards[t] for t in turns}
 
     def _export(self, status: EpisodeStatus, reward: float, verifier: VerifierSummary, duration: float,
                 turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,33 +70,33 @@ def render_action(fmt: AgentFormat, command: str | None) -> str:
                        "task_complete": command is None})
 
 
-@dataclass
 class ScriptedPolicy:
-    """`plan(episode_id, task, fmt)` before the episode; then it serves that episode's sessions."""
+    """Makes each episode's scripted GenerateFn from its task (`for_episode`); `policy_version` is the
+    version its replies carry (the coordinator sets it when weights change)."""
 
-    renderer: ChatRenderer
-    policy_version: int = 0
-    _plans: dict[str, tuple[AgentFormat, list[str | None]]] = field(default_factory=dict)
-    _turn: dict[str, int] = field(default_factory=dict)
+    def __init__(self, renderer: ChatRenderer, policy_version: int = 0) -> None:
+        self.renderer = renderer
+        self.policy_version = policy_version
+
+    def for_episode(self, task: TaskSpec, fmt: AgentFormat) -> ScriptedEpisode:
+        return ScriptedEpisode(self, fmt, tuple(oracle_actions(task)))
+
+
+@dataclass(eq=False)
+class ScriptedEpisode:
+    """One episode's scripted GenerateFn: the next action per call, then `finish` for ever."""
+
+    policy: ScriptedPolicy
+    fmt: AgentFormat
+    actions: tuple[str | None, ...]
     calls: int = 0
 
-    def plan(self, episode_id: str, task: TaskSpec, fmt: AgentFormat) -> None:
-        self._plans[episode_id] = (fmt, oracle_actions(task))
-        self._turn[episode_id] = 0
-
     async def __call__(self, request: GenerateRequest) -> GenerateResult:
+        action = self.actions[self.calls] if self.calls < len(self.actions) else None
         self.calls += 1
-        episode_id = request.session_id.rsplit("/s", 1)[0]
-        if episode_id not in self._plans:
-            raise ValueError(f"session_id: no scripted plan for episode {episode_id!r}")
-        fmt, actions = self._plans[episode_id]
-        turn = self._turn[episode_id]
-        self._turn[episode_id] = turn + 1
-        action = actions[turn] if turn < len(actions) else None
-        ids = np.asarray(self.renderer.encode(render_action(fmt, action)) + list(self.renderer.end_of_turn_ids),
-                         np.int32)
+        renderer, version = self.policy.renderer, self.policy.policy_version
+        ids = np.asarray(renderer.encode(render_action(self.fmt, action)) + list(renderer.end_of_turn_ids), np.int32)
         n = len(ids)
         return GenerateResult(token_ids=ids, logprobs=np.zeros(n, np.float32), finish_reason=FinishReason.STOP,
-                              policy_version=self.policy_version,
-                              token_versions=np.full(n, self.policy_version, np.int32), routing=None,
+                              policy_version=version, token_versions=np.full(n, version, np.int32), routing=None,
                               prompt_tokens=len(request.prompt_ids))

@@ -38,4 +38,6 @@ class CoordinatorConfig(Section):
     gc_full_interval_s: float = Field(
         300.0, ge=0, description="Full garbage collections run this often instead of automatically; 0 keeps CPython's policy.")
     shutdown_grace_s: float = Field(30.0, ge=0, description="Time given to in-flight episodes on SIGTERM.")
+    shutdown_timeout_s: float = Field(
+        60.0, gt=0, description="Bound on the whole teardown after the episodes (server, jobs, pools, sandboxes).")
     train: bool = Field(True, description="Run training; false serves eval jobs only.")

@@ -56,6 +56,8 @@ class InferencePoolConfig(Section):
         0.0, ge=0, le=1000, description="GenerateBatched: wait this long before sending, so more requests share a message.")
     prompt_deltas: bool = Field(
         True, description="A turn that continues its session's last answered context sends only its new ids.")
+    weights_timeout_s: float = Field(600.0, gt=0, description="Deadline of loading new weights on one replica.")
+    probe_timeout_s: float = Field(5.0, gt=0, description="Deadline of asking a replica of unknown state its version.")
 
 
 class InferenceConfig(Section):

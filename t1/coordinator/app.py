@@ -2,7 +2,7 @@
 
    t1 eval ... ──gRPC──► CoordinatorService ──► EvalJobs (SQLite: jobs + finished attempts)
                                                     │ attempts, job concurrency
-   TaskSource ──► Scheduler ──[spool room? staleness bound?]──► RolloutRunner xN ◄─┘ (global limit)
+   training_stream ► Scheduler ──[spool room? staleness bound?]──► RolloutRunner xN ◄─┘ (global limit)
                      ▲                                        │  Episode: SandboxPool ─SSH─► shells
                      │ version changed                        │           InferencePool ─► t1-inference xM
                  WeightSync ◄── WatchVersions ─┐              ▼
@@ -21,6 +21,11 @@ restart; unfinished training episodes are abandoned); 3. the gRPC server stops w
 4. eval jobs are closed (finished attempts are already in SQLite); 5. the trainer link and weight
 sync stop and the spool is closed (ack log flushed; unacknowledged records stay for the next
 run); 6. pools, sandboxes and child services stop; 7. metrics and the run log close. Exit 0.
+Steps 3-7 of the coordinator's own parts run within coordinator.shutdown_timeout_s as a whole: a
+step that hangs (a sandbox destroy that never returns) is abandoned, and the files still close.
+
+The driver here is the only writer of the RunState (phase, eval job, trainer side); the stages
+it calls take parts and return values.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +44,14 @@ from t1.coordinator.gc_policy import GcSchedule
 from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
 from t1.coordinator.report import print_report
+from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState
 from t1.metrics.watchdog import LagWatchdog
-from t1.rpc.loop import freeze_long_lived
+from t1.rpc.loop import cancel_and_wait, freeze_long_lived, wait_or_stop
 from t1.tasks.spec import TaskSpec
 from t1.workdir import DirLock
 
 log = logging.getLogger(__name__)
+EVAL_PHASES = {"before": RunPhase.EVAL_BEFORE, "after": RunPhase.EVAL_AFTER}
 
 
 class Coordinator:
@@ -54,6 +61,7 @@ class Coordinator:
         self.cfg = cfg
         self.run_dir = Path(cfg.coordinator.run_dir)
         self.local = LocalStack(cfg, config_file, list(overrides or []), self.run_dir)
+        self.state = RunState()
         self.parts: Parts | None = None
         self.stop_requested = asyncio.Event()
         self.report: dict[str, Any] | None = None
@@ -63,7 +71,7 @@ class Coordinator:
         if not self.stop_requested.is_set():
             log.info("stop requested: no new episodes; in-flight ones get %.0fs", self.cfg.coordinator.shutdown_grace_s)
         self.stop_requested.set()
-        if self.parts is not None and self.parts.scheduler is not None:
+        if self.parts is not None:
             self.parts.scheduler.stop()
 
     async def run(self) -> int:
@@ -79,18 +87,20 @@ class Coordinator:
             # demonstrations run, which need no model); eval-only serving waits for them first.
             endpoints = asyncio.ensure_future(self.local.inference_endpoints())
             early = await endpoints if not self.cfg.coordinator.train else []
-            self.parts = parts = await Parts.build(self.cfg, self.run_dir, early)
+            self.parts = parts = await Parts.build(self.cfg, self.run_dir, early, self.state)
+            if self.stop_requested.is_set():
+                parts.scheduler.stop()
             try:
-                await parts.start_services()
+                address = await parts.start_services()
                 freeze_long_lived()  # task sets, tokenizers, clients: full collections skip them from now on
                 self._gc.start()
-                parts.show_progress()
-                log.info("coordinator serving on %s (run dir %s)", parts.address, self.run_dir)
-                await self._until_stopped(self._work(parts, sets, endpoints))
+                progress = parts.show_progress()
+                log.info("coordinator serving on %s (run dir %s)", address, self.run_dir)
+                await self._until_stopped(self._work(parts, sets, endpoints, progress))
             finally:
                 self._gc.stop()
                 await _discard(endpoints)
-                await parts.close(self.cfg.coordinator.shutdown_grace_s)
+                await parts.close(self.cfg.coordinator.shutdown_timeout_s)
         finally:
             await self.local.stop()
             await watchdog.stop()
@@ -100,48 +110,73 @@ class Coordinator:
                     loop.remove_signal_handler(sig)
         return 0
 
-    async def _work(self, parts: Parts, sets: dict[str, list[TaskSpec]], endpoints: asyncio.Future[list[str]]
-                    ) -> None:
+    async def _work(self, parts: Parts, sets: dict[str, list[TaskSpec]], endpoints: asyncio.Future[list[str]],
+                    progress: asyncio.Task[None]) -> None:
         cfg = self.cfg
         if not cfg.coordinator.train:
-            parts.stage = "serving"
+            self.state.phase = RunPhase.SERVING
             await self.stop_requested.wait()
             return
         ws = cfg.trainer.warm_start
         if ws.sft_steps > 0 and ws.demos_path is not None and not ws.demos_path.exists():
-            parts.stage = "warm-start-demos"
+            self.state.phase = RunPhase.WARM_START_DEMOS
             await stages.write_demos(parts, [t for n in cfg.tasks.train for t in sets[n]], ws.demos_path)
         # The trainer starts (and warm-starts) while the inference servers come up and the first eval runs.
         trainer = asyncio.ensure_future(self.local.trainer_endpoint())
         try:
-            parts.stage = "starting-services"
+            self.state.phase = RunPhase.STARTING_SERVICES
             if eps := await endpoints:
                 parts.router.connect(eps)
-            self.report = await stages.train_run(parts, self.stop_requested, cfg, sets, trainer)
+            self.report = await self._train_run(parts, sets, trainer)
         finally:
             await _discard(trainer)
-        await parts.hide_progress()
+        await cancel_and_wait(progress)  # the live display ends before the report is printed
         print_report(self.report)
+
+    async def _train_run(self, parts: Parts, sets: dict[str, list[TaskSpec]], trainer_target: Awaitable[str]
+                         ) -> dict[str, Any]:
+        """The whole training run in its phases; returns the report (also written to <run_dir>/report.json)."""
+        cfg, stop = self.cfg, self.stop_requested
+        evals: dict[str, dict[str, dict[str, Any]]] = {}
+        if cfg.coordinator.eval.before_training and cfg.tasks.eval and not stop.is_set():
+            evals["before"] = await self._eval("before", cfg.tasks.eval)
+        self.state.phase = RunPhase.STARTING_TRAINER
+        self.state.trainer = trainer = parts.connect_trainer(await trainer_target)
+        if not stop.is_set():
+            self.state.phase = RunPhase.TRAINING
+            await stages.training_stage(parts, trainer, [t for name in cfg.tasks.train for t in sets[name]])
+            self.state.phase = RunPhase.TRAINED
+        if cfg.tasks.eval and not stop.is_set():
+            evals["after"] = await self._eval("after", cfg.tasks.eval)
+        report = stages.write_report(parts, trainer, evals)
+        self.state.phase = RunPhase.DONE
+        return report
+
+    async def _eval(self, label: str, set_names: list[str]) -> dict[str, dict[str, Any]]:
+        """One eval job per set, run to the end; per-set summaries."""
+        assert self.parts is not None
+        out: dict[str, dict[str, Any]] = {}
+        for name in set_names:
+            self.state.phase = EVAL_PHASES[label]
+            record = await stages.submit_eval(self.parts, label, name, self.cfg.coordinator.eval.attempts)
+            self.state.eval_job = EvalJobRef(f"eval {label}", record.job_id)
+            try:
+                out[name] = await stages.eval_result(self.parts, label, name, record.job_id)
+            finally:
+                self.state.eval_job = None
+        return out
 
     async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work`; on a stop request give it the grace period (training drains itself), then cancel it."""
         task = asyncio.ensure_future(work)
-        stopped = asyncio.ensure_future(self.stop_requested.wait())
-        try:
-            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                grace = self.cfg.coordinator.shutdown_grace_s + 5.0
-                done, _ = await asyncio.wait({task}, timeout=grace)
-                if not done:
-                    log.warning("stage %s did not end within %.0fs: abandoning it", self.parts and self.parts.stage,
-                                grace)
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                    return
+        if not await wait_or_stop(task, self.stop_requested):
+            grace = self.cfg.coordinator.shutdown_grace_s + 5.0
+            done, _ = await asyncio.wait({task}, timeout=grace)
+            if not done:
+                log.warning("stage %s did not end within %.0fs: abandoning it", self.state.phase, grace)
+                await cancel_and_wait(task)
+                return
             task.result()
-        finally:
-            stopped.cancel()
 
 
 async def _discard(fut: asyncio.Future[Any]) -> None:

@@ -3,7 +3,7 @@
 CPython's collections stop the event loop. With 4,000 live episodes (about 800k tracked objects)
 a full collection takes 0.3-1 s and the default policy starts one whenever the long-lived heap has
 grown by a quarter, several per minute while episodes grow; generation-1 collections took 20 ms
-on average and up to 125 ms, about 70 a minute (bench/load.py, 4,000 episodes). Here only
+on average and up to 125 ms, about 70 a minute (bench/load/run.py, 4,000 episodes). Here only
 generation 0 is collected automatically (about 1.5 ms each); everything older is collected by the
 scheduled full collection, whose stall is rare and shows up in the log and in
 `t1_gc_full_collection_seconds`. Cyclic garbage that outlives one young collection waits for the

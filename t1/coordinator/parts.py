@@ -1,4 +1,10 @@
-"""Parts: the coordinator's long-lived components, built from config and closed in the order app.py documents."""
+"""Parts: the coordinator's long-lived components, built complete from config and closed in app.py's order.
+
+`Parts` is frozen: nothing is attached to it after `build`. What changes while the run goes is
+in `RunState` (written by the driver only); the trainer side is made by `connect_trainer`, which
+returns it. Background loops (status ticker, progress, trainer link, weight sync, status poller)
+are owned by `Background` and cancelled at close. `close(timeout_s)` bounds the whole teardown.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +12,62 @@ import asyncio
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from t1.agent.episode import SandboxTraits
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalJobs
+from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
+from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.progress import EvalProgress, ProgressView
-from t1.coordinator.rollout import RolloutRunner
-from t1.coordinator.runtime import GenerateRouter, make_renderers
+from t1.coordinator.rollout import RolloutRunner, new_group_id
+from t1.coordinator.run_state import RunState, TrainerSide
 from t1.coordinator.scheduler import Scheduler
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.spool import Spool
-from t1.coordinator.status import TrainerStatusPoller, TurnRate, run_status
+from t1.coordinator.status import RunStatusReader, TrainerStatusPoller, TurnRate
 from t1.coordinator.tasksource import make_resolver
-from t1.coordinator.trainer_link import TrainerLink, stop_task
+from t1.coordinator.trainer_link import TrainerLink
 from t1.coordinator.weights import WeightSync
-from t1.metrics import registry as m
 from t1.metrics.http import MetricsServer, start_metrics_server
 from t1.metrics.runlog import RunLog
+from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import SandboxProvider
-from t1.v1 import coordinator_pb2 as cpb
 
 log = logging.getLogger(__name__)
 MB = 1 << 20
 ADDRESS_FILE = "coordinator.json"
+STATUS_EVERY_S = 5.0
 
 
-@dataclass(eq=False)
+class Background:
+    """The coordinator's background loops: started by name, cancelled newest first."""
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.append(task)
+        return task
+
+    async def stop(self) -> None:
+        while self._tasks:
+            await cancel_and_wait(self._tasks.pop())
+
+
+@dataclass(frozen=True, eq=False)
 class Parts:
     cfg: T1Config
     run_dir: Path
+    state: RunState
     runlog: RunLog
     metrics: MetricsServer | None
     provider: SandboxProvider
@@ -50,20 +78,14 @@ class Parts:
     spool: Spool
     store: JobStore
     evals: EvalJobs
+    scheduler: Scheduler
+    turn_rate: TurnRate
+    run_status: RunStatusReader
     server: GrpcServer
-    stage: str = "starting"
-    address: str = ""
-    link: TrainerLink | None = None
-    weights: WeightSync | None = None
-    poller: TrainerStatusPoller | None = None
-    scheduler: Scheduler | None = None
-    turn_rate: TurnRate | None = None
-    eval_job: tuple[str, str] | None = None  # (label, job id) of the run's eval stage in progress
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _progress: asyncio.Task[None] | None = None
+    background: Background
 
     @classmethod
-    async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str]) -> Parts:
+    async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str], state: RunState) -> Parts:
         run_dir.mkdir(parents=True, exist_ok=True)
         runlog = RunLog(cfg.metrics.run_log or run_dir / "run.jsonl")
         metrics = start_metrics_server(cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port is not None else None
@@ -74,59 +96,56 @@ class Parts:
         if endpoints:
             router.connect(endpoints)
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
-                               local=cfg.sandbox.provider == "local", plan=router.plan)
+                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider))
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         sp = cfg.coordinator.spool
         spool = Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync, sp.hold_mb * MB)
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
                          limiter, cfg.limits)
-        parts = cls(cfg, run_dir, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, store, evals,
-                    server=None)  # type: ignore[arg-type]
-        servicer = CoordinatorServicer(evals, parts.run_status)
-        parts.server = GrpcServer([servicer.binding()], cfg.coordinator.server, cfg.auth)
-        parts.turn_rate = TurnRate(lambda: runner.stats.turns)
-        return parts
+        rl = cfg.trainer.rl
+        scheduler = Scheduler(cfg.rollout.group_size, limiter, spool, rl.max_policy_lag, rl.groups_per_step,
+                              new_group_id)
+        turn_rate = TurnRate(lambda: runner.stats.turns)
+        status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate)
+        server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)
+        return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, store,
+                   evals, scheduler, turn_rate, status, server, Background())
 
-    def _spawn(self, coro, name: str) -> None:
-        self._tasks.append(asyncio.get_running_loop().create_task(coro, name=name))
-
-    async def start_services(self) -> None:
-        """gRPC server up (address written to <run_dir>/coordinator.json), unfinished eval jobs resumed."""
+    async def start_services(self) -> str:
+        """gRPC server up (address written to <run_dir>/coordinator.json), unfinished eval jobs resumed;
+        returns the server's address."""
         await self.server.start()
-        self.address = self.server.address
-        (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": self.address, "pid": os.getpid()}) + "\n")
-        self.runlog.write("start", address=self.address, name=self.cfg.name,
+        address = self.server.address
+        (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": address, "pid": os.getpid()}) + "\n")
+        self.runlog.write("start", address=address, name=self.cfg.name,
                           metrics_port=self.metrics.port if self.metrics else None)
         await self.evals.resume()
-        self._spawn(self._tick(), "status-ticker")
+        self.background.spawn(self._tick(), "status-ticker")
+        return address
 
-    def show_progress(self) -> None:
+    def show_progress(self) -> asyncio.Task[None]:
+        """The live display; cancel the task it returns to hide it (before the final report is printed)."""
         ws = self.cfg.trainer.warm_start
         total = ws.sft_steps + ws.critic_warmup_steps + self.cfg.trainer.max_steps if self.cfg.coordinator.train else 0
-        self._spawn(ProgressView(self.run_status, self.current_eval, total).run(), "progress")
-        self._progress = self._tasks[-1]
-
-    async def hide_progress(self) -> None:
-        """Stop the live display (before the final report is printed)."""
-        if self._progress is not None:
-            await stop_task(self._progress)
+        return self.background.spawn(ProgressView(self.run_status, self.current_eval, total).run(), "progress")
 
     def current_eval(self) -> EvalProgress | None:
-        if self.eval_job is None:
+        job = self.state.eval_job
+        if job is None:
             return None
-        label, job_id = self.eval_job
-        progress = self.evals.progress(job_id)
-        return None if progress is None else EvalProgress(label, *progress)
+        progress = self.evals.progress(job.job_id)
+        return None if progress is None else EvalProgress(job.label, *progress)
 
-    def connect_trainer(self, target: str) -> None:
-        """Trainer link, weight sync and status poller against the trainer at `target`."""
-        self.link = TrainerLink(self.spool, target, self.cfg.auth)
-        self.weights = WeightSync(target, self._load_weights, self.cfg.auth)
-        self.poller = TrainerStatusPoller(target, self.runlog, self.cfg.auth)
-        self._spawn(self.link.run(), "trainer-link")
-        self._spawn(self.weights.run(), "weight-sync")
-        self._spawn(self.poller.run(), "trainer-status")
+    def connect_trainer(self, target: str) -> TrainerSide:
+        """Trainer link, weight sync and status poller against the trainer at `target`, running."""
+        side = TrainerSide(TrainerLink(self.spool, target, self.cfg.auth),
+                           WeightSync(target, self._load_weights, self.cfg.auth),
+                           TrainerStatusPoller(target, self.runlog, self.cfg.auth))
+        self.background.spawn(side.link.run(), "trainer-link")
+        self.background.spawn(side.weights.run(), "weight-sync")
+        self.background.spawn(side.poller.run(), "trainer-status")
+        return side
 
     async def _load_weights(self, path: str, version: int) -> None:
         pool = self.router.pool
@@ -136,42 +155,50 @@ class Parts:
             self.router.scripted.policy_version = version
         self.runlog.write("weights", version=version, path=path)
 
-    async def _tick(self, every_s: float = 5.0) -> None:
+    async def _tick(self) -> None:
         while True:
-            await asyncio.sleep(every_s)
-            assert self.turn_rate is not None
-            rate = self.turn_rate.sample()
+            await asyncio.sleep(STATUS_EVERY_S)
             st = self.run_status()
             self.runlog.write("status", stage=st.stage, active=st.active_episodes, finished=st.finished_episodes,
-                              turns_per_s=round(rate, 3), spool_pending=st.spool_pending, version=st.policy_version,
-                              trainer_step=st.trainer_step, infra_failure_rate=st.infra_failure_rate)
+                              turns_per_s=round(st.turns_per_second, 3), spool_pending=st.spool_pending,
+                              version=st.policy_version, trainer_step=st.trainer_step,
+                              infra_failure_rate=st.infra_failure_rate)
 
-    def run_status(self) -> cpb.RunStatus:
-        stats = self.runner.stats
-        status = run_status(
-            name=self.cfg.name, stage=self.stage, version=self.weights.version if self.weights else 0,
-            trainer=self.poller, active=int(m.ACTIVE_EPISODES._value.get()), finished=stats.finished,
-            spool_pending=self.spool.pending_count, spool_bytes=self.spool.pending_bytes,
-            trainer_connected=bool(self.link and self.link.connected),
-            healthy_servers=len(self.router.pool.healthy_endpoints) if self.router.pool is not None else 0,
-            infra_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
-            turns_per_s=self.turn_rate.sample() if self.turn_rate else 0.0)
-        status.spool_write_error, status.spool_held = self.spool.write_error, self.spool.held_count
-        return status
+    async def _cancel_episodes(self) -> None:
+        """Training episodes still running (their stage was abandoned) are cancelled: nothing waits for them."""
+        try:
+            await self.scheduler.drain(0.0)
+        except Exception as exc:  # reported by the stage that drained first; here it must not stop the teardown
+            log.warning("shutdown: an episode task had failed: %r", exc)
 
-    async def close(self, grace_s: float) -> None:
-        """Steps 3-7 of app.py's shutdown order (the caller has stopped and drained the scheduler)."""
-        if self.scheduler is not None:
-            self.scheduler.stop()
-        await self.server.stop(self.cfg.coordinator.server.grace_s)
-        await self.evals.close()
-        for task in reversed(self._tasks):
-            await stop_task(task)
-        self.spool.close()
-        self.store.close()
-        await self.router.close()
-        await self.sandboxes.close()  # destroys sandboxes still out, then closes the provider
-        self.runlog.write("stop", spool_pending=self.spool.pending_count)
-        if self.metrics is not None:
-            self.metrics.stop()
-        self.runlog.close()
+    async def close(self, timeout_s: float) -> None:
+        """Steps 3-7 of app.py's shutdown order (the caller has stopped and drained the scheduler), all of
+        them within `timeout_s`: a step still running at the deadline is abandoned (and named in the log),
+        and the files (spool, job store, run log) are closed whatever happened before."""
+        self.scheduler.stop()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        step = "episodes"
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._cancel_episodes()
+                step = "the gRPC server"
+                await self.server.stop(self.cfg.coordinator.server.grace_s)
+                step = "eval jobs"
+                await self.evals.close()
+                step = "background loops"
+                await self.background.stop()
+                step = "inference pools"
+                await self.router.close()
+                step = "sandboxes"
+                # Half the time left destroys the sandboxes still out; the rest closes the provider.
+                await self.sandboxes.close(max(0.0, deadline - loop.time()) / 2)
+        except TimeoutError:
+            log.error("shutdown: %s did not stop within the %.0fs bound; abandoning the rest", step, timeout_s)
+        finally:
+            self.spool.close()
+            self.store.close()
+            self.runlog.write("stop", spool_pending=self.spool.pending_count)
+            if self.metrics is not None:
+                self.metrics.stop()
+            self.runlog.close()

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeSpec, SandboxAcquire
+from t1.agent.episode import (
+    LOCAL_SANDBOXES,
+    Episode,
+    EpisodeLimits,
+    EpisodeResult,
+    EpisodeSpec,
+    SandboxAcquire,
+    SandboxTraits,
+)
 from t1.agent.formats import AgentFormat, FormatName, get_format
 from t1.agent.transcript import Transcript
 from t1.config.schema import T1Config
@@ -27,22 +35,14 @@ from t1.metrics import registry as m
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
-from t1.trajectory.codec import encode_trajectory
 from t1.trajectory.offload import offload
+from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 log = logging.getLogger(__name__)
-ENDING_SLOTS = 4
-
-
-def limits_from_config(cfg: T1Config, timeout_multiplier: float | None = None) -> EpisodeLimits:
-    r = cfg.rollout
-    return EpisodeLimits(
-        max_turns=r.max_turns, max_context_tokens=r.max_context_tokens,
-        timeout_multiplier=timeout_multiplier or r.timeout_multiplier, compaction=r.compaction.enabled,
-        compaction_trigger=r.compaction.trigger_fraction, keep_last_turns=r.compaction.keep_last_turns,
-        max_segments=r.compaction.max_segments, process_every_k=cfg.reward.process_every_k_turns,
-        steps_per_loop_tick=r.steps_per_loop_tick)
+# Picks an episode's generate function: (its eval job or None for training, its task, its format).
+GenerateFor = Callable[[EvalAttempt | None, TaskSpec, AgentFormat], GenerateFn]
+ENDING_SLOTS = 4  # episodes between their export and the end of persisting, at once
 
 
 def sampling_from_config(cfg: T1Config) -> SamplingParams:
@@ -52,6 +52,7 @@ def sampling_from_config(cfg: T1Config) -> SamplingParams:
 
 @dataclass(slots=True)
 class RolloutStats:
+    active: int = 0      # episodes playing now (exports and spooling not included)
     finished: int = 0
     infra_errors: int = 0
     turns: int = 0
@@ -69,20 +70,16 @@ class RolloutRunner:
     """Runs episodes; `generate_for` picks the generate function (the pool, a job's pool, a script)."""
 
     def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
-                 generate_for: Callable[[EvalAttempt | None, str], GenerateFn], transcripts_dir: Path | None,
-                 local: bool = True, reward_mode: RewardMode | None = None,
-                 plan: Callable[[str, TaskSpec, AgentFormat], None] | None = None) -> None:
+                 generate_for: GenerateFor, transcripts_dir: Path | None,
+                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None) -> None:
         self.cfg = cfg
         self.renderers = renderers
         self._acquire = acquire
         self._generate_for = generate_for
         self._transcripts = transcripts_dir if cfg.rollout.transcripts else None
-        self._local = local
+        self._sandboxes = sandboxes
         self._reward_mode = RewardMode(reward_mode or cfg.reward.mode)
-        self._plan = plan  # the scripted policy learns each episode's task here
         self.stats = RolloutStats()
-        # Episodes between export and spooled at once (see Episode): memory stays bounded when
-        # thousands end together, and the spool's disk sets the pace.
         self._ending = asyncio.Semaphore(ENDING_SLOTS)
 
     async def run_episode(self, task: TaskSpec, group_id: str, attempt: int, *, fmt_name: str = "",
@@ -94,14 +91,25 @@ class RolloutRunner:
         # Eval attempts may run again after a restart: each run gets its own id (and transcript).
         episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
         spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg),
-                           limits_from_config(self.cfg, timeout_multiplier), reward_mode or self._reward_mode)
-        if self._plan is not None and generate is None:
-            self._plan(episode_id, task, fmt)
+                           EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier), reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
-        episode = Episode(spec, generate or self._generate_for(job, episode_id), self._acquire, self.renderers[fmt.name],
-                          Transcript(tx_dir, task.id, episode_id), local=self._local, persist=persist,
-                          ending=self._ending)
-        result = await episode.run()
+        episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
+                          Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes)
+        self.stats.active += 1
+        try:
+            end = await episode.play()
+        finally:
+            self.stats.active -= 1
+        try:
+            # From the export on, the episode holds one of the ending slots: they bound how many exported
+            # trajectories (copies of tens of MB each) exist at once when many episodes end together
+            # (a SIGTERM drain, a failure storm, the load bench's stop), and the spool's disk sets the pace.
+            async with self._ending:
+                result = await episode.export(end)
+                if persist is not None:
+                    await persist(result.trajectory)
+        finally:
+            episode.close()
         self.stats.finished += 1
         self.stats.turns += result.turns
         self.stats.infra_errors += result.status is EpisodeStatus.INFRA_ERROR

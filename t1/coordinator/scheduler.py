@@ -7,7 +7,11 @@ A group is admitted only when
     admitted episode can still be waiting for training once its policy is more than
     max_policy_lag versions old (the bound AReaL uses).
 Each attempt then waits for a slot of the global concurrency limit (shared with eval jobs).
-`stop()` stops admission; running episodes are owned by the caller's TaskGroup.
+
+The scheduler owns the episode tasks it starts: `stop()` ends admission (and wakes whoever waits on
+`stopped`), `drain(grace_s)` gives running episodes the grace period, cancels the rest and waits for
+them. An episode task that fails (an error the episode could not turn into a result) stops
+admission; `drain` raises that error.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from t1.coordinator.spool import Spool
 from t1.coordinator.weights import WeightSync
+from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
 
 log = logging.getLogger(__name__)
@@ -32,34 +37,37 @@ def staleness_allows(admitted_groups: int, policy_version: int, max_policy_lag: 
 
 
 class Scheduler:
-    def __init__(self, tasks: Iterator[TaskSpec], group_size: int, limiter: asyncio.Semaphore, spool: Spool,
-                 weights: WeightSync | None, max_policy_lag: int, groups_per_step: int,
-                 new_group_id: Callable[[TaskSpec], str]) -> None:
-        self._tasks = tasks
+    def __init__(self, group_size: int, limiter: asyncio.Semaphore, spool: Spool, max_policy_lag: int,
+                 groups_per_step: int, new_group_id: Callable[[TaskSpec], str]) -> None:
         self.group_size = group_size
         self._limiter = limiter
         self._spool = spool
-        self._weights = weights
         self._lag = max_policy_lag
         self._groups_per_step = groups_per_step
         self._new_group_id = new_group_id
         self.admitted_groups = 0
-        self.running = 0
-        self._stopping = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self._episodes: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
 
     def stop(self) -> None:
-        self._stopping.set()
+        self.stopped.set()
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
+        return self.stopped.is_set()
 
-    async def run(self, tg: asyncio.TaskGroup, attempt: AttemptFn) -> None:
-        """Admit groups into `tg` until stop(); returns without waiting for running episodes."""
+    @property
+    def running(self) -> int:
+        """Episode tasks started and not yet ended."""
+        return len(self._episodes)
+
+    async def run(self, tasks: Iterator[TaskSpec], weights: WeightSync | None, attempt: AttemptFn) -> None:
+        """Admit groups of `tasks` until stop(); returns without waiting for running episodes."""
         while not self.stopping:
-            if not await self._until_admissible():
+            if not await self._until_admissible(weights):
                 return
-            task = next(self._tasks)
+            task = next(tasks)
             group_id = self._new_group_id(task)
             self.admitted_groups += 1
             log.info("group %s: %d attempts of %s", group_id, self.group_size, task.id)
@@ -67,47 +75,64 @@ class Scheduler:
                 if not await self._acquire_slot():
                     # Stopping mid-group: the trainer discards incomplete groups, nothing to undo.
                     return
-                self.running += 1
-                tg.create_task(self._one(attempt, task, group_id, i), name=f"episode-{group_id}-a{i}")
+                self._start(self._one(attempt, task, group_id, i), f"episode-{group_id}-a{i}")
+
+    async def drain(self, grace_s: float) -> int:
+        """Wait up to `grace_s` for running episodes, cancel the rest, wait for them; returns how many were
+        cancelled. Raises the first error an episode task failed with."""
+        pending = set(self._episodes)
+        cancelled = 0
+        if pending:
+            log.info("%d episodes in flight: waiting up to %.0fs", len(pending), grace_s)
+            _, late = await asyncio.wait(pending, timeout=grace_s) if grace_s > 0 else (set(), pending)
+            for t in late:
+                t.cancel()
+            cancelled = len(late)
+            if late:
+                await asyncio.wait(late)
+        if self._failure is not None:
+            raise self._failure
+        return cancelled
+
+    def _start(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._episodes.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._episodes.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        if self._failure is None:
+            self._failure = task.exception()
+            log.error("episode task %s failed: %r; admission stops", task.get_name(), self._failure)
+        self.stop()
 
     async def _one(self, attempt: AttemptFn, task: TaskSpec, group_id: str, i: int) -> None:
         try:
             await attempt(task, group_id, i)
         finally:
-            self.running -= 1
             self._limiter.release()
 
-    def _version(self) -> int:
-        return self._weights.version if self._weights is not None else 0
-
-    async def _until_admissible(self) -> bool:
+    async def _until_admissible(self, weights: WeightSync | None) -> bool:
         while not self.stopping:
             if not self._spool.has_room:
-                await self._wait_any(self._spool.wait_for_room())
+                await wait_or_stop(self._spool.wait_for_room(), self.stopped)
                 continue
-            if not staleness_allows(self.admitted_groups, self._version(), self._lag, self._groups_per_step):
-                await self._wait_any(self._weights.changed() if self._weights else self._stopping.wait())
+            version = weights.version if weights is not None else 0
+            if not staleness_allows(self.admitted_groups, version, self._lag, self._groups_per_step):
+                if weights is None:
+                    await self.stopped.wait()
+                else:
+                    await wait_or_stop(weights.changed(), self.stopped)
                 continue
             return True
         return False
 
     async def _acquire_slot(self) -> bool:
-        if not await self._wait_any(self._limiter.acquire()):
+        if not await wait_or_stop(self._limiter.acquire(), self.stopped):
             return False
         if self.stopping:
             self._limiter.release()
             return False
         return True
-
-    async def _wait_any(self, aw: Coroutine[Any, Any, object]) -> bool:
-        """Wait for `aw` or stop(), whichever comes first; True when `aw` completed."""
-        work = asyncio.ensure_future(aw)
-        stop = asyncio.ensure_future(self._stopping.wait())
-        try:
-            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if work.done():
-            return not work.cancelled() and work.exception() is None
-        work.cancel()
-        return False

@@ -1,25 +1,29 @@
-"""The stages of a training run: warm-start demonstrations, eval before, training, eval after, the report."""
+"""The stages of a training run: warm-start demonstrations, an eval set, training, the report.
+
+Each stage takes the parts it uses and returns what it produced; none of them writes to a shared
+object. The order, and the run phase each one runs in, belong to the driver (app.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
-from t1.config.schema import T1Config
+from t1.coordinator.jobs import JobRecord
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import new_group_id
-from t1.coordinator.scheduler import Scheduler
+from t1.coordinator.run_state import TrainerSide
 from t1.coordinator.tasksource import training_stream
 from t1.metrics import registry as m
+from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as cpb
 
@@ -28,6 +32,12 @@ log = logging.getLogger(__name__)
 FIDELITY_KEYS = ("train_infer_logprob_abs_diff", "logprob_abs_diff", "tito_drift_tokens", "retokenize_mismatch_rate",
                  "routing_replay_coverage", "router_disagreement_rate", "kl", "clip_fraction", "value_loss",
                  "explained_variance")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingEnd:
+    trainer_done: bool  # the trainer finished (else a stop was requested or an episode task failed)
+    abandoned: int      # episodes cancelled because they did not end within the grace period
 
 
 async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
@@ -39,8 +49,8 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
     async def one(task: TaskSpec) -> None:
         async with parts.limiter:
             group = f"demo-{new_group_id(task)}"
-            scripted.plan(f"{group}-a0", task, fmt)
-            result = await parts.runner.run_episode(task, group, 0, subdir="demos", generate=scripted)
+            result = await parts.runner.run_episode(task, group, 0, subdir="demos",
+                                                    generate=scripted.for_episode(task, fmt))
             if result.status is not EpisodeStatus.INFRA_ERROR and result.report.resolved:
                 records.append(encode_trajectory(result.trajectory))
 
@@ -53,97 +63,51 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
     return len(records)
 
 
-async def eval_stage(parts: Parts, label: str, set_names: list[str], attempts: int) -> dict[str, dict[str, Any]]:
-    """One eval job per set, run to the end; returns per-set summaries."""
-    out: dict[str, dict[str, Any]] = {}
-    for name in set_names:
-        parts.stage = f"eval-{label}"
-        record = await parts.evals.submit(cpb.SubmitEvalRequest(tasks=name, attempts=attempts, name=f"{label}:{name}"))
-        log.info("eval %s on %s: job %s (%d attempts)", label, name, record.job_id, record.total_attempts)
-        parts.eval_job = (f"eval {label}", record.job_id)
-        await parts.evals.wait(record.job_id)
-        parts.eval_job = None
-        s = await parts.evals.summary(await parts.evals.get(record.job_id))
-        m.RESOLVE_RATE.labels(split=f"{label}:{name}").set(s.resolve_rate)
-        out[name] = {"job_id": record.job_id, "resolve_rate": s.resolve_rate, "mean_reward": s.mean_reward,
-                     "pass_at_k": s.pass_at_k, "infra_errors": s.infra_errors, "num_tasks": s.num_tasks}
-        parts.runlog.write("eval", label=label, set=name, **out[name])
+async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) -> JobRecord:
+    """The eval job of one set (label: before | after)."""
+    record = await parts.evals.submit(cpb.SubmitEvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}"))
+    log.info("eval %s on %s: job %s (%d attempts)", label, set_name, record.job_id, record.total_attempts)
+    return record
+
+
+async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> dict[str, Any]:
+    """Wait for the job to end; its summary (also in the run log and the resolve-rate gauge)."""
+    await parts.evals.wait(job_id)
+    s = await parts.evals.summary(await parts.evals.get(job_id))
+    m.RESOLVE_RATE.labels(split=f"{label}:{set_name}").set(s.resolve_rate)
+    out = {"job_id": job_id, "resolve_rate": s.resolve_rate, "mean_reward": s.mean_reward,
+           "pass_at_k": s.pass_at_k, "infra_errors": s.infra_errors, "num_tasks": s.num_tasks}
+    parts.runlog.write("eval", label=label, set=set_name, **out)
     return out
 
 
-async def training_stage(parts: Parts, cfg: T1Config, tasks: list[TaskSpec], stop: asyncio.Event) -> None:
-    """Groups of rollouts into the spool until the trainer is done or a stop is requested."""
-    assert parts.poller is not None and parts.weights is not None
-    parts.stage = "training"
-    rl = cfg.trainer.rl
-    sched = Scheduler(training_stream(tasks, cfg.seed), cfg.rollout.group_size, parts.limiter, parts.spool,
-                      parts.weights, rl.max_policy_lag, rl.groups_per_step, new_group_id)
-    parts.scheduler = sched
+async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpec]) -> TrainingEnd:
+    """Groups of rollouts into the spool until the trainer is done or the scheduler is stopped (a stop
+    request, a failed episode task); then the episodes in flight are drained."""
+    sched = parts.scheduler
 
     async def attempt(task: TaskSpec, group_id: str, i: int) -> None:
         await parts.runner.train_episode(task, group_id, i, parts.spool)
 
-    episodes: set[asyncio.Task[None]] = set()
-    async with asyncio.TaskGroup() as tg:
-        admit = tg.create_task(sched.run(_Tracker(tg, episodes), attempt))  # type: ignore[arg-type]
-        done = asyncio.ensure_future(parts.poller.done.wait())
-        stopped = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({done, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        for f in (done, stopped):
-            f.cancel()
+    admit = asyncio.ensure_future(sched.run(training_stream(tasks, parts.cfg.seed), trainer.weights, attempt))
+    try:
+        trainer_done = await wait_or_stop(trainer.poller.done.wait(), sched.stopped)
+    finally:
         sched.stop()
         await admit
-        # Trainer done: running episodes cannot be trained any more. A stop: they get the grace period.
-        grace = 0.0 if parts.poller.done.is_set() else cfg.coordinator.shutdown_grace_s
-        pending = {t for t in episodes if not t.done()}
-        if pending:
-            log.info("%d episodes in flight: waiting up to %.0fs", len(pending), grace)
-            _, still = await asyncio.wait(pending, timeout=grace) if grace > 0 else (set(), pending)
-            for t in still:
-                t.cancel()
-    parts.stage = "trained"
+    # Trainer done: running episodes cannot be trained any more. A stop: they get the grace period.
+    abandoned = await sched.drain(0.0 if trainer_done else parts.cfg.coordinator.shutdown_grace_s)
+    return TrainingEnd(trainer_done, abandoned)
 
 
-class _Tracker:
-    """A TaskGroup facade for the scheduler that remembers the episode tasks it creates."""
-
-    def __init__(self, tg: asyncio.TaskGroup, tasks: set[asyncio.Task[None]]) -> None:
-        self._tg = tg
-        self._tasks = tasks
-
-    def create_task(self, coro, name: str | None = None) -> asyncio.Task[None]:
-        task = self._tg.create_task(_quiet_cancel(coro), name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-
-async def _quiet_cancel(coro) -> None:
-    """An abandoned episode is cancelled; that must not cancel the whole TaskGroup."""
-    with contextlib.suppress(asyncio.CancelledError):
-        await coro
-
-
-async def train_run(parts: Parts, stop: asyncio.Event, cfg: T1Config, sets: dict[str, list[TaskSpec]],
-                    trainer_target: Awaitable[str]) -> dict[str, Any]:
-    """The whole training run; returns the report (also written to <run_dir>/report.json)."""
-    train_tasks = [t for name in cfg.tasks.train for t in sets[name]]
-    attempts = cfg.coordinator.eval.attempts
-    report: dict[str, Any] = {"name": cfg.name}
-    if cfg.coordinator.eval.before_training and cfg.tasks.eval and not stop.is_set():
-        report["before"] = await eval_stage(parts, "before", cfg.tasks.eval, attempts)
-    parts.stage = "starting-trainer"
-    parts.connect_trainer(await trainer_target)
-    if not stop.is_set():
-        await training_stage(parts, cfg, train_tasks, stop)
-    if cfg.tasks.eval and not stop.is_set():
-        report["after"] = await eval_stage(parts, "after", cfg.tasks.eval, attempts)
-    assert parts.poller is not None
-    report["trainer"] = {"step": parts.poller.last.step if parts.poller.last else 0, "stage": parts.poller.stage_name,
-                         "policy_version": parts.weights.version if parts.weights else 0}
-    report["fidelity"] = {k: v for k, v in parts.poller.last_metrics.items()
+def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The run's report (evals by label, trainer, fidelity, rollouts), written to <run_dir>/report.json."""
+    poller, stats = trainer.poller, parts.runner.stats
+    report: dict[str, Any] = {"name": parts.cfg.name, **evals}
+    report["trainer"] = {"step": poller.last.step if poller.last else 0, "stage": poller.stage_name,
+                         "policy_version": trainer.weights.version}
+    report["fidelity"] = {k: v for k, v in poller.last_metrics.items()
                           if k.removeprefix("t1_").rsplit("/", 1)[-1] in FIDELITY_KEYS}
-    stats = parts.runner.stats
     # Measured here over every episode of the run: the sampler's ids against the exported trajectories.
     report["fidelity"]["t1_tito_drift_tokens"] = stats.drift_tokens
     report["fidelity"]["t1_retokenize_mismatch_rate"] = stats.retokenize_mismatch_rate
@@ -151,5 +115,4 @@ async def train_run(parts: Parts, stop: asyncio.Event, cfg: T1Config, sets: dict
                           "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions)}
     (parts.run_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     parts.runlog.write("report", **report)
-    parts.stage = "done"
     return report

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -16,6 +18,11 @@ from t1.rpc.client import call_options, make_channel
 from t1.v1 import coordinator_pb2 as cpb
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from t1.coordinator.rollout import RolloutStats
+    from t1.coordinator.run_state import RunState
+    from t1.coordinator.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +99,26 @@ class TurnRate:
         return rate
 
 
-def run_status(*, name: str, stage: str, version: int, trainer: TrainerStatusPoller | None, active: int,
-               finished: int, spool_pending: int, spool_bytes: int, trainer_connected: bool, healthy_servers: int,
-               infra_rate: float, turns_per_s: float) -> cpb.RunStatus:
-    return cpb.RunStatus(run_name=name, policy_version=version,
-                         trainer_step=trainer.last.step if trainer and trainer.last else 0,
-                         active_episodes=active, finished_episodes=finished, spool_pending=spool_pending,
-                         spool_bytes=spool_bytes, trainer_connected=trainer_connected,
-                         healthy_inference_servers=healthy_servers, infra_failure_rate=infra_rate,
-                         turns_per_second=turns_per_s, stage=stage)
+@dataclass(frozen=True, slots=True)
+class RunStatusReader:
+    """Answers GetRunStatus from what owns each number: the run state, the rollout stats, the spool, the pool."""
+
+    name: str
+    state: RunState
+    stats: RolloutStats
+    spool: Spool
+    healthy_servers: Callable[[], int]
+    turn_rate: TurnRate
+
+    def __call__(self) -> cpb.RunStatus:
+        stats, trainer = self.stats, self.state.trainer
+        last = trainer.poller.last if trainer is not None else None
+        return cpb.RunStatus(
+            run_name=self.name, policy_version=trainer.weights.version if trainer is not None else 0,
+            trainer_step=last.step if last is not None else 0, active_episodes=stats.active,
+            finished_episodes=stats.finished, spool_pending=self.spool.pending_count,
+            spool_bytes=self.spool.pending_bytes, trainer_connected=trainer is not None and trainer.link.connected,
+            healthy_inference_servers=self.healthy_servers(),
+            infra_failure_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
+            turns_per_second=self.turn_rate.sample(), stage=self.state.phase.value,
+            spool_write_error=self.spool.write_error, spool_held=self.spool.held_count)

@@ -11,7 +11,6 @@ the spool up to its bound.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -105,11 +104,3 @@ class TrainerLink:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in trajectory_id)
         Path(self._rejected_dir / f"{safe}.msgpack").write_bytes(rec.payload)
         Path(self._rejected_dir / f"{safe}.error.txt").write_text(error + "\n")
-
-
-async def stop_task(task: asyncio.Task[None] | None) -> None:
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -184,10 +184,6 @@ class BatchedStream:
         self.stats = {"messages_sent": 0, "requests_sent": 0, "messages_received": 0, "results_received": 0,
                       "most_results_in_a_message": 0}
 
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
     async def generate(self, request: pb.GenerateRequest, timeout_s: float) -> pb.GenerateResult:
         request_id = request.request_id
         if request_id in self._pending:

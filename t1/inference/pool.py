@@ -122,24 +122,23 @@ class _Replica:
 class InferencePool:
     """`await pool(request)` generates one turn on some replica, with affinity, retries and failover."""
 
-    def __init__(self, endpoints: Sequence[str], *, auth: AuthConfig | None = None, request_timeout_s: float = 300.0,
-                 retries: int = 3, backoff_s: float = 0.5, unhealthy_s: float = 10.0,
-                 registry: CollectorRegistry | None = None, weights_timeout_s: float = 600.0,
-                 probe_timeout_s: float = 5.0, batched: bool = True, batch_linger_s: float = 0.0,
-                 prompt_deltas: bool = True) -> None:
+    def __init__(self, cfg: InferencePoolConfig, endpoints: Sequence[str] | None = None, *,
+                 auth: AuthConfig | None = None, registry: CollectorRegistry | None = None) -> None:
+        """Replicas at `endpoints` (default: cfg.endpoints); every limit and switch comes from `cfg`."""
+        endpoints = list(cfg.endpoints if endpoints is None else endpoints)
         if not endpoints:
-            raise ValueError("InferencePool needs at least one endpoint")
+            raise ValueError("InferencePool needs at least one endpoint (inference.pool.endpoints)")
         self._auth = auth or AuthConfig()
-        self._opts = call_options(self._auth, request_timeout_s)
-        self.retries, self.backoff_s, self.unhealthy_s = retries, backoff_s, unhealthy_s
-        self.weights_timeout_s, self.probe_timeout_s = weights_timeout_s, probe_timeout_s
-        self._timeout_s = request_timeout_s
-        self._batched, self._linger_s = batched, batch_linger_s
+        self._opts = call_options(self._auth, cfg.request_timeout_s)
+        self.retries, self.backoff_s, self.unhealthy_s = cfg.retries, cfg.backoff_s, cfg.unhealthy_s
+        self.weights_timeout_s, self.probe_timeout_s = cfg.weights_timeout_s, cfg.probe_timeout_s
+        self._timeout_s = cfg.request_timeout_s
+        self._batched, self._linger_s = cfg.batched_stream, cfg.batch_linger_ms / 1e3
         self._weights: tuple[str, int] | None = None  # the latest (path, version) update_weights was told
         self._replicas = [self._connect(a) for a in endpoints]
         self._affinity: OrderedDict[str, int] = OrderedDict()
         self._sent = SentContexts(MAX_AFFINITY_ENTRIES)
-        self._deltas = prompt_deltas
+        self._deltas = cfg.prompt_deltas
         self._ids = itertools.count()
         self.metrics = PoolMetrics(registry)
         for r in self._replicas:
@@ -147,14 +146,6 @@ class InferencePool:
             r.healthy_gauge.set(1)
             # Read when scraped: no gauge update on each request's start and end.
             self.metrics.outstanding.labels(r.address).set_function(functools.partial(getattr, r, "outstanding"))
-
-    @classmethod
-    def from_config(cls, cfg: InferencePoolConfig, auth: AuthConfig, endpoints: Sequence[str] | None = None,
-                    registry: CollectorRegistry | None = None) -> InferencePool:
-        return cls(list(endpoints if endpoints is not None else cfg.endpoints), auth=auth,
-                   request_timeout_s=cfg.request_timeout_s, retries=cfg.retries, backoff_s=cfg.backoff_s,
-                   unhealthy_s=cfg.unhealthy_s, registry=registry, batched=cfg.batched_stream,
-                   batch_linger_s=cfg.batch_linger_ms / 1e3, prompt_deltas=cfg.prompt_deltas)
 
     def _connect(self, address: str) -> _Replica:
         channel = make_channel(address, self._auth)

@@ -43,7 +43,6 @@ class SessionLRU:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, SessionEntry] = OrderedDict()
-        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,7 +65,6 @@ class SessionLRU:
         self._entries.move_to_end(session_id)
         while self.nbytes > self.max_bytes:
             self._entries.popitem(last=False)
-            self.evictions += 1
 
     def clear(self) -> None:
         self._entries.clear()

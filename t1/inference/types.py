@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -60,6 +60,16 @@ class GenerateFn(Protocol):
     """Generate one turn; in-process or over gRPC, the caller does not care."""
 
     async def __call__(self, request: GenerateRequest) -> GenerateResult: ...
+
+
+@runtime_checkable
+class SessionGenerateFn(Protocol):
+    """A GenerateFn that keeps state per session (replica affinity, the context last sent) until the
+    caller says the session ended (InferencePool)."""
+
+    async def __call__(self, request: GenerateRequest) -> GenerateResult: ...
+
+    def end_session(self, session_id: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)

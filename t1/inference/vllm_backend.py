@@ -48,7 +48,6 @@ from t1.inference.vllm_worker import WORKER_EXTENSION
 from t1.rpc.errors import RequestError
 
 log = logging.getLogger(__name__)
-VLLM_VERSION = "0.32.0"
 _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
 MAX_SESSIONS = 100_000
 

@@ -117,11 +117,6 @@ def set_trainer_metrics(values: Mapping[str, float]) -> None:
             gauge.set(float(value))
 
 
-def metric_names() -> list[str]:
-    """Every metric family name on the registry (without the _total/_bucket suffixes)."""
-    return sorted({mf.name for mf in REGISTRY.collect()})
-
-
 class _DefaultRegistryBridge:
     """Collects t1_* families from prometheus_client's default registry that this registry lacks."""
 

@@ -20,9 +20,6 @@ from t1.model.corpus import default_corpus
 from t1.model.presets import PresetName, get_preset
 from t1.model.tokenizer import END_OF_TEXT, IM_END, save_tokenizer, train_bpe
 
-MODEL_FILES = ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-               "tokenizer_config.json")
-
 
 def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[str] | None = None) -> Path:
     """Write the model folder to out_dir (created, or replaced if it holds a model) and return it.

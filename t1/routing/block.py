@@ -56,13 +56,10 @@ class RoutingBlock:
         """Boolean [tokens, layers]: True where the record is the sentinel."""
         return (self.experts == sentinel(self.experts.dtype)).all(axis=-1)
 
-    def to_bytes(self) -> bytes:
-        """Raw little-endian bytes of the expert array (C order)."""
-        return np.ascontiguousarray(self.experts, dtype=self.experts.dtype.newbyteorder("<")).tobytes()
-
     @classmethod
     def from_bytes(cls, start: int, data: bytes, shape: tuple[int, int, int], dtype: str) -> RoutingBlock:
-        """Inverse of to_bytes; checks that the byte count matches the shape."""
+        """A block from the raw little-endian bytes of its expert array (C order); checks that the byte count
+        matches the shape."""
         dt = _WIRE_DTYPES.get(dtype)
         if dt is None:
             raise ValueError(f"routing dtype must be uint8 or uint16, got {dtype}")

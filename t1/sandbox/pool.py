@@ -26,6 +26,7 @@ from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxReque
 log = logging.getLogger(__name__)
 
 NO_HOST_POLL_S = 0.5
+CLOSE_CONCURRENCY = 32  # destroys in flight at once when the pool closes
 
 
 class PoolMetrics:
@@ -230,11 +231,27 @@ class SandboxPool:
             self._count_failure("destroy", getattr(exc, "host", None) or sandbox.id)
             log.warning("destroying sandbox %s failed: %s", sandbox.id, exc)
 
-    async def close(self) -> None:
-        """Destroy sandboxes still out, then close the provider."""
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Destroy sandboxes still out, CLOSE_CONCURRENCY at a time, then close the provider. With `timeout_s`,
+        destroys still running at that bound are abandoned (counted and logged) and the provider is closed."""
         self._closed = True
-        for sandbox in list(self._live):
-            await self._destroy_quietly(sandbox)
+        live = list(self._live)
+        slots = asyncio.Semaphore(CLOSE_CONCURRENCY)
+
+        async def destroy(sandbox: Sandbox) -> None:
+            async with slots:
+                await self._destroy_quietly(sandbox)
+
+        tasks = [asyncio.ensure_future(destroy(s)) for s in live]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout_s)
+            for task in late:
+                task.cancel()
+            if late:
+                self.stats.destroy_failures += len(late)
+                self.metrics.failed.labels("destroy").inc(len(late))
+                log.error("closing the sandbox pool: %d of %d destroys did not end within %.1fs; abandoned",
+                          len(late), len(live), timeout_s)
         await self.provider.close()
 
 

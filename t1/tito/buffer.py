@@ -87,7 +87,12 @@ class TokenBuffer:
 
     def prompt_ids(self) -> np.ndarray:
         """The current segment's full exact context: a read-only int32 view (no copy), the next
-        generate request's prompt."""
+        generate request's prompt.
+
+        Guarantee (the prompt-delta client relies on it, t1.inference.prompt_delta.SentContexts): the
+        ids of a view handed out here never change, nor do those of the array it views up to the
+        view's end. Later turns only append after them (growing into a new array when full), and a
+        new segment (compaction, a template mismatch under NEW_SEGMENT) gets an array of its own."""
         return self._seg.ids()
 
     @property

@@ -11,16 +11,13 @@ import difflib
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter
 
 from t1.trajectory.types import Segment
 
-DRIFT_TOKENS = Counter("t1_tito_drift_tokens", "Trainer input ids that differ from the sampled ids in the loss region")
 REPAIRED_TURNS = Counter("t1_tito_repaired_turns", "Turns whose end-of-turn tokens were appended by TITO repair")
 TEMPLATE_MISMATCHES = Counter(
     "t1_tito_template_mismatches", "Turns where the rendered history did not match the token buffer")
-RETOKENIZE_MISMATCH = Gauge(
-    "t1_retokenize_mismatch_rate", "Share of sampled tokens a decode-then-re-tokenize pipeline would change")
 
 
 def drift_tokens(trainer_ids: np.ndarray, loss_mask: np.ndarray, sampled: Sequence[tuple[int, np.ndarray]]) -> int:

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from t1.tito.codec import DirectCodec, direct_codec
 from t1.tito.template_memo import TemplateMemo
+from t1.tito.tokenizer_fast_path import DirectCodec, direct_codec
 
 Message = dict[str, Any]
 

@@ -34,7 +34,7 @@ from t1.trainer.demos import load_demos
 from t1.trainer.learner import Learner
 from t1.trainer.models import load_critic, load_policy
 from t1.trainer.publish import PublishedVersion, Publisher
-from t1.trajectory.codec import decode_trajectory
+from t1.trajectory.serialization import decode_trajectory
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,1 @@
-"""The trajectory record: what one episode gives the trainer, and its msgpack codec."""
+"""The trajectory record: what one episode gives the trainer, and its msgpack serialization (serialization.py)."""

@@ -7,7 +7,6 @@ are known: a solvable task resolves, and the tokens in the loss region are exact
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,16 @@ from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.agent.transcript import Transcript
+from t1.config.loader import load_config
 from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, SamplingParams
 from t1.tasks.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
+
+
+def limits(*overrides: str) -> EpisodeLimits:
+    """Limits as production makes them, from the config (with dotted overrides)."""
+    cfg = load_config(None, list(overrides))
+    return EpisodeLimits.from_config(cfg.rollout, cfg.reward)
 
 
 def _task(root: Path, name: str, word: str) -> Path:
@@ -43,12 +49,12 @@ async def test_scripted_episode_resolves_with_exact_tokens(tmp_path: Path, provi
     renderer = renderers[fmt_name]
     policy = ScriptedPolicy(renderer, policy_version=3)
     fmt = get_format(fmt_name)
-    spec = EpisodeSpec("ep-1", task, "g-1", 0, fmt, SamplingParams(max_tokens=400))
-    policy.plan("ep-1", task, fmt)
+    spec = EpisodeSpec("ep-1", task, "g-1", 0, fmt, SamplingParams(max_tokens=400), limits())
+    scripted = policy.for_episode(task, fmt)
     replies: list[np.ndarray] = []
 
     async def recording(req: GenerateRequest) -> GenerateResult:
-        res = await policy(req)
+        res = await scripted(req)
         replies.append(res.token_ids)
         return res
 
@@ -76,7 +82,7 @@ async def test_bad_replies_count_as_turns_and_unsolved_task_scores_zero(tmp_path
                               np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
 
     spec = EpisodeSpec("ep-2", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
-                       EpisodeLimits(max_turns=3))
+                       limits("rollout.max_turns=3"))
     result = await Episode(spec, babbling, acquire_from(provider), renderer, Transcript(None, task.id, "ep-2")).run()
     assert result.status is EpisodeStatus.OK and result.turns == 3
     assert result.trajectory.reward == 0.0 and not result.report.resolved
@@ -94,7 +100,7 @@ async def test_inference_failure_past_retries_is_infra_error(tmp_path: Path, pro
         raise ConnectionError("replica gone")
 
     spec = EpisodeSpec("ep-3", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
-                       EpisodeLimits(turn_retries=2))
+                       limits("rollout.turn_retries=2"))
     result = await Episode(spec, dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e")).run()
     assert calls == 3
     assert result.status is EpisodeStatus.INFRA_ERROR and result.trajectory.reward == 0.0
@@ -105,13 +111,13 @@ async def test_process_rewards_sum_to_final_count(tmp_path: Path, provider, rend
     task = load_task(_task(tmp_path, "t", "yes"))
     renderer = renderers[FormatName.TOOL_CALLS]
     fmt = get_format("tool_calls")
-    policy = ScriptedPolicy(renderer)
-    policy.plan("ep-4", task, fmt)
-    spec = EpisodeSpec("ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), EpisodeLimits(process_every_k=1))
-    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-4")).run()
-    rewards = [t.reward for t in result.trajectory.segments[0].turns]
-    assert rewards == [1.0, 0.0] and result.trajectory.reward == 1.0
-    assert json.dumps(rewards)
+    scripted = ScriptedPolicy(renderer).for_episode(task, fmt)
+    spec = EpisodeSpec("ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits("reward.process_every_k_turns=1"))
+    result = await Episode(spec, scripted, acquire_from(provider), renderer, Transcript(None, task.id, "ep-4")).run()
+    turns = result.trajectory.segments[0].turns
+    # The solution turn takes the passing count from 0 to 1; the finish turn adds nothing.
+    assert [t.reward for t in turns] == [1.0, 0.0] and result.trajectory.reward == 1.0
+    assert sum(t.reward for t in turns) == result.report.passed == 1
 
 
 async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, renderers, monkeypatch) -> None:
@@ -120,18 +126,17 @@ async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, 
     task = load_task(_task(tmp_path, "t", "x"))
     renderer = renderers[FormatName.TOOL_CALLS]
     fmt = get_format("tool_calls")
-    policy = ScriptedPolicy(renderer)
-    policy.plan("ep-5", task, fmt)
+    scripted = ScriptedPolicy(renderer).for_episode(task, fmt)
     second_turn = asyncio.Event()
 
     async def stalls_on_second_turn(req: GenerateRequest) -> GenerateResult:
-        if policy.calls == 1:
+        if scripted.calls == 1:
             second_turn.set()
             await asyncio.Event().wait()  # the model never answers: the episode is cancelled here
-        return await policy(req)
+        return await scripted(req)
 
     tx = Transcript(tmp_path / "tx", task.id, "ep-5")
-    spec = EpisodeSpec("ep-5", task, "g", 0, fmt, SamplingParams(max_tokens=400))
+    spec = EpisodeSpec("ep-5", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits())
     run = asyncio.create_task(Episode(spec, stalls_on_second_turn, acquire_from(provider), renderer, tx).run())
     await asyncio.wait_for(second_turn.wait(), 60)
     run.cancel()
@@ -145,16 +150,15 @@ async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, 
 async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, renderers) -> None:
     """RolloutRunner.train_episode: export, encode and the fsynced append run off the loop; the spooled
     record is the episode's trajectory, and the runner knows which policy versions sampled it."""
-    from t1.config.loader import load_config
     from t1.coordinator.rollout import RolloutRunner
     from t1.coordinator.spool import Spool
-    from t1.trajectory.codec import decode_trajectory, encode_trajectory
+    from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 
     task = load_task(_task(tmp_path, "spooled", "yes"))
     policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS], policy_version=7)
     cfg = load_config(None)
-    runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, episode_id: policy, tmp_path / "tx",
-                           plan=policy.plan)
+    runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, task, fmt: policy.for_episode(task, fmt),
+                           tmp_path / "tx")
     spool = Spool.open(tmp_path / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
     result = await runner.train_episode(task, "grp", 0, spool)
     assert result.status is EpisodeStatus.OK and result.trajectory.reward == 1.0
@@ -169,8 +173,12 @@ async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, 
     spool.close()
 
 
-async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: Path, provider, renderers) -> None:
-    """Between its export and the end of `persist`, an episode holds one slot: copies stay bounded."""
+async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: Path, provider, renderers,
+                                                                      monkeypatch) -> None:
+    """RolloutRunner: between its export and the end of `persist`, an episode holds one slot: copies stay bounded."""
+    from t1.coordinator import rollout
+
+    monkeypatch.setattr(rollout, "ENDING_SLOTS", 2)
     task = load_task(_task(tmp_path, "t", "x"))
 
     async def dead(req: GenerateRequest) -> GenerateResult:
@@ -186,13 +194,11 @@ async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: 
         persisted.append(traj.id)
         holding -= 1
 
-    ending = asyncio.Semaphore(2)
-    episodes = [Episode(EpisodeSpec(f"ep-{i}", task, "g", i, get_format("tool_calls"), SamplingParams(max_tokens=64),
-                                    EpisodeLimits(turn_retries=0)),
-                        dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e"),
-                        persist=persist, ending=ending) for i in range(6)]
-    results = await asyncio.gather(*(e.run() for e in episodes))
+    cfg = load_config(None, ["rollout.transcripts=false", "rollout.turn_retries=0"])
+    runner = rollout.RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, task, fmt: dead, None)
+    results = await asyncio.gather(*(runner.run_episode(task, "g", i, persist=persist) for i in range(6)))
     assert sorted(persisted) == sorted(r.trajectory.id for r in results) and len(persisted) == 6
+    assert all(r.status is EpisodeStatus.INFRA_ERROR for r in results)
     assert most == 2
 
 
@@ -207,9 +213,32 @@ async def test_separate_verifier_sees_only_declared_artifacts(tmp_path: Path, pr
         'echo $ok > /logs/verifier/reward.txt\n')
     task = load_task(d)
     renderer = renderers[FormatName.TOOL_CALLS]
-    policy = ScriptedPolicy(renderer)
     fmt = get_format(FormatName.TOOL_CALLS)
-    spec = EpisodeSpec("ep-sep", task, "g", 0, fmt, SamplingParams(max_tokens=400))
-    policy.plan("ep-sep", task, fmt)
+    spec = EpisodeSpec("ep-sep", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits())
+    policy = ScriptedPolicy(renderer).for_episode(task, fmt)
     result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-sep")).run()
     assert result.status is EpisodeStatus.OK and result.report.resolved, (result.failure_mode, result.report)
+
+
+async def test_every_generate_session_is_ended_when_the_episode_ends(tmp_path: Path, provider, renderers) -> None:
+    """A generate function that keeps per-session state (the InferencePool) is told each session ended."""
+    task = load_task(_task(tmp_path, "t", "yes"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    fmt = get_format("tool_calls")
+    scripted = ScriptedPolicy(renderer).for_episode(task, fmt)
+    requested: list[str] = []
+    ended: list[tuple[str, int]] = []
+
+    class Sessions:
+        async def __call__(self, req: GenerateRequest) -> GenerateResult:
+            assert req.session_id not in {s for s, _ in ended}, "a request on a session already ended"
+            requested.append(req.session_id)
+            return await scripted(req)
+
+        def end_session(self, session_id: str) -> None:
+            ended.append((session_id, len(requested)))
+
+    spec = EpisodeSpec("ep-6", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits())
+    result = await Episode(spec, Sessions(), acquire_from(provider), renderer, Transcript(None, task.id, "e")).run()
+    assert result.status is EpisodeStatus.OK and len(requested) == 2
+    assert [s for s, _ in ended] == ["ep-6/s1"] and ended[0][1] == len(requested)

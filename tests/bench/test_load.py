@@ -1,11 +1,11 @@
-"""bench/load.py at a tiny scale: real Episode, InferencePool, SSH sandboxes, codec and spool end to end."""
+"""bench/load/run.py at a tiny scale: real Episode, InferencePool, SSH sandboxes, codec and spool end to end."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench import load
+from bench.load import run as load
 
 
 def test_quick_load_run_measures_every_figure(tiny_model_dir: Path, tmp_path: Path) -> None:

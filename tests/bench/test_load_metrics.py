@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from bench import load_metrics
-from bench.load_metrics import TurnClock, percentiles
-from bench.load_report import scale_result
+from bench.load import metrics as load_metrics
+from bench.load.metrics import TurnClock, percentiles
+from bench.load.report import scale_result
 
 
 def test_turn_overhead_is_wall_minus_model_and_commands(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,14 +16,16 @@ from coordproc import write_harbor_task
 from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
 from t1.agent.formats import get_format
 from t1.agent.transcript import Transcript
+from t1.config.inference import InferencePoolConfig
+from t1.config.loader import load_config
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.children import Child, service_argv
-from t1.coordinator.runtime import make_renderers
-from t1.coordinator.trainer_link import stop_task
+from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.weights import WeightSync
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
+from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.sandbox.local import LocalProvider
 from t1.tasks.dataset import load_task
@@ -63,7 +65,7 @@ async def test_killing_one_of_two_inference_servers_mid_episode(tmp_path: Path, 
                      tmp_path / f"inference-{i}.log") for i in range(2)]
     try:
         addresses = await asyncio.gather(*(s.start(180) for s in servers))
-        pool = InferencePool(addresses, request_timeout_s=60, retries=2, backoff_s=0.1, unhealthy_s=60)
+        pool = InferencePool(InferencePoolConfig(request_timeout_s=60, retries=2, backoff_s=0.1, unhealthy_s=60), addresses)
         # Weight sync first: the trainer's WatchVersions announces v1, every server loads it.
         trainer = GrpcServer([ServiceBinding("t1.v1.TrainerService", tpb_grpc.add_TrainerServiceServicer_to_server,
                                              OneVersion(str(tiny_model_dir)))], ServerConfig(port=0), AuthConfig())
@@ -76,7 +78,7 @@ async def test_killing_one_of_two_inference_servers_mid_episode(tmp_path: Path, 
         sync = WeightSync(trainer.address, load, backoff_s=0.1)
         sync_task = asyncio.create_task(sync.run())
         await asyncio.wait_for(sync.wait_for_version(lambda v: v >= 1), 120)
-        await stop_task(sync_task)
+        await cancel_and_wait(sync_task)
         await trainer.stop(0)
         assert loaded == [tuple(addresses)], "both servers serve v1"
         task = load_task(write_harbor_task(tmp_path / "tasks", "t", "w"))
@@ -95,8 +97,9 @@ async def test_killing_one_of_two_inference_servers_mid_episode(tmp_path: Path, 
                 killed.append(victim.address)
             return result
 
+        cfg = load_config(None, ["rollout.max_turns=4", "rollout.max_context_tokens=4096"])
         spec = EpisodeSpec("ep-fault", task, "g", 0, fmt, SamplingParams(max_tokens=24, seed=1),
-                           EpisodeLimits(max_turns=4, max_context_tokens=4096))
+                           EpisodeLimits.from_config(cfg.rollout, cfg.reward))
         result = await Episode(spec, generate, acquire_from(provider), renderer,
                                Transcript(None, task.id, "ep-fault")).run()
         assert result.status is EpisodeStatus.OK, result.failure_mode

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from t1.coordinator.progress import EvalProgress, ProgressView, status_line
-from t1.coordinator.trainer_link import stop_task
+from t1.rpc.loop import cancel_and_wait
 from t1.v1 import coordinator_pb2 as pb
 
 
@@ -40,7 +40,7 @@ async def test_terminal_shows_bars_and_logs_above_them() -> None:
         assert handler.stream is not sys.stderr, "log records go through the live console"
         logging.getLogger("t1.test").warning("a log record during progress")
         await asyncio.sleep(0.2)
-        await stop_task(task)
+        await cancel_and_wait(task)
     finally:
         root.removeHandler(handler)
     assert handler.stream is sys.stderr, "restored when the view stops"
@@ -55,5 +55,5 @@ async def test_not_a_terminal_logs_progress_lines(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.INFO, logger="t1.coordinator.progress"):
         task = asyncio.create_task(view.run())
         await asyncio.sleep(0.2)
-        await stop_task(task)
+        await cancel_and_wait(task)
     assert any("progress: training: trainer step 2/5" in r.getMessage() for r in caplog.records)

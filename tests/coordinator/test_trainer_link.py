@@ -16,7 +16,8 @@ import grpc
 
 from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.spool import Spool
-from t1.coordinator.trainer_link import TrainerLink, stop_task
+from t1.coordinator.trainer_link import TrainerLink
+from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc as pb_grpc
@@ -67,7 +68,7 @@ async def test_delivery_survives_trainer_outage_and_coordinator_restart(tmp_path
         await spool.append(f"t{i}", f"payload-{i}".encode())
     await _until(lambda: len(held) >= 5)
     # Coordinator "crash": drop the link and the spool without waiting for acks in flight.
-    await stop_task(task)
+    await cancel_and_wait(task)
     spool.close()
     # Trainer goes away too; the coordinator restarts and keeps rolling into the spool.
     await server.stop(0)
@@ -83,7 +84,7 @@ async def test_delivery_survives_trainer_outage_and_coordinator_restart(tmp_path
     await _until(lambda: spool.pending_count == 0)
     assert held == {f"t{i}": f"payload-{i}".encode() for i in range(30)}, "every trajectory exactly once"
     assert link.reconnects >= 1
-    await stop_task(task)
+    await cancel_and_wait(task)
     spool.close()
     await server.stop(0)
     again = Spool.open(tmp_path / "spool", max_bytes=1 << 20, segment_bytes=2048)
@@ -103,7 +104,7 @@ async def test_rejected_records_are_kept_aside_and_do_not_block(tmp_path: Path) 
     await _until(lambda: spool.pending_count == 0)
     assert set(held) == {"good-1", "good-2"} and link.rejected == 1
     assert (tmp_path / "spool" / "rejected" / "bad-1.msgpack").read_bytes() == b"bad"
-    await stop_task(task)
+    await cancel_and_wait(task)
     spool.close()
     await server.stop(0)
 
@@ -122,5 +123,5 @@ async def test_spool_bound_holds_admission_while_trainer_is_down(tmp_path: Path)
         await spool.append(f"t{admitted}", b"x" * 300)
         admitted += 1
     assert admitted == 4 and not spool.has_room  # 3 x 300 < 1000 <= 4 x 300
-    await stop_task(task)
+    await cancel_and_wait(task)
     spool.close()

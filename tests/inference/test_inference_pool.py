@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from inference_helpers import ServerProcess, prompt
 
+from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.inference.pool import InferencePool, InferenceUnavailable
 from t1.inference.server import inference_binding
@@ -48,7 +49,7 @@ async def two_servers(tiny_model_dir: Path):
 
 async def test_sessions_stick_to_a_replica_and_new_ones_go_to_the_least_loaded(two_servers) -> None:
     addresses, _ = two_servers
-    pool = InferencePool(addresses, backoff_s=0.01)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01), addresses)
     # Two sessions started together land on different replicas (one request outstanding on the first).
     await asyncio.gather(pool(req(prompt(30), "s1", 1, 30)), pool(req(prompt(30, 1), "s2", 2, 30)))
     assert {pool.replica_of("s1"), pool.replica_of("s2")} == set(addresses)
@@ -67,7 +68,7 @@ async def test_sessions_stick_to_a_replica_and_new_ones_go_to_the_least_loaded(t
 
 async def test_bad_request_is_not_retried(two_servers) -> None:
     addresses, _ = two_servers
-    pool = InferencePool(addresses, backoff_s=0.01)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01), addresses)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await pool(req(np.zeros(0, np.int32), "bad", 1))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -77,7 +78,7 @@ async def test_bad_request_is_not_retried(two_servers) -> None:
 
 async def test_dead_endpoint_is_retried_on_a_live_one(two_servers) -> None:
     addresses, _ = two_servers
-    pool = InferencePool([closed_port(), addresses[0]], backoff_s=0.01, retries=2)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01, retries=2), [closed_port(), addresses[0]])
     res = await pool(req(prompt(10), "fresh", 3))
     assert len(res.token_ids) == 8 and pool.replica_of("fresh") == addresses[0]
     assert metric(pool, "t1_inference_pool_retries_total") >= 1
@@ -85,7 +86,7 @@ async def test_dead_endpoint_is_retried_on_a_live_one(two_servers) -> None:
 
 
 async def test_all_dead_raises_inference_unavailable_after_retries() -> None:
-    pool = InferencePool([closed_port(), closed_port()], backoff_s=0.01, retries=2)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01, retries=2), [closed_port(), closed_port()])
     with pytest.raises(InferenceUnavailable, match="UNAVAILABLE"):
         await pool(req(prompt(10), "x", 1))
     assert metric(pool, "t1_inference_pool_retries_total") == 2
@@ -94,7 +95,7 @@ async def test_all_dead_raises_inference_unavailable_after_retries() -> None:
 
 async def test_deadline_exceeded_is_retried_then_reported(two_servers) -> None:
     addresses, _ = two_servers
-    pool = InferencePool(addresses[:1], request_timeout_s=0.001, backoff_s=0.01, retries=1)
+    pool = InferencePool(InferencePoolConfig(request_timeout_s=0.001, backoff_s=0.01, retries=1), addresses[:1])
     with pytest.raises(InferenceUnavailable, match="DEADLINE_EXCEEDED"):
         await pool(req(prompt(200), "slow", 1, max_tokens=500))
     await pool.close()
@@ -104,7 +105,7 @@ async def test_failover_when_a_server_dies_mid_session_keeps_exact_tokens(backen
     """Two t1-inference processes; the session's replica is killed during a turn; tokens match a one-server run."""
     server_processes += [ServerProcess(tiny_model_dir), ServerProcess(tiny_model_dir)]
     by_address = {s.address: s for s in server_processes}
-    pool = InferencePool(list(by_address), backoff_s=0.05, retries=3, unhealthy_s=60)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.05, retries=3, unhealthy_s=60), list(by_address))
     context = reference = prompt(40, seed=31)
     for turn in range(6):
         seed, extra = 500 + turn, prompt(5, seed=turn)
@@ -140,7 +141,7 @@ async def test_weights_skip_a_dead_server_and_a_restarted_one_catches_up_before_
     """One of two t1-inference processes dies: updates land on the survivor; its restart is caught up first."""
     server_processes += [ServerProcess(tiny_model_dir), ServerProcess(tiny_model_dir)]
     victim, survivor = server_processes
-    pool = InferencePool([victim.address, survivor.address], backoff_s=0.05, retries=2, unhealthy_s=1.0)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.05, retries=2, unhealthy_s=1.0), [victim.address, survivor.address])
     assert pool.healthy_endpoints == [victim.address, survivor.address]
     victim.kill()
     weights = str(tiny_model_dir)  # a published folder (config.json + safetensors); the version is the label
@@ -169,7 +170,7 @@ async def test_weights_skip_a_dead_server_and_a_restarted_one_catches_up_before_
 
 
 async def test_weights_fail_when_no_server_loaded_them() -> None:
-    pool = InferencePool([closed_port()], backoff_s=0.01)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01), [closed_port()])
     with pytest.raises(InferenceUnavailable, match="no replica loaded weights v1"):
         await pool.update_weights("/nonexistent", 1)
     assert pool.healthy_endpoints == [] and pool.latest_weights == ("/nonexistent", 1)
@@ -180,7 +181,7 @@ async def test_requests_waiting_on_a_dead_replicas_check_move_on_without_probing
                                                                                          tiny_model_dir) -> None:
     addresses, _ = two_servers
     dead = closed_port()
-    pool = InferencePool([dead, addresses[0]], backoff_s=0.01, retries=2, unhealthy_s=0.2, probe_timeout_s=1.0)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01, retries=2, unhealthy_s=0.2, probe_timeout_s=1.0), [dead, addresses[0]])
     update = await pool.update_weights(str(tiny_model_dir), 1)
     assert update.skipped == (dead,)
     await asyncio.sleep(0.3)  # the avoidance ends: new sessions pick the dead replica first, and must check it

@@ -11,6 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from inference_helpers import prompt
 
+from t1.config.inference import InferencePoolConfig
 from t1.inference.convert import request_to_proto
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
@@ -35,7 +36,7 @@ async def test_generate_streams_chunks_then_done_equal_to_in_process(served, bac
         chunks = [c async for c in stub.Generate(request_to_proto(req(p)), timeout=30)]
     kinds = [c.WhichOneof("payload") for c in chunks]
     assert kinds[-1] == "done" and set(kinds[:-1]) == {"tokens"} and len(kinds) >= 3  # chunk_tokens=4
-    pool = InferencePool([served])
+    pool = InferencePool(InferencePoolConfig(), [served])
     remote = await pool(req(p))
     await pool.close()
     assert remote.token_ids.tolist() == local.token_ids.tolist()
@@ -97,7 +98,7 @@ async def test_update_weights_rpc(served, tmp_path: Path) -> None:
     from t1.model.init import init_model
 
     other = init_model(tmp_path / "v3", "tiny", seed=3)
-    pool = InferencePool([served])
+    pool = InferencePool(InferencePoolConfig(), [served])
     update = await pool.update_weights(str(other), 3)
     assert (update.version, update.updated, update.skipped) == (3, (served,), ())
     res = await pool(req(prompt(10)))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from inference_helpers import prompt
 
+from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.inference.convert import request_to_proto
 from t1.inference.multiplex import BatchedSession
@@ -52,8 +53,8 @@ async def raw_stream(address: str, messages: list[pb.GenerateBatchRequest]) -> l
 async def test_batched_results_equal_generate_calls(served) -> None:
     """Same seeded requests, both transports: identical ids, logprobs, versions, routing and cache counts."""
     prompts = [prompt(20 + 3 * i, seed=i) for i in range(6)]
-    calls = InferencePool([served], batched=False)
-    batched = InferencePool([served])
+    calls = InferencePool(InferencePoolConfig(batched_stream=False), [served])
+    batched = InferencePool(InferencePoolConfig(), [served])
     try:
         want = [await calls(req(p, f"c{i}")) for i, p in enumerate(prompts)]
         got = await asyncio.gather(*(batched(req(p, f"b{i}")) for i, p in enumerate(prompts)))
@@ -74,7 +75,7 @@ async def test_batched_results_equal_generate_calls(served) -> None:
 
 
 async def test_bad_request_fails_alone_naming_the_field(served) -> None:
-    pool = InferencePool([served])
+    pool = InferencePool(InferencePoolConfig(), [served])
     bad = GenerateRequest("s-bad", np.array([3, 99999], np.int32), SamplingParams(max_tokens=4))
     try:
         results = await asyncio.gather(pool(req(prompt(12), "s-ok")), pool(bad), return_exceptions=True)
@@ -124,7 +125,7 @@ async def test_client_cancel_stops_the_request_on_the_server(backend) -> None:
     held = _Held(backend)
     servicer = InferenceServicer(held)  # type: ignore[arg-type]
     server = await start_server(servicer)
-    pool = InferencePool([server.address])
+    pool = InferencePool(InferencePoolConfig(), [server.address])
     try:
         waiting = asyncio.create_task(pool(req(prompt(16), "held")))
         await asyncio.wait_for(held.started.wait(), 30)
@@ -147,7 +148,7 @@ async def test_deadline_raises_and_cancels_on_the_server(backend) -> None:
     held = _Held(backend)
     servicer = InferenceServicer(held)  # type: ignore[arg-type]
     server = await start_server(servicer)
-    pool = InferencePool([server.address], request_timeout_s=0.5, retries=0)
+    pool = InferencePool(InferencePoolConfig(request_timeout_s=0.5, retries=0), [server.address])
     try:
         with pytest.raises(InferenceUnavailable) as err:
             await pool(req(prompt(16), "held"))
@@ -171,7 +172,7 @@ class _CallsOnly(InferenceServicer):
 
 async def test_server_without_batched_stream_is_served_by_calls(backend, caplog) -> None:
     server = await start_server(_CallsOnly(backend))
-    pool = InferencePool([server.address], retries=0)
+    pool = InferencePool(InferencePoolConfig(retries=0), [server.address])
     try:
         with caplog.at_level(logging.WARNING, logger="t1.inference.pool"):
             first = await pool(req(prompt(12), "a"))

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import grpc
 
+from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.coordinator.trainer_link import stop_task
 from t1.coordinator.weights import WeightSync
 from t1.inference.pool import InferencePool, WeightsUpdate
 from t1.inference.server import inference_binding
+from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as tpb
 from t1.v1 import trainer_pb2_grpc as tpb_grpc
@@ -45,7 +46,7 @@ async def test_weight_sync_advances_while_one_of_two_servers_is_dead(tiny_model_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    pool = InferencePool([dead, live.address], backoff_s=0.01, unhealthy_s=60)
+    pool = InferencePool(InferencePoolConfig(backoff_s=0.01, unhealthy_s=60), [dead, live.address])
     updates: list[WeightsUpdate] = []
 
     async def load(path: str, version: int) -> None:
@@ -59,7 +60,7 @@ async def test_weight_sync_advances_while_one_of_two_servers_is_dead(tiny_model_
             (1, (live.address,), (dead,)), (2, (live.address,), (dead,))]
         assert backend.policy_version == 2 and pool.healthy_endpoints == [live.address]
     finally:
-        await stop_task(task)
+        await cancel_and_wait(task)
         await pool.close()
         await trainer.stop(0)
         await live.stop()

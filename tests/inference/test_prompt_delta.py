@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from inference_helpers import prompt
 
+from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.inference.convert import request_from_proto
 from t1.inference.pool import InferencePool
@@ -79,7 +80,7 @@ async def recording(tiny_model_dir: Path):
 async def test_continuing_turns_send_deltas_and_the_model_sees_and_samples_the_whole_context(recording, batched):
     servicer = InferenceServicer(recording)
     server = await serve(servicer)
-    pool = InferencePool([server.address], batched=batched)
+    pool = InferencePool(InferencePoolConfig(batched_stream=batched), [server.address])
     context = prompt(80, seed=1)
     try:
         for turn in range(5):
@@ -100,7 +101,7 @@ async def converse(servicer: InferenceServicer, recording: Recording, seed: int,
                    before_turn=None) -> InferencePool:
     """`turns` continuing turns of one session through a pool, each checking the prompt the model saw."""
     server = await serve(servicer)
-    pool = InferencePool([server.address])
+    pool = InferencePool(InferencePoolConfig(), [server.address])
     context = prompt(80, seed=seed)
     try:
         for turn in range(turns):
@@ -138,7 +139,7 @@ async def test_a_server_without_deltas_is_sent_whole_prompts_after_its_first_ref
 async def test_prompts_that_do_not_continue_the_answered_context_go_whole(recording):
     servicer = InferenceServicer(recording)
     server = await serve(servicer)
-    pool = InferencePool([server.address])
+    pool = InferencePool(InferencePoolConfig(), [server.address])
     first = prompt(80, seed=4)
     try:
         res = await pool(req(read_only(first), seed=1))
@@ -209,7 +210,7 @@ async def test_deltas_follow_a_token_buffers_views_without_keeping_an_ended_epis
 
     servicer = InferenceServicer(recording)
     server = await serve(servicer)
-    pool = InferencePool([server.address])
+    pool = InferencePool(InferencePoolConfig(), [server.address])
     seg = SegmentBuilder()
     seg.append_context(prompt(300, seed=7))
     try:

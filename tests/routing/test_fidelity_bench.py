@@ -1,4 +1,4 @@
-"""bench/fidelity.py: its pure helpers, and end to end on tiny runs (slow): keys, drift 0, exact schedule replay."""
+"""bench/fidelity/: its pure helpers, and end to end on tiny runs (slow): keys, drift 0, exact schedule replay."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench import fidelity  # noqa: E402
-from bench.fidelity_sweep import parse_shape  # noqa: E402
+from bench.fidelity import measure as fidelity  # noqa: E402
+from bench.fidelity.cli import main  # noqa: E402
+from bench.fidelity.sweep import parse_shape  # noqa: E402
 
 
 def test_flipped_rows_compares_expert_sets_and_skips_missing_records():
@@ -46,7 +47,7 @@ def test_parse_shape_names_the_bad_entry():
 @pytest.mark.slow
 def test_fidelity_bench_writes_its_keys(tmp_path):
     out = tmp_path / "fid.json"
-    assert fidelity.main(["--out", str(out), "--episodes", "1", "--turns", "2", "--max-tokens", "8",
+    assert main(["--out", str(out), "--episodes", "1", "--turns", "2", "--max-tokens", "8",
                           "--time-reps", "1", "--model-dir", str(tmp_path / "model")]) == 0
     got = json.loads(out.read_text())
     for key in ("tokens", "mean_abs_dlogp_no_r3", "mean_abs_dlogp_r3", "max_abs_dlogp_no_r3", "max_abs_dlogp_r3",
@@ -62,7 +63,7 @@ def test_fidelity_bench_writes_its_keys(tmp_path):
 @pytest.mark.slow
 def test_fidelity_sweep_writes_a_row_per_setting(tmp_path):
     out = tmp_path / "sweep.json"
-    assert fidelity.main(["--sweep", "--out", str(out), "--sweep-shapes", "3x8x2,2x16x4", "--sweep-scales", "2,0.5",
+    assert main(["--sweep", "--out", str(out), "--sweep-shapes", "3x8x2,2x16x4", "--sweep-scales", "2,0.5",
                           "--episodes", "1", "--turns", "2", "--max-tokens", "8", "--time-reps", "1"]) == 0
     got = json.loads(out.read_text())
     rows = got["rows"]

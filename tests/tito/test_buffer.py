@@ -193,3 +193,29 @@ def test_prompt_ids_is_a_read_only_view_that_later_turns_do_not_change():
         buf.prompt_ids()[0] = 1
     with pytest.raises(ValueError, match="full_check_every"):
         TokenBuffer(r, OPENING, full_check_every=-1)
+
+
+def test_ids_handed_out_never_change_in_the_array_they_view():
+    """The contract SentContexts trusts: a view's base array keeps its ids up to the view's end, through
+    appends, capacity growth, a repaired mismatch, a NEW_SEGMENT mismatch and a compaction."""
+    r = renderer_for("chatml")
+    buf = TokenBuffer(r, OPENING, on_mismatch=MismatchPolicy.NEW_SEGMENT)
+    handed: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def hand_out() -> None:
+        view = buf.prompt_ids()
+        assert isinstance(view.base, np.ndarray) and view.ctypes.data == view.base.ctypes.data
+        handed.append((view, view.copy()))
+
+    for i in range(30):
+        hand_out()
+        text = "<think>\nhmm\n</think>\n\nls" if i == 10 else f"echo {i} " * 6  # i == 10: stripped reasoning
+        buf.append_generation(sampled(r, text, prompt_len=len(buf.prompt_ids())))
+        buf.append_observation([{"role": "user", "content": f"output {i} " * 8}])
+        if i == 20:
+            buf.compact([OPENING[0], {"role": "user", "content": "Summary so far."}])
+    hand_out()
+    assert buf.num_segments == 3 and buf.counters.template_mismatches == 1
+    for view, kept in handed:
+        assert np.array_equal(view, kept)
+        assert np.array_equal(view.base[:len(kept)], kept)

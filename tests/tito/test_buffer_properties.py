@@ -15,7 +15,7 @@ from t1.routing.block import RoutingBlock, sentinel
 from t1.tito.buffer import MismatchPolicy, TokenBuffer
 from t1.tito.diagnostics import segment_drift
 from t1.tito.render import ChatRenderer
-from t1.trajectory.codec import decode_trajectory, encode_trajectory
+from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 
 LAYERS, TOP_K = 3, 2

@@ -13,8 +13,8 @@ from tito_families import get_family
 
 from t1.inference.types import FinishReason, GenerateResult
 from t1.tito.buffer import MismatchPolicy, TokenBuffer
-from t1.tito.codec import direct_codec
 from t1.tito.render import ChatRenderer
+from t1.tito.tokenizer_fast_path import direct_codec
 from t1.trajectory.types import EpisodeStatus
 
 NEUTRAL = {"role": "user", "content": "x"}
@@ -168,7 +168,7 @@ def test_byte_level_decode_goes_through_the_byte_table_and_matches_the_backend_o
 
 
 def test_a_byte_table_that_decodes_differently_from_the_backend_is_not_used(monkeypatch):
-    import t1.tito.codec as codec_module
+    import t1.tito.tokenizer_fast_path as codec_module
 
     fam = get_family("chatml")
     real = codec_module.byte_level_table

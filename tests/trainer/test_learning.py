@@ -13,7 +13,7 @@ from trainer_synth import PolicySampler, segment, trainer_config, trajectory
 
 from t1.trainer.batch import build_sequences
 from t1.trainer.core import Stage, TrainerCore
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.serialization import encode_trajectory
 
 PROMPT = [17, 230, 411, 97, 53]
 

@@ -12,7 +12,7 @@ from trainer_synth import segment, trajectory
 from t1.trainer.batch import build_sequences
 from t1.trainer.buffer import TrajectoryBuffer
 from t1.trainer.service import TrainerServicer, VersionBoard
-from t1.trajectory.codec import decode_trajectory, encode_trajectory
+from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import trainer_pb2 as pb
 

@@ -20,7 +20,7 @@ from trainer_synth import segment, trajectory
 
 from t1.rpc.client import make_sync_channel
 from t1.rpc.introspect import health_status, list_services
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.serialization import encode_trajectory
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc
 

@@ -9,7 +9,7 @@ import torch
 from trainer_synth import segment, trainer_config, trajectory
 
 from t1.trainer.core import Stage, TrainerCore
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.serialization import encode_trajectory
 
 
 def _rollouts(core: TrainerCore, step: int, version: int = 0) -> None:

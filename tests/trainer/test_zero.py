@@ -20,7 +20,7 @@ from trainer_synth import segment, trainer_config, trajectory
 from t1.rpc.client import make_sync_channel
 from t1.trainer.core import TrainerCore
 from t1.trainer.engine import free_port
-from t1.trajectory.codec import encode_trajectory
+from t1.trajectory.serialization import encode_trajectory
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc
 

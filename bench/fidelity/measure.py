@@ -1,7 +1,7 @@
 """Fidelity of TITO + R3: sampler logprobs vs the trainer's full-forward logprobs, with and without replay.
 
-    python bench/fidelity.py --out bench/results/fidelity_cpu_tiny.json [--preset tiny --episodes 4 --turns 4]
-    python bench/fidelity.py --sweep --out bench/results/fidelity_sweep_cpu.json   # see bench/fidelity_sweep.py
+    python -m bench.fidelity --out bench/results/fidelity_cpu_tiny.json [--preset tiny --episodes 4 --turns 4]
+    python -m bench.fidelity --sweep --out bench/results/fidelity_sweep_cpu.json   # see bench/fidelity/sweep.py
 
 Runs multi-turn episodes with the torch inference backend (KV-cache decoding, routing capture) in
 bfloat16 on a random-init MoE from `t1 model init`; observations are real bash output (subprocess).
@@ -22,14 +22,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
 
-from bench.machine_info import cpu_name
+from bench.machine_info import describe
 from t1.inference.torch_backend import TorchBackend
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.routing.block import sentinel
@@ -53,13 +49,6 @@ COMMANDS = ("ls -la /", "uname -a", "echo $((RANDOM % 1000)) files", "head -c 30
             "ps -o pid,comm | head -5", "printf 'a\\tb\\n1\\t2\\n'", "date -u", "df -h / | tail -1")
 INIT_ROUTER_SCALE = 2.0  # std of router / LM-head logits that t1.model.init gives (`_sharpen`)
 Sampled = list[tuple[int, np.ndarray]]  # (prompt length, sampled ids) per turn of a segment
-
-
-def machine(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name()
-    return (f"{cpu_name()}, {torch.get_num_threads()} torch thread(s) of {torch.get_num_interop_threads()} "
-            f"interop, {len(os.sched_getaffinity(0))} cores visible ({platform.node()})")
 
 
 def bash(cmd: str, cap: int = 400) -> str:
@@ -294,7 +283,7 @@ DEFAULT_NOTE = (
 
 
 def print_result(result: dict[str, Any], dtype: str) -> None:
-    print(f"{result['machine']}: {result['episodes']} episodes, {result['turns']} turns, {result['tokens']} tokens "
+    print(f"{describe(result['machine'])}: {result['episodes']} episodes, {result['turns']} turns, {result['tokens']} tokens "
           f"({result['loss_tokens']} sampled), model {result['model']}, {dtype}")
     print(f"{'':<34}{'no R3':>12}{'R3':>12}{'ratio':>10}")
     rows = [("mean |dlogp|", result["mean_abs_dlogp_no_r3"], result["mean_abs_dlogp_r3"]),
@@ -311,56 +300,3 @@ def print_result(result: dict[str, Any], dtype: str) -> None:
         if key in result:
             print(f"{key:<34}{result[key]:>12.4g}")
     print(result["note"])
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--sweep", action="store_true", help="sweep router sharpness x model size (fidelity_sweep.py)")
-    p.add_argument("--sweep-shapes", default="3x8x2,4x64x8,8x128x8", help="LAYERSxEXPERTSxTOP_K, comma separated")
-    p.add_argument("--sweep-scales", default="2,0.5,0.1", help="router logit stds, comma separated")
-    p.add_argument("--preset", default="tiny", choices=["tiny", "small"])
-    p.add_argument("--episodes", type=int, default=4)
-    p.add_argument("--turns", type=int, default=4)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    p.add_argument("--experts", type=int, default=0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--layers", type=int, default=0)
-    p.add_argument("--hidden", type=int, default=0)
-    p.add_argument("--router-scale", type=float, default=INIT_ROUTER_SCALE,
-                   help="std of the router logits (init_model: 2.0; smaller = more near ties)")
-    p.add_argument("--moe-scale", type=float, default=1.0,
-                   help="multiply expert down projections (MoE update vs residual stream; 1 = HF init)")
-    p.add_argument("--sweep-moe-scales", default="1", help="moe scales to sweep, comma separated")
-    p.add_argument("--sweep-append", action="store_true", help="add the rows to an existing --out sweep file")
-    p.add_argument("--time-reps", type=int, default=15)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--model-dir", type=Path, help="reuse this folder instead of a fresh temp one")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    torch.set_num_threads(args.threads)
-    if args.sweep:
-        from bench.fidelity_sweep import run_sweep
-
-        return run_sweep(args)
-    with tempfile.TemporaryDirectory(prefix="t1-fidelity-") as tmp:
-        model_dir = make_model(args.model_dir or Path(tmp) / "model", args)
-        figures = measure(model_dir, args, schedule_check=True)
-    result = {"machine": machine(args.device),
-              "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "note": DEFAULT_NOTE if (args.router_scale, args.moe_scale) == (INIT_ROUTER_SCALE, 1.0) else "",
-              **figures}
-    print_result(result, args.dtype)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,17 +3,17 @@
 bench/results/fidelity_sweep_cpu.json was built by three runs (each under 6 minutes on 1 core):
 
     C="--episodes 2 --turns 3 --max-tokens 40 --time-reps 5"
-    python bench/fidelity.py --sweep --out bench/results/fidelity_sweep_cpu.json $C \
+    python -m bench.fidelity --sweep --out bench/results/fidelity_sweep_cpu.json $C \
         --sweep-shapes 3x8x2,4x64x8,8x128x8 --sweep-scales 2,0.5,0.1 --sweep-moe-scales 1
-    python bench/fidelity.py --sweep --sweep-append --out bench/results/fidelity_sweep_cpu.json $C \
+    python -m bench.fidelity --sweep --sweep-append --out bench/results/fidelity_sweep_cpu.json $C \
         --sweep-shapes 3x8x2,4x64x8,8x128x8 --sweep-scales 2 --sweep-moe-scales 4,16
-    python bench/fidelity.py --sweep --sweep-append --out bench/results/fidelity_sweep_cpu.json $C \
+    python -m bench.fidelity --sweep --sweep-append --out bench/results/fidelity_sweep_cpu.json $C \
         --sweep-shapes 16x128x8 --sweep-scales 2 --sweep-moe-scales 1,16
 
 One `t1 model init --preset tiny` folder gives the tokenizer; every setting re-initialises the MoE with
 LAYERSxEXPERTSxTOP_K (hidden size of the preset), router logits of std ROUTER_SCALE and expert down
 projections times MOE_SCALE, runs the same real episodes on the torch backend in bfloat16 and scores
-them trainer-style (bench/fidelity.py measure). What moves the flip rate is the expert count (smaller
+them trainer-style (bench/fidelity/measure.py). What moves the flip rate is the expert count (smaller
 gaps between the k-th and k+1-th router score) and depth (more accumulated bf16 noise); scaling the
 router logits scales their gaps and their noise alike. moe_scale sets what a flip costs: at HF init
 the MoE update is only 1-8% of the residual norm. Prints a table and writes JSON, one row per setting.
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.fidelity import INIT_ROUTER_SCALE, copy_model, machine, measure, resize_model
+from bench.fidelity.measure import INIT_ROUTER_SCALE, copy_model, measure, resize_model
+from bench.machine_info import describe, machine
 
 TARGET_REDUCTION = 0.30
 DEFAULT_SHAPE = (3, 8, 2)
@@ -131,7 +132,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         "columns": COLUMNS, "production_reference": PRODUCTION_REFERENCE,
         "target_reduction": TARGET_REDUCTION, "settings_meeting_target": met, "rows": rows,
     }
-    print(f"{result['machine']}, {args.dtype}, {args.episodes} episodes x {args.turns} turns x "
+    print(f"{describe(result['machine'])}, {args.dtype}, {args.episodes} episodes x {args.turns} turns x "
           f"{args.max_tokens} tokens per setting, hidden 64; share = mean MoE update / residual norm")
     print_table(rows)
     print(DEFAULT_NOTE)

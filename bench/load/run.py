@@ -1,6 +1,6 @@
 """Load test of the coordinator's rollout path: thousands of concurrent episodes over real SSH, gRPC, TITO, spool.
 
-    bench/load.py process (measured: "coordinator")              child processes (measured apart)
+    bench/load/run.py process (measured: "coordinator")              child processes (measured apart)
     +---------------------------------------------------+        +-------------------------------+
     | Scheduler (groups, limit N) -> RolloutRunner      |        | bench.sim_inference           |
     |   -> Episode: TokenBuffer, tool_calls, transcript |--gRPC->|  InferenceService, 48 x top-8 |
@@ -17,8 +17,8 @@ turn overhead (turn wall minus model and command time), event-loop lag, and RSS 
 without its trajectory arrays. Then every episode is stopped (it ends as infra_error and is
 spooled like any other), which gives trajectory bytes per token and spool throughput.
 
-    .venv/bin/python bench/load.py --quick
-    .venv/bin/python bench/load.py --scales 100,1000,4000 --window-s 60 --out bench/results/load.json
+    .venv/bin/python -m bench.load --quick
+    .venv/bin/python -m bench.load --scales 100,1000,4000 --window-s 60 --out bench/results/load.json
 """
 
 from __future__ import annotations
@@ -38,19 +38,22 @@ from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.load_metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census, machine
-from bench.load_report import print_table, scale_result
+from bench.load.metrics import GcPauses, LagSampler, ProcessMeter, TurnClock, gc_census
+from bench.load.report import print_table, scale_result
+from bench.machine_info import machine
 from bench.sandbox_host import peer_command
 from bench.sim_inference import Latency
 
 log = logging.getLogger("bench.load")
+REPO_ROOT = Path(__file__).resolve().parents[2]  # where `python -m bench.<module>` finds the bench package
+STOP_WAIT_S = 3600.0  # how long the episodes in flight may take to end after the stop
 PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -> "
         "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
         "format, compaction, transcript, verifier) with t1.inference.pool.InferencePool over gRPC to "
         "bench.sim_inference (child process) and t1.sandbox.pool.SandboxPool -> SshSandbox/SshShell to the embedded "
-        "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.codec into "
+        "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.serialization into "
         "t1.coordinator.spool.Spool (fsync), acknowledged by a cursor consumer standing in for the trainer")
 
 
@@ -130,7 +133,7 @@ async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.su
             "--chunk-tokens", str(args.chunk_tokens), "--linger-ms", str(args.linger_ms),
             "--reply-max-mb", str(args.reply_max_mb), "--layers", str(args.layers),
             "--experts", str(args.experts), "--top-k", str(args.top_k)]
-    proc = await asyncio.create_subprocess_exec(*peer_command(argv, getattr(args, "peer_nice", 0)), cwd=str(Path(__file__).resolve().parents[1]))
+    proc = await asyncio.create_subprocess_exec(*peer_command(argv, getattr(args, "peer_nice", 0)), cwd=str(REPO_ROOT))
     deadline = time.monotonic() + 60
     while not ready.exists():
         if proc.returncode is not None or time.monotonic() > deadline:
@@ -150,7 +153,7 @@ def rollout_config(args: argparse.Namespace) -> Any:
 
 
 async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> dict[str, Any]:
-    from bench.load_episode import (
+    from bench.load.episode import (
         LiveState,
         LoadRun,
         MeasuredGenerate,
@@ -161,10 +164,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         write_task,
     )
     from bench.sandbox_host import HostedProvider
+    from t1.config.inference import InferencePoolConfig
     from t1.config.sandbox import PoolConfig, ShellConfig
     from t1.coordinator.gc_policy import GcSchedule
+    from t1.coordinator.model_setup import make_renderers
     from t1.coordinator.rollout import RolloutRunner, new_group_id
-    from t1.coordinator.runtime import make_renderers
     from t1.coordinator.scheduler import Scheduler
     from t1.coordinator.spool import Spool
     from t1.inference.pool import InferencePool
@@ -177,8 +181,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
                           log_file=workdir / "sandbox_host.log", nice=args.peer_nice)
     await host.start()
     spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
-    pool = InferencePool([f"127.0.0.1:{port}"], request_timeout_s=600.0, batched=args.transport == "batched",
-                         batch_linger_s=args.linger_ms / 1e3, prompt_deltas=not args.no_prompt_deltas)
+    pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0, batched_stream=args.transport == "batched", batch_linger_ms=args.linger_ms, prompt_deltas=not args.no_prompt_deltas), [f"127.0.0.1:{port}"])
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
     clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
     gate = None if args.quick else asyncio.Event()
@@ -188,11 +191,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     cfg = rollout_config(args)
     renderers = make_renderers(args.model)
     context = listing(args.context_tokens, next(iter(renderers.values())).encode)
-    runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, episode_id: generate,
+    runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, task, fmt: generate,
                            None if args.no_transcripts else workdir / "transcripts")
     task = load_task(write_task(workdir / "task", context))
-    scheduler = Scheduler(itertools.repeat(task), cfg.rollout.group_size, asyncio.Semaphore(episodes), spool,
-                          weights=None, max_policy_lag=0, groups_per_step=1 << 40, new_group_id=new_group_id)
+    scheduler = Scheduler(cfg.rollout.group_size, asyncio.Semaphore(episodes), spool, max_policy_lag=0,
+                          groups_per_step=1 << 40, new_group_id=new_group_id)
     finite = args.quick or args.once
     run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
                   on_stop_after=scheduler.stop)
@@ -209,7 +212,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     t_start = time.monotonic()
     try:
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(scheduler.run(tg, run.attempt))
+            tg.create_task(scheduler.run(itertools.repeat(task), None, run.attempt))
             last_log = t_start
             while gate is not None and len(live.started | live.finished) < episodes:
                 await asyncio.sleep(0.2)
@@ -256,6 +259,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             t_stop = time.monotonic()
             stop.set()
             scheduler.stop()
+            await scheduler.drain(STOP_WAIT_S)  # every episode ends on `stop`; the bound only keeps a hang finite
         stop_s = time.monotonic() - t_stop
     finally:
         stop.set()

@@ -12,9 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
-import platform
-import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -203,20 +200,3 @@ class TurnClock:
     def end(self, episode: str) -> None:
         for d in (self._last_start, self._pending_model, self._pending_cmd):
             d.pop(episode, None)
-
-
-def machine() -> dict[str, object]:
-    """Where the numbers were measured: CPU model, cores, memory, OS, Python."""
-    model = platform.processor() or "unknown"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "cpu_model": model, "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "gpu": "none", "os": platform.platform(), "python": platform.python_version(),
-    }

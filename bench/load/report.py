@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.load_metrics import TurnClock, percentiles
+from bench.load.metrics import TurnClock, percentiles
 
 # Targets of issue 9 on the 2-core machine.
 TARGET_LAG_P99_MS = 100.0

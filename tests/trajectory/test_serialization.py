@@ -9,7 +9,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from t1.trajectory.codec import (
+from t1.trajectory.serialization import (
     CodecError,
     decode_trajectory,
     encode_trajectory,
@@ -76,7 +76,7 @@ def test_stream_of_records():
 def test_bad_bytes_name_the_field():
     obj = trajectory_to_obj(make())
     obj["status"] = "exploded"
-    from t1.trajectory.codec import _default
+    from t1.trajectory.serialization import _default
 
     with pytest.raises(CodecError, match="status"):
         decode_trajectory(msgpack.packb(obj, default=_default))
@@ -100,7 +100,7 @@ def test_bad_bytes_name_the_field():
 @pytest.mark.parametrize("routing_dtype", [np.uint8, np.uint16, None])
 def test_encoding_is_packb_of_the_object_byte_for_byte(n: int, routing_dtype) -> None:
     """encode_trajectory frames arrays itself (one copy): the bytes stay msgpack's own, ext sizes of every width."""
-    from t1.trajectory.codec import _default
+    from t1.trajectory.serialization import _default
 
     t = make(n, routing_dtype or np.uint8, seed=n)
     if routing_dtype is None:
@@ -110,7 +110,7 @@ def test_encoding_is_packb_of_the_object_byte_for_byte(n: int, routing_dtype) ->
 
 
 def test_big_endian_and_strided_arrays_encode_as_before() -> None:
-    from t1.trajectory.codec import _default
+    from t1.trajectory.serialization import _default
 
     t = make(64)
     s = t.segments[0]

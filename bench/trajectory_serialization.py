@@ -1,6 +1,6 @@
 """Trajectory codec throughput: encode, decode and stream a long-episode record (msgpack, numpy views).
 
-    python bench/codec.py --out bench/results/codec.json [--tokens 32768 --layers 48 --top-k 8 --reps 15]
+    python bench/trajectory_serialization.py --out bench/results/codec.json [--tokens 32768 --layers 48 --top-k 8 --reps 15]
 
 The record is one segment of `tokens` positions with routing [tokens, layers, top_k] uint8 (a
 Qwen3-30B-A3B-like MoE: 48 layers, top-8 of 128 experts). Prints medians and writes JSON.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import platform
 import statistics
 import sys
 import time
@@ -21,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
 
-from bench.machine_info import cpu_name
-from t1.trajectory.codec import decode_trajectory, encode_trajectory, iter_trajectories
+from bench.machine_info import machine
+from t1.trajectory.serialization import decode_trajectory, encode_trajectory, iter_trajectories
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan
 
 
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     rt = timed(lambda: decode_trajectory(encode_trajectory(traj)), args.reps)
     st = timed(lambda: list(iter_trajectories(io.BytesIO(stream))), args.reps)
     result = {
-        "machine": f"{cpu_name()} ({platform.node()})",
+        "machine": machine(),
         "settings": vars(args) | {"out": str(args.out)}, "record_mb": mb,
         "encode_mb_s": mb / enc, "decode_mb_s": mb / dec, "roundtrip_mb_s": mb / rt,
         "stream_decode_mb_s": 4 * mb / st,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.load_metrics import TurnClock
+from bench.load.metrics import TurnClock
 from bench.sim_inference import Latency
 from t1.coordinator.rollout import RolloutRunner
 from t1.coordinator.spool import Spool

@@ -1,0 +1,75 @@
+"""The fidelity bench's command line: one measured setting, or the sweep (`--sweep`).
+
+    python -m bench.fidelity --out FILE [--preset tiny --episodes 4 --turns 4 ...]
+    python -m bench.fidelity --sweep --out FILE [--sweep-shapes ... --sweep-scales ...]
+
+Arrows run one way: cli -> sweep -> measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from bench.fidelity.measure import (
+    DEFAULT_NOTE,
+    INIT_ROUTER_SCALE,
+    make_model,
+    measure,
+    print_result,
+)
+from bench.fidelity.sweep import run_sweep
+from bench.machine_info import machine
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--sweep", action="store_true", help="sweep router sharpness x model size (sweep.py)")
+    p.add_argument("--sweep-shapes", default="3x8x2,4x64x8,8x128x8", help="LAYERSxEXPERTSxTOP_K, comma separated")
+    p.add_argument("--sweep-scales", default="2,0.5,0.1", help="router logit stds, comma separated")
+    p.add_argument("--preset", default="tiny", choices=["tiny", "small"])
+    p.add_argument("--episodes", type=int, default=4)
+    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--experts", type=int, default=0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--layers", type=int, default=0)
+    p.add_argument("--hidden", type=int, default=0)
+    p.add_argument("--router-scale", type=float, default=INIT_ROUTER_SCALE,
+                   help="std of the router logits (init_model: 2.0; smaller = more near ties)")
+    p.add_argument("--moe-scale", type=float, default=1.0,
+                   help="multiply expert down projections (MoE update vs residual stream; 1 = HF init)")
+    p.add_argument("--sweep-moe-scales", default="1", help="moe scales to sweep, comma separated")
+    p.add_argument("--sweep-append", action="store_true", help="add the rows to an existing --out sweep file")
+    p.add_argument("--time-reps", type=int, default=15)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--model-dir", type=Path, help="reuse this folder instead of a fresh temp one")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.sweep:
+        return run_sweep(args)
+    with tempfile.TemporaryDirectory(prefix="t1-fidelity-") as tmp:
+        model_dir = make_model(args.model_dir or Path(tmp) / "model", args)
+        figures = measure(model_dir, args, schedule_check=True)
+    result = {"machine": machine(args.device),
+              "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "note": DEFAULT_NOTE if (args.router_scale, args.moe_scale) == (INIT_ROUTER_SCALE, 1.0) else "",
+              **figures}
+    print_result(result, args.dtype)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+

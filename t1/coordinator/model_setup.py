@@ -1,0 +1,40 @@
+"""The policy model on the coordinator's side: its folder (made from its preset when missing) and one chat
+renderer per agent format from its tokenizer."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import cast
+
+from t1.agent.formats import FormatName, get_format
+from t1.config.schema import T1Config
+from t1.tito import ChatRenderer
+from t1.tito.render import ChatTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def make_renderers(model_path: Path) -> dict[FormatName, ChatRenderer]:
+    """One renderer per agent format (the tool-call format puts its tools into the template)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_path))
+    eot = tok.eos_token
+    if not eot:
+        raise ValueError(f"inference.model.path: the tokenizer of {model_path} has no eos_token (end of turn)")
+    chat = cast(ChatTokenizer, tok)
+    return {name: ChatRenderer(chat, end_of_turn=eot, tools=get_format(name).tools) for name in FormatName}
+
+
+def ensure_model(cfg: T1Config) -> Path:
+    """The policy model folder, created from its preset when missing (the local run)."""
+    model = cfg.inference.model
+    if (model.path / "config.json").is_file():
+        return model.path
+    if model.init_preset is None:
+        raise FileNotFoundError(f"inference.model.path: {model.path} holds no model and init_preset is null")
+    from t1.model.init import init_model
+
+    log.info("creating the %s model in %s", model.init_preset, model.path)
+    return init_model(model.path, model.init_preset, model.init_seed)
