@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from t1.agent.episode import Episode, EpisodeSpec, acquire_from
+from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
-from t1.agent.scripted import ScriptedPolicy
+from t1.agent.scripted import ScriptedEpisode, ScriptedPolicy
 from t1.agent.transcript import Transcript
+from t1.config.loader import load_config
 from t1.config.sandbox import LimitsConfig, LocalProviderConfig, ShellConfig
 from t1.coordinator.results import summarize
 from t1.coordinator.rollout import outcome_of
@@ -66,22 +67,23 @@ async def test_policy_made_failures_are_counted(tmp_path: Path, small_provider: 
     renderer = renderers[FormatName.TOOL_CALLS]
     fmt = get_format(FormatName.TOOL_CALLS)
     outcomes, results = [], {}
+    cfg = load_config(None, [])
+    limits = EpisodeLimits.from_config(cfg.rollout, cfg.reward)
     for i, (name, solution) in enumerate(SOLUTIONS.items()):
         task = load_task(_task(tmp_path, name, solution))
-        policy = ScriptedPolicy(renderer)
+        policy = ScriptedPolicy(renderer).for_episode(task, fmt)
         episode_id = f"ep-{name}"
-        policy.plan(episode_id, task, fmt)
         generate = policy
 
         if name == "dies_after_acting":
-            async def kill_sandbox_then_reply(req: GenerateRequest, policy: ScriptedPolicy = policy) -> GenerateResult:
+            async def kill_sandbox_then_reply(req: GenerateRequest, policy: ScriptedEpisode = policy) -> GenerateResult:
                 if policy.calls == 1:  # the agent's command ran: now its sandbox dies (PID 1 killed from the host)
                     for init in small_provider.server._inits.values():
                         os.kill(init.target.pid, signal.SIGKILL)
                 return await policy(req)
             generate = kill_sandbox_then_reply  # type: ignore[assignment]
 
-        spec = EpisodeSpec(episode_id, task, "g", i, fmt, SamplingParams(max_tokens=400))
+        spec = EpisodeSpec(episode_id, task, "g", i, fmt, SamplingParams(max_tokens=400), limits)
         result = await Episode(spec, generate, acquire_from(small_provider), renderer,
                                Transcript(None, task.id, episode_id)).run()
         results[name] = result

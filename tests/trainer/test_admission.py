@@ -16,7 +16,7 @@ from trainer_synth import segment, trajectory
 from t1.trainer.admission import ModelBounds, check_admissible
 from t1.trainer.batch import RoutingSpec
 from t1.trainer.buffer import TrajectoryBuffer
-from t1.trajectory.codec import decode_trajectory, encode_trajectory
+from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import Segment, TurnSpan
 from t1.v1 import trainer_pb2 as pb
 from t1.workdir import StorageError
