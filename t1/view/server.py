@@ -1,0 +1,125 @@
+"""`t1 view`'s web app: a Starlette app over a RunIndex, pages rendered with Jinja2, charts drawn by plotly.js.
+
+Routes: `/` the run (curves, stage timeline, eval jobs), `/episodes` the table (filters, sort, pages),
+`/episodes/{id}` one episode (turns, verifier, token view), `/groups/{id}` a group's attempts side by
+side, `/assets/...` the stylesheet and scripts. Every asset ships in the installed packages (ours and
+plotly's bundled plotly.min.js): no CDN, nothing fetched at run time. Requests are answered from the
+index, which each request brings up to date at most once a second (a live run is followed).
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from t1.view import curves
+from t1.view.episodes import EpisodeQuery, SortKey, group_advantages, run_query
+from t1.view.index import RunIndex
+from t1.view.sources import read_locator
+from t1.view.tokens import TokenRole, token_cells
+from t1.view.transcripts import read_transcript
+from t1.view.vocab import Vocab
+
+_ASSETS = {"view.css": "text/css", "view.js": "text/javascript"}
+_CACHE = {"Cache-Control": "max-age=3600"}
+
+
+def _plotly_js() -> bytes:
+    return (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("t1.view", "templates"), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda v, d=3: "" if v is None else (f"{v:.{d}g}" if isinstance(v, float) else str(v))
+    env.filters["clock"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+    return env
+
+
+def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
+    env = _env()
+    plotly = _plotly_js()
+
+    def page(template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        html = env.get_template(template).render(run_dir=str(index.paths.run_dir), **ctx)
+        return HTMLResponse(html, status_code=status)
+
+    def run_page(request: Request) -> Response:
+        index.refresh()
+        charts = curves.run_charts(index.records, index.steps, index.episodes)
+        evals = curves.eval_rows(index.jobs)
+        labels, compare = curves.comparison(evals)
+        timeline = curves.stage_timeline(index.records)
+        total_s = timeline[-1].end_s if timeline else 0.0
+        start = next((r for r in index.records if r.get("event") == "start"), {})
+        return page("run.html", charts=charts, charts_json=[c.as_json() for c in charts], evals=evals,
+                    labels=labels, label_names=curves.LABEL_NAMES, compare=compare, timeline=timeline,
+                    total_s=total_s, name=start.get("name", ""), num_episodes=len(index.episodes),
+                    num_steps=len(index.steps), records=len(index.records))
+
+    def episodes_page(request: Request) -> Response:
+        index.refresh()
+        try:
+            q = EpisodeQuery.from_params(request.query_params)
+        except ValueError as exc:
+            return page("error.html", status=400, message=str(exc))
+        result = run_query(index.episodes, q)
+        params = {k: v for k, v in request.query_params.items() if k not in ("page", "sort", "order")}
+        return page("episodes.html", result=result, q=q, facets=index.facets(), params=params,
+                    sort_keys=[k.value for k in SortKey])
+
+    def episode_page(request: Request) -> Response:
+        index.refresh()
+        row = index.episode(request.path_params["episode_id"])
+        if row is None:
+            return page("error.html", status=404, message=f"no episode {request.path_params['episode_id']!r} "
+                                                           f"in {index.paths.run_dir}")
+        trajectory = read_locator(row.locator) if row.locator is not None else None
+        segments: list[dict[str, Any]] = []
+        if trajectory is not None:
+            for i, seg in enumerate(trajectory.segments):
+                cells = token_cells(seg, vocab.decode, vocab.eot_ids, vocab.special_ids)
+                counts = {role: sum(c.role is role for c in cells) for role in TokenRole}
+                segments.append({"index": i, "cells": cells, "turns": seg.turns, "counts": counts,
+                                 "has_routing": seg.routing is not None})
+        transcript = read_transcript(index.paths.run_dir / row.transcript) if row.transcript else None
+        turn_rewards = dict(enumerate(span.reward for seg in segments for span in seg["turns"]))
+        return page("episode.html", row=row, trajectory=trajectory, segments=segments, transcript=transcript,
+                    turn_rewards=turn_rewards,
+                    roles=list(TokenRole), has_vocab=vocab.tokenizer is not None)
+
+    def group_page(request: Request) -> Response:
+        index.refresh()
+        group_id = request.path_params["group_id"]
+        rows = index.group(group_id)
+        if not rows:
+            return page("error.html", status=404, message=f"no group {group_id!r} in {index.paths.run_dir}")
+        scored = [r for r in rows if not r.infra_error]
+        adv = dict(zip((r.id for r in scored), group_advantages([r.reward for r in scored]), strict=True))
+        attempts = [{"row": r, "advantage": adv.get(r.id),
+                     "transcript": read_transcript(index.paths.run_dir / r.transcript) if r.transcript else None}
+                    for r in rows]
+        return page("group.html", group_id=group_id, attempts=attempts)
+
+    def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "plotly.min.js":
+            return Response(plotly, media_type="text/javascript", headers=_CACHE)
+        if name not in _ASSETS:
+            return PlainTextResponse(f"no asset {name!r}", status_code=404)
+        return Response((resources.files("t1.view") / "assets" / name).read_bytes(), media_type=_ASSETS[name])
+
+    return Starlette(routes=[
+        Route("/", run_page),
+        Route("/episodes", episodes_page),
+        Route("/episodes/{episode_id:path}", episode_page),
+        Route("/groups/{group_id:path}", group_page),
+        Route("/assets/{name}", asset),
+    ])
