@@ -46,6 +46,7 @@ def _view(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"t1 view: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
         return 2
+    sock.listen(128)  # connections made before uvicorn's loop runs wait in the backlog
     host, port = sock.getsockname()[:2]
     print(f"t1 view: {len(index.episodes)} episodes of {run_dir} at http://{host}:{port}/", flush=True)
     server = uvicorn.Server(uvicorn.Config(create_app(index, vocab), log_level="warning", access_log=False))

@@ -14,6 +14,7 @@ coordinator keeps no tokens of eval episodes). Transcripts are matched by episod
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -47,7 +48,8 @@ class _Cursor:
     buffer_seq: int = 0
     demos_size: int = -1
     jobs_mtime: float = -1.0
-    transcripts_mtime: float = -1.0
+    dir_mtimes: dict[Path, int] = field(default_factory=dict)
+    subdirs: dict[Path, list[Path]] = field(default_factory=dict)
 
 
 class RunIndex:
@@ -97,18 +99,32 @@ class RunIndex:
 
     def _read_transcripts(self) -> bool:
         root = self.paths.run_dir / src.TRANSCRIPTS
-        if not root.is_dir():
+        if not root.is_dir() or not self._scan_dir(root):
             return False
-        mtime = max((p.stat().st_mtime for p in (root, *root.iterdir())), default=0.0)
-        if mtime == self._cur.transcripts_mtime:
-            return False
-        self._cur.transcripts_mtime = mtime
-        self._transcripts = {p.stem: str(p.relative_to(self.paths.run_dir)) for p in root.rglob("*.md")}
         self._eval_names = {stem.rsplit("-", 1)[0]: stem for stem in self._transcripts if stem.startswith("eval-")}
         for eid, row in self._episodes.items():
             if not row.transcript and eid in self._transcripts:
                 self._episodes[eid] = replace(row, transcript=self._transcripts[eid])
         return True
+
+    def _scan_dir(self, directory: Path) -> bool:
+        """Pick up new transcripts: one stat per directory; only a directory whose mtime moved is listed again."""
+        mtime = directory.stat().st_mtime_ns
+        changed = False
+        if self._cur.dir_mtimes.get(directory) != mtime:
+            self._cur.dir_mtimes[directory] = mtime
+            subdirs = []
+            with os.scandir(directory) as entries:
+                for e in entries:
+                    if e.is_dir():
+                        subdirs.append(Path(e.path))
+                    elif e.name.endswith(".md"):
+                        self._transcripts[e.name[:-3]] = str(Path(e.path).relative_to(self.paths.run_dir))
+            self._cur.subdirs[directory] = subdirs
+            changed = True
+        for sub in self._cur.subdirs.get(directory, []):
+            changed |= self._scan_dir(sub)
+        return changed
 
     def _add(self, row: EpisodeRow) -> None:
         transcript = self._transcripts.get(row.id, "")

@@ -122,12 +122,16 @@ def test_index_follows_a_live_run_and_never_writes(tmp_path: Path) -> None:
     tr.note("context compacted: new segment 1 starts with 5 tokens")
     tr.verifier("turn 1", 1, 2, "test_b failed")
     tr.close()
+    index.refresh()
+    assert index.episode("g2-a0").transcript.endswith("g2-a0.md")
+    # a later episode of the same task: its transcript lands in a folder the index has already seen
+    Transcript(run / "transcripts" / "train", "sqlite-train-7", "g1-a1").close()
     with (run / "run.jsonl").open("a") as f:
         f.write(json.dumps({"ts": 2.0, "event": "status", "stage": "training", "turns_per_s": 1.5}) + "\n")
         f.write('{"ts": 3.0, "event": "sta')  # a line still being written is not read
     index.refresh()
     assert "g2-a0" in {r.id for r in index.episodes}
-    assert index.episode("g2-a0").transcript.endswith("g2-a0.md")
+    assert index.episode("g1-a1").transcript == "transcripts/train/sqlite-train-7/g1-a1.md"
     assert [r["event"] for r in index.records] == ["start", "status"]
 
 
@@ -182,3 +186,15 @@ def test_index_of_the_smoke_run_lists_every_record(smoke_run: SmokeRun, tmp_path
     evals = sum(v["heldout"]["num_tasks"] for k, v in report.items() if k in ("before", "after"))
     assert by_source["eval"] == evals and by_source["train"] >= 2 and by_source["demo"] >= 1
     assert len(index.steps) == report["trainer"]["step"]
+
+
+def test_t1_view_rejects_what_is_not_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from t1.cli.main import main
+
+    assert main(["view", str(tmp_path / "missing")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["view", str(tmp_path)]) == 2
+    assert "not a T1 run directory" in capsys.readouterr().err
+    (tmp_path / "run.jsonl").write_text("")
+    assert main(["view", str(tmp_path), "--port", "70000"]) == 2
+    assert "--port 70000" in capsys.readouterr().err

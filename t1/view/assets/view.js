@@ -9,8 +9,9 @@ function drawCharts() {
   const drawn = charts.filter((c) => c.series.length).map((c) => {
     const traces = c.series.map((s) => ({ x: s.x, y: s.y, name: s.name, type: "scatter", mode: "lines+markers" }));
     const layout = {
-      title: { text: c.title, font: { size: 13 } }, margin: { l: 48, r: 12, t: 32, b: 36 },
-      xaxis: { title: { text: c.x_label } }, showlegend: c.series.length > 1, legend: { orientation: "h" },
+      title: { text: c.title, font: { size: 13 } }, margin: { l: 48, r: 12, t: 32, b: 64 },
+      xaxis: { title: { text: c.x_label, standoff: 4 } }, showlegend: c.series.length > 1,
+      legend: { orientation: "h", yanchor: "top", y: -0.32, font: { size: 11 } },
     };
     return Plotly.newPlot("chart-" + c.key, traces, layout, { displayModeBar: false, responsive: true });
   });
