@@ -81,7 +81,13 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
         if row is None:
             return page("error.html", status=404, message=f"no episode {request.path_params['episode_id']!r} "
                                                            f"in {index.paths.run_dir}")
-        trajectory = read_locator(row.locator) if row.locator is not None else None
+        try:
+            trajectory = read_locator(row.locator) if row.locator is not None else None
+        except (FileNotFoundError, KeyError):
+            # the spool file was acknowledged and deleted since the index saw it: the trainer's buffer has it now
+            index.refresh(force=True)
+            row = index.episode(row.id) or row
+            trajectory = read_locator(row.locator) if row.locator is not None else None
         segments: list[dict[str, Any]] = []
         if trajectory is not None:
             for i, seg in enumerate(trajectory.segments):

@@ -198,3 +198,23 @@ def test_t1_view_rejects_what_is_not_a_run_directory(tmp_path: Path, capsys: pyt
     (tmp_path / "run.jsonl").write_text("")
     assert main(["view", str(tmp_path), "--port", "70000"]) == 2
     assert "--port 70000" in capsys.readouterr().err
+
+
+def test_episode_whose_spool_file_was_acknowledged_is_read_from_the_trainer_buffer(tmp_path: Path) -> None:
+    from t1.trainer.buffer import TrajectoryBuffer
+
+    index = _live_index(tmp_path)
+    index.paths = RunPaths(index.paths.run_dir, tmp_path / "trainer")
+    client = TestClient(create_app(index, NO_VOCAB))
+    assert index.episode("g1-a0").locator.path.suffix == ".spool"
+    # the trainer accepts every record, then the spool deletes its fully acknowledged file
+    buffer = TrajectoryBuffer(tmp_path / "trainer" / "buffer.sqlite")
+    for t in (trajectory("g1-a0", "g1", 0, 1.0), trajectory("g1-a1", "g1", 1, 0.0)):
+        buffer.add(t.id, t.group_id, encode_trajectory(t))
+    buffer.close()
+    for f in (index.paths.run_dir / "spool").glob("*.spool"):
+        f.unlink()
+    index.refresh_s = 1e9  # the page asks before the index's next refresh would have seen the change
+    r = client.get("/episodes/g1-a0")
+    assert r.status_code == 200 and r.text.count('class="tok role-loss" data-p=') == 4
+    assert index.episode("g1-a0").locator.row_id == "g1-a0"
