@@ -91,10 +91,13 @@ class RunIndex:
         records, self._cur.run_log = src.read_jsonl_from(self.paths.run_dir / src.RUN_LOG, self._cur.run_log)
         self.records.extend(records)
         if self.paths.trainer_dir is None:
-            for r in records:
-                if r.get("event") == "weights" and r.get("path"):
-                    # <work_dir>/weights/v<N>: the trainer's buffer lives in <work_dir>
-                    self.paths = replace(self.paths, trainer_dir=Path(r["path"]).parent.parent)
+            # <work_dir>/weights/v<N> in a weights record: the trainer's buffer lives in <work_dir>; else the
+            # default layout (.t1/run beside .t1/trainer)
+            found = [Path(r["path"]).parent.parent for r in records if r.get("event") == "weights" and r.get("path")]
+            for candidate in [*found, self.paths.run_dir.parent / "trainer"]:
+                if (candidate / src.BUFFER_DB).is_file():
+                    self.paths = replace(self.paths, trainer_dir=candidate)
+                    break
         return bool(records)
 
     def _read_transcripts(self) -> bool:

@@ -10,10 +10,12 @@ index, which each request brings up to date at most once a second (a live run is
 from __future__ import annotations
 
 import time
+from collections import Counter
 from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
@@ -23,7 +25,7 @@ from t1.view import curves
 from t1.view.episodes import EpisodeQuery, SortKey, group_advantages, run_query
 from t1.view.index import RunIndex
 from t1.view.sources import read_locator
-from t1.view.tokens import TokenRole, token_cells
+from t1.view.tokens import TokenRole, cells_html, token_cells
 from t1.view.transcripts import read_transcript
 from t1.view.vocab import Vocab
 
@@ -92,8 +94,10 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
         if trajectory is not None:
             for i, seg in enumerate(trajectory.segments):
                 cells = token_cells(seg, vocab.decode, vocab.eot_ids, vocab.special_ids)
-                counts = {role: sum(c.role is role for c in cells) for role in TokenRole}
-                segments.append({"index": i, "cells": cells, "turns": seg.turns, "counts": counts,
+                tally = Counter(c.role for c in cells)
+                counts = {role: tally.get(role, 0) for role in TokenRole}
+                segments.append({"index": i, "html": Markup(cells_html(cells)), "num_tokens": len(cells),
+                                 "turns": seg.turns, "counts": counts,
                                  "has_routing": seg.routing is not None})
         transcript = read_transcript(index.paths.run_dir / row.transcript) if row.transcript else None
         turn_rewards = dict(enumerate(span.reward for seg in segments for span in seg["turns"]))

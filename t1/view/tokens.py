@@ -10,6 +10,8 @@ the context (tool output and other deltas between turns).
 
 from __future__ import annotations
 
+import html
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -81,9 +83,21 @@ def token_cells(seg: Segment, decode: Callable[[int], str], eot_ids: Sequence[in
                 special_ids: Collection[int] = ()) -> list[TokenCell]:
     """Every position of a segment, in order."""
     roles = token_roles(seg, eot_ids, special_ids)
-    coverage = routing_coverage(seg.routing)
+    coverage: list[float | None] = list(routing_coverage(seg.routing)) or [None] * seg.num_tokens
     lp = np.asarray(seg.logprobs, np.float64)
-    return [TokenCell(pos=i, id=int(seg.token_ids[i]), text=decode(int(seg.token_ids[i])), role=roles[i],
-                      logprob=None if np.isnan(lp[i]) else float(lp[i]), version=int(seg.policy_versions[i]),
-                      routing=coverage[i] if coverage else None)
-            for i in range(seg.num_tokens)]
+    logprobs = [None if math.isnan(x) else x for x in lp.tolist()]
+    ids = seg.token_ids.tolist()
+    return [TokenCell(pos, tid, decode(tid), role, logprob, version, routing)
+            for pos, (tid, role, logprob, version, routing)
+            in enumerate(zip(ids, roles, logprobs, seg.policy_versions.tolist(), coverage, strict=True))]
+
+
+def cells_html(cells: Sequence[TokenCell]) -> str:
+    """The token view's spans, one per position (built here, not in the template: segments run to 10^5 tokens)."""
+    def span(c: TokenCell) -> str:
+        lp = "" if c.logprob is None else repr(c.logprob)
+        r = "" if c.routing is None else repr(c.routing)
+        return (f'<span class="tok role-{c.role.value}" data-p="{c.pos}" data-id="{c.id}" data-lp="{lp}" '
+                f'data-v="{c.version}" data-r="{r}">{html.escape(c.text, quote=False)}</span>')
+
+    return "".join(span(c) for c in cells)

@@ -126,3 +126,14 @@ def test_no_trackers_configured_imports_neither(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert not (tmp_path / "tensorboard").exists() and not (tmp_path / "wandb").exists()
+
+
+def test_bad_tracker_config_and_missing_package_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from t1.config import ConfigError, validate
+
+    with pytest.raises(ConfigError) as err:
+        validate({"metrics": {"trackers": ["tensorboard", "mlflow"]}})
+    assert "metrics.trackers[1]" in str(err.value) and "mlflow" in str(err.value)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now raises ImportError
+    with pytest.raises(RuntimeError, match="'wandb' but the wandb package is not installed"):
+        open_trackers(MetricsConfig(trackers=["wandb"]), tmp_path, "x")
