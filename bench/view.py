@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import http.client
 import json
+import os
 import platform
 import re
 import shutil
@@ -41,6 +42,7 @@ from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 from t1.trajectory.codec import encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan, VerifierSummary
 
+LONG_ID = "sqlite-train-1000-long-a0"
 FAMILIES = ("sqlite", "process_service", "git_repair", "log_parse", "http_config")
 
 
@@ -65,7 +67,8 @@ def make_trajectory(rng: np.random.Generator, tid: str, task: str, group: str, a
 
 
 def make_run_dir(root: Path, episodes: int, group_size: int, groups_per_step: int, spool_share: float,
-                 tokens: int, turns: int, layers: int, top_k: int, seed: int = 0) -> dict[str, float]:
+                 tokens: int, turns: int, layers: int, top_k: int, long_tokens: int = 0,
+                 seed: int = 0) -> dict[str, float]:
     """Write a run directory of `episodes` trajectories with T1's writers; returns how long each part took."""
     rng = np.random.default_rng(seed)
     run, trainer = root / "run", root / "trainer"
@@ -114,6 +117,11 @@ def make_run_dir(root: Path, episodes: int, group_size: int, groups_per_step: in
     buffer.close()
     written = time.perf_counter() - t0
 
+    if long_tokens:
+        # one long episode as production makes them: 48 layers x top-8 routing on every position
+        spooled.append(make_trajectory(rng, LONG_ID, "sqlite-train-1000", "long", 0, version, long_tokens,
+                                       max(turns, long_tokens // 256), 48, 8))
+
     async def spool_them() -> None:
         spool = Spool.open(run / "spool", 1 << 40, 64 << 20, fsync=False)
         for t in spooled:
@@ -154,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=8)
     p.add_argument("--layers", type=int, default=4, help="routing layers recorded per token")
     p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--long-tokens", type=int, default=32768,
+                   help="also spool one episode this long, with 48x8 routing (0: none)")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--dir", type=Path, default=None, help="generate here (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the generated run directory")
@@ -161,17 +171,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="t1-bench-view-"))
+    load_before = round(os.getloadavg()[0], 2)  # the machine is shared: say how busy it was
     try:
         if not (root / "run" / "run.jsonl").is_file():
             made = make_run_dir(root, args.episodes, args.group_size, args.groups_per_step, args.spool_share,
-                                args.tokens, args.turns, args.layers, args.top_k)
+                                args.tokens, args.turns, args.layers, args.top_k, args.long_tokens)
             print(f"generated {args.episodes} episodes in {made['total_s']:.1f}s at {root}", flush=True)
-        result = measure(root / "run", args.reps)
+        result = measure(root / "run", args.reps, args.long_tokens)
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
     result["settings"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
-    result["machine"] = {"cpu": cpu_name(), "python": platform.python_version(), "platform": platform.platform()}
+    result["machine"] = {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+                         "platform": platform.platform(),
+                         "loadavg_1m_before_after": [load_before, round(os.getloadavg()[0], 2)]}
     print(f"\nt1 view on {result['episodes']} episodes: indexed in {result['index_s']:.2f}s "
           f"({result['rss_mb']:.0f} MB resident)")
     print(f"{'page':<44} {'median ms':>10} {'p90 ms':>8} {'KB':>8}")
@@ -183,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(run_dir: Path, reps: int) -> dict:
+def measure(run_dir: Path, reps: int, long_tokens: int) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "t1.cli.main", "view", str(run_dir), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -198,28 +211,30 @@ def measure(run_dir: Path, reps: int) -> dict:
         first = fetch(conn, "/episodes?sort=reward&page=3")
         conn.request("GET", "/episodes?family=sqlite&source=train")
         html = conn.getresponse().read().decode()
-        episode = re.search(r'href="/episodes/([^"?]+)"', html)
-        group = re.search(r'href="/groups/([^"?]+)"', html)
-        assert episode and group, "the episodes page lists no episode"
+        episodes = [e for e in re.findall(r'href="/episodes/([^"?]+)"', html) if e != LONG_ID]
+        groups = [g for g in re.findall(r'href="/groups/([^"?]+)"', html) if g != "long"]
+        assert episodes and groups, "the episodes page lists no episode"
         pages = {
             "/episodes (newest first)": "/episodes",
             "/episodes?sort=reward&order=asc&page=100": "/episodes?sort=reward&order=asc&page=100",
             "/episodes?family=sqlite&min_reward=2&sort=tokens": "/episodes?family=sqlite&min_reward=2&sort=tokens",
             "/ (run: curves, stages, evals)": "/",
-            "/episodes/<id> (turns + token view)": f"/episodes/{episode.group(1)}",
-            "/groups/<id>": f"/groups/{group.group(1)}",
+            "/episodes/<id> (turns + token view)": f"/episodes/{episodes[0]}",
+            "/groups/<id>": f"/groups/{groups[0]}",
         }
+        if long_tokens:
+            pages[f"/episodes/<id> ({long_tokens}-token episode)"] = f"/episodes/{LONG_ID}"
         rows = {}
         for name, path in pages.items():
             times, size = [], 0
-            for _ in range(reps):
+            for _ in range(reps if "token episode" not in name else max(3, reps // 5)):
                 dt, status, size = fetch(conn, path)
                 if status != 200:
                     raise SystemExit(f"{path}: HTTP {status}")
                 times.append(dt * 1000)
             times.sort()
             rows[name] = {"path": path, "median_ms": statistics.median(times),
-                          "p90_ms": times[int(0.9 * (len(times) - 1))], "kb": size / 1024, "reps": reps}
+                          "p90_ms": times[int(0.9 * (len(times) - 1))], "kb": size / 1024, "reps": len(times)}
         rss = _rss_mb(proc.pid)
         return {"episodes": int(m.group(1)), "index_s": index_s, "first_page_ms": first[0] * 1000,
                 "rss_mb": rss, "pages": rows}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -56,7 +56,7 @@ class EpisodeRow:
     max_version: int
     finished: float
     locator: Locator | None = None  # None: no trajectory record (eval attempts)
-    transcript: str = ""            # path of the transcript, relative to the run dir
+    subdir: str = "train"           # where its transcript is: transcripts/<subdir>/<task>/<id>[-<hex>].md
     trained_step: int | None = None
 
     @property
@@ -157,8 +157,10 @@ class EpisodeQuery:
                 and (self.max_reward is None or r.reward <= self.max_reward)
                 and (self.version is None or r.min_version <= self.version <= r.max_version))
 
-    def with_page(self, page: int) -> EpisodeQuery:
-        return replace(self, page=page)
+    @property
+    def has_filters(self) -> bool:
+        return any((self.task, self.family, self.split, self.status, self.source, self.infra,
+                    self.min_reward is not None, self.max_reward is not None, self.version is not None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,16 +171,25 @@ class EpisodePage:
     num_pages: int
 
 
-def run_query(rows: Sequence[EpisodeRow], q: EpisodeQuery, page_size: int = PAGE_SIZE) -> EpisodePage:
-    """Filter, sort (stable, by id second) and cut one page."""
-    hits = [r for r in rows if q.matches(r)]
-    key = _SORT[q.sort]
-    hits.sort(key=lambda r: r.id)
-    hits.sort(key=key, reverse=q.descending)
+def sort_rows(rows: Sequence[EpisodeRow], key: SortKey, descending: bool) -> list[EpisodeRow]:
+    """Rows in the table's order: by `key`, ties by id (stable)."""
+    out = sorted(rows, key=lambda r: r.id)
+    out.sort(key=_SORT[key], reverse=descending)
+    return out
+
+
+def page_of(sorted_rows: Sequence[EpisodeRow], q: EpisodeQuery, page_size: int = PAGE_SIZE) -> EpisodePage:
+    """Filter rows already in q's order and cut one page (a page past the end is the last page)."""
+    hits = [r for r in sorted_rows if q.matches(r)] if q.has_filters else sorted_rows
     num_pages = max(1, -(-len(hits) // page_size))
     page = min(q.page, num_pages)
     start = (page - 1) * page_size
     return EpisodePage(tuple(hits[start:start + page_size]), len(hits), page, num_pages)
+
+
+def run_query(rows: Sequence[EpisodeRow], q: EpisodeQuery, page_size: int = PAGE_SIZE) -> EpisodePage:
+    """Sort, filter and cut one page."""
+    return page_of(sort_rows(rows, q.sort, q.descending), q, page_size)
 
 
 def group_advantages(rewards: Sequence[float]) -> list[float]:

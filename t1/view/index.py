@@ -8,13 +8,14 @@ episode page. The index only reads (t1/view/sources.py).
 
 Episodes come from the trainer buffer (every trajectory the trainer accepted), the spool (those
 not yet accepted), the warm start's demonstrations, and eval jobs' attempts (summary rows; the
-coordinator keeps no tokens of eval episodes). Transcripts are matched by episode id.
+coordinator keeps no tokens of eval episodes). A transcript is looked up where the coordinator
+writes it (transcripts/<train|demos|eval/JOB>/<task>/<episode>.md) when its page is opened.
 """
 
 from __future__ import annotations
 
+import glob
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -48,8 +49,6 @@ class _Cursor:
     buffer_seq: int = 0
     demos_size: int = -1
     jobs_mtime: float = -1.0
-    dir_mtimes: dict[Path, int] = field(default_factory=dict)
-    subdirs: dict[Path, list[Path]] = field(default_factory=dict)
 
 
 class RunIndex:
@@ -63,8 +62,7 @@ class RunIndex:
         self.jobs: list[tuple[JobRow, list[tuple[AttemptOutcome, float]]]] = []
         self._episodes: dict[str, EpisodeRow] = {}
         self.episodes: list[EpisodeRow] = []
-        self._transcripts: dict[str, str] = {}
-        self._eval_names: dict[str, str] = {}
+        self._transcripts: dict[str, Path] = {}
         self._facets: tuple[int, dict[str, list[str]]] = (-1, {})
         self._cur = _Cursor()
         self._lock = threading.Lock()
@@ -81,7 +79,7 @@ class RunIndex:
             if not force and now - self._last_refresh < self.refresh_s:
                 return
             self._last_refresh = now
-            changed = self._read_run_log() | self._read_transcripts()
+            changed = self._read_run_log()
             changed |= self._read_buffer() | self._read_spool() | self._read_demos() | self._read_jobs()
             if changed:
                 self.episodes = sorted(self._episodes.values(), key=lambda r: (r.finished, r.id))
@@ -100,46 +98,17 @@ class RunIndex:
                     break
         return bool(records)
 
-    def _read_transcripts(self) -> bool:
-        root = self.paths.run_dir / src.TRANSCRIPTS
-        if not root.is_dir() or not self._scan_dir(root):
-            return False
-        self._eval_names = {stem.rsplit("-", 1)[0]: stem for stem in self._transcripts if stem.startswith("eval-")}
-        for eid, row in self._episodes.items():
-            if not row.transcript and eid in self._transcripts:
-                self._episodes[eid] = replace(row, transcript=self._transcripts[eid])
-        return True
-
-    def _scan_dir(self, directory: Path) -> bool:
-        """Pick up new transcripts: one stat per directory; only a directory whose mtime moved is listed again."""
-        mtime = directory.stat().st_mtime_ns
-        changed = False
-        if self._cur.dir_mtimes.get(directory) != mtime:
-            self._cur.dir_mtimes[directory] = mtime
-            subdirs = []
-            with os.scandir(directory) as entries:
-                for e in entries:
-                    if e.is_dir():
-                        subdirs.append(Path(e.path))
-                    elif e.name.endswith(".md"):
-                        self._transcripts[e.name[:-3]] = str(Path(e.path).relative_to(self.paths.run_dir))
-            self._cur.subdirs[directory] = subdirs
-            changed = True
-        for sub in self._cur.subdirs.get(directory, []):
-            changed |= self._scan_dir(sub)
-        return changed
-
     def _add(self, row: EpisodeRow) -> None:
-        transcript = self._transcripts.get(row.id, "")
-        self._episodes[row.id] = replace(row, transcript=transcript) if transcript else row
+        self._episodes[row.id] = row
 
     def _read_buffer(self) -> bool:
         db = self.paths.buffer_db
         if db is None or not db.is_file():
             return False
-        rows = src.buffer_rows_after(db, self._cur.buffer_seq)
-        for r in rows:
+        new_rows = 0
+        for r in src.buffer_rows_after(db, self._cur.buffer_seq):
             self._cur.buffer_seq = r.seq
+            new_rows += 1
             try:
                 t = decode_trajectory(r.payload)
             except CodecError as exc:
@@ -147,10 +116,9 @@ class RunIndex:
                 continue
             self._add(replace(summarize(t, Source.TRAIN, "train", Locator(db, row_id=r.id), r.received),
                               trained_step=r.consumed_step))
-        steps = src.buffer_steps(db)
-        changed = bool(rows) or len(steps) != len(self.steps)
+        changed = bool(new_rows) or src.buffer_step_count(db) != len(self.steps)
         if changed:
-            self.steps = steps
+            self.steps = src.buffer_steps(db)
             consumed = src.buffer_consumed(db)
             for eid, step in consumed.items():
                 row = self._episodes.get(eid)
@@ -192,7 +160,7 @@ class RunIndex:
             return False
         mtime = path.stat().st_mtime
         for t, loc in src.demo_records(path):
-            self._add(summarize(t, Source.DEMO, "train", loc, mtime))
+            self._add(replace(summarize(t, Source.DEMO, "train", loc, mtime), subdir="demos"))
         return True
 
     def _read_jobs(self) -> bool:
@@ -207,20 +175,32 @@ class RunIndex:
         self.jobs = src.eval_jobs(db)
         for job, attempts in self.jobs:
             for o, finished in attempts:
-                eid = self._eval_episode_id(job.job_id, o)
+                # the coordinator's names: group eval-<job>-<task>, episode <group>-a<k>-<hex> (hex: in the transcript's name)
+                group = f"eval-{job.job_id}-{o.task_id}"
                 self._add(EpisodeRow(
-                    id=eid, task_id=o.task_id, family=task_family(o.task_id), split="eval", source=Source.EVAL,
-                    group_id=f"{job.job_id}:{o.task_id}", attempt=o.attempt, status=o.status, reward=o.reward,
+                    id=f"{group}-a{o.attempt}", task_id=o.task_id, family=task_family(o.task_id), split="eval",
+                    source=Source.EVAL, group_id=group, attempt=o.attempt, status=o.status, reward=o.reward,
                     passed=o.passed, total=o.total, num_turns=o.turns, num_tokens=o.tokens, num_segments=0,
-                    min_version=-1, max_version=-1, finished=finished))
+                    min_version=-1, max_version=-1, finished=finished, subdir=f"eval/{job.job_id}"))
         return True
 
-    def _eval_episode_id(self, job_id: str, o: AttemptOutcome) -> str:
-        """The episode id of an eval attempt: its transcript's name (eval-<job>-<task>-a<k>-<hex>) when found."""
-        key = f"eval-{job_id}-{o.task_id}-a{o.attempt}"
-        return self._eval_names.get(key, key)
-
     # -- reads -----------------------------------------------------------------------------------
+    def transcript_path(self, row: EpisodeRow) -> Path | None:
+        """The episode's transcript, where the coordinator writes it (None while there is none)."""
+        found = self._transcripts.get(row.id)
+        if found is not None:
+            return found
+        folder = self.paths.run_dir / src.TRANSCRIPTS / row.subdir / row.task_id.replace("/", "__")
+        if row.source is Source.EVAL:  # a resumed attempt may have left more than one: the latest is the result
+            hits = sorted(folder.glob(f"{glob.escape(row.id)}-*.md"), key=lambda p: p.stat().st_mtime)
+            path = hits[-1] if hits else None
+        else:
+            path = folder / f"{row.id}.md"
+        if path is None or not path.is_file():
+            return None
+        self._transcripts[row.id] = path
+        return path
+
     def episode(self, episode_id: str) -> EpisodeRow | None:
         return self._episodes.get(episode_id)
 

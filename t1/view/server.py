@@ -22,7 +22,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from t1.view import curves
-from t1.view.episodes import EpisodeQuery, SortKey, group_advantages, run_query
+from t1.view.episodes import EpisodeQuery, EpisodeRow, SortKey, group_advantages, page_of, sort_rows
 from t1.view.index import RunIndex
 from t1.view.sources import read_locator
 from t1.view.tokens import TokenRole, cells_html, token_cells
@@ -49,6 +49,8 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
     env = _env()
     plotly = _plotly_js()
 
+    orders: dict[tuple[int, SortKey, bool], list[EpisodeRow]] = {}
+
     def page(template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         html = env.get_template(template).render(run_dir=str(index.paths.run_dir), **ctx)
         return HTMLResponse(html, status_code=status)
@@ -72,7 +74,14 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
             q = EpisodeQuery.from_params(request.query_params)
         except ValueError as exc:
             return page("error.html", status=400, message=str(exc))
-        result = run_query(index.episodes, q)
+        key = (index.generation, q.sort, q.descending)
+        view = orders.get(key)
+        if view is None:  # the table's orders are kept until the index changes
+            view = sort_rows(index.episodes, q.sort, q.descending)
+            for old in [k for k in orders if k[0] != index.generation]:
+                orders.pop(old, None)
+            orders[key] = view
+        result = page_of(view, q)
         params = {k: v for k, v in request.query_params.items() if k not in ("page", "sort", "order")}
         return page("episodes.html", result=result, q=q, facets=index.facets(), params=params,
                     sort_keys=[k.value for k in SortKey])
@@ -99,10 +108,12 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
                 segments.append({"index": i, "html": Markup(cells_html(cells)), "num_tokens": len(cells),
                                  "turns": seg.turns, "counts": counts,
                                  "has_routing": seg.routing is not None})
-        transcript = read_transcript(index.paths.run_dir / row.transcript) if row.transcript else None
+        transcript_path = index.transcript_path(row)
+        transcript = read_transcript(transcript_path) if transcript_path else None
         turn_rewards = dict(enumerate(span.reward for seg in segments for span in seg["turns"]))
         return page("episode.html", row=row, trajectory=trajectory, segments=segments, transcript=transcript,
                     turn_rewards=turn_rewards,
+                    transcript_path=transcript_path.relative_to(index.paths.run_dir) if transcript_path else None,
                     roles=list(TokenRole), has_vocab=vocab.tokenizer is not None)
 
     def group_page(request: Request) -> Response:
@@ -114,7 +125,7 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
         scored = [r for r in rows if not r.infra_error]
         adv = dict(zip((r.id for r in scored), group_advantages([r.reward for r in scored]), strict=True))
         attempts = [{"row": r, "advantage": adv.get(r.id),
-                     "transcript": read_transcript(index.paths.run_dir / r.transcript) if r.transcript else None}
+                     "transcript": read_transcript(p) if (p := index.transcript_path(r)) else None}
                     for r in rows]
         return page("group.html", group_id=group_id, attempts=attempts)
 

@@ -128,12 +128,19 @@ class BufferRow:
     payload: bytes
 
 
-def buffer_rows_after(db_path: Path, seq: int) -> list[BufferRow]:
-    """Trainer buffer rows with seq > `seq`, oldest first."""
+def buffer_rows_after(db_path: Path, seq: int) -> Iterator[BufferRow]:
+    """Trainer buffer rows with seq > `seq`, oldest first, streamed (a buffer holds GBs of records)."""
     with connect_ro(db_path) as db:
-        rows = db.execute("SELECT seq, id, group_id, received, consumed_step, payload FROM trajectories "
-                          "WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
-    return [BufferRow(int(s), i, g, float(r), c, bytes(p)) for s, i, g, r, c, p in rows]
+        cur = db.execute("SELECT seq, id, group_id, received, consumed_step, payload FROM trajectories "
+                         "WHERE seq > ? ORDER BY seq", (seq,))
+        while chunk := cur.fetchmany(64):
+            for s, i, g, r, c, p in chunk:
+                yield BufferRow(int(s), i, g, float(r), c, bytes(p))
+
+
+def buffer_step_count(db_path: Path) -> int:
+    with connect_ro(db_path) as db:
+        return int(db.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
 
 
 def buffer_consumed(db_path: Path) -> dict[str, int]:
