@@ -31,5 +31,7 @@ def smoke_run(tiny_model_dir: Path) -> Iterator[SmokeRun]:
     """The smoke-sized local run (tests/smoke_run.py), made once per session; treat its files as read-only."""
     root = Path(tempfile.mkdtemp(prefix="t1-smoke-run-"))
     root.chmod(0o711)  # sandbox users must traverse to their trees
-    yield run_smoke(root, tiny_model_dir)
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        yield run_smoke(root, tiny_model_dir)
+    finally:  # also when the run itself failed or timed out
+        shutil.rmtree(root, ignore_errors=True)

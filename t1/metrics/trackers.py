@@ -133,7 +133,12 @@ class WandbSink:
         self._run.log({**scalars, STEP_KEY: step})
 
     def close(self) -> None:
+        import wandb
+
         self._run.finish()
+        # finish() can return before W&B's service process has written the run file; teardown waits for it
+        # (the coordinator has one W&B run: stopping the service here stops nothing else)
+        wandb.teardown()
 
 
 class Trackers:

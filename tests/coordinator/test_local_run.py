@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from smoke_run import SmokeRun, small_config
+from smoke_run import SMOKE_TIMEOUT, SmokeRun, small_config
 from smoke_run import start_coordinator as _start
 
 from t1.coordinator.spool import Spool
@@ -32,6 +32,7 @@ def _events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
 
 
+@SMOKE_TIMEOUT
 def test_local_run_end_to_end_small(smoke_run: SmokeRun) -> None:
     # The session's shared smoke run (tests/conftest.py), with the trackers on: they change nothing here.
     root, log = smoke_run.root, smoke_run.log

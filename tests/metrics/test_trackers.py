@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from smoke_run import SmokeRun
+from smoke_run import SMOKE_TIMEOUT, SmokeRun
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from t1.config.service import MetricsConfig
@@ -34,6 +34,7 @@ def _scalars(run_dir: Path) -> EventAccumulator:
     return acc
 
 
+@SMOKE_TIMEOUT
 def test_tensorboard_events_of_the_smoke_run_hold_every_design_metric(smoke_run: SmokeRun) -> None:
     assert smoke_run.rc == 0, smoke_run.log[-4000:]
     acc = _scalars(smoke_run.run_dir)
@@ -60,14 +61,26 @@ def test_tensorboard_events_of_the_smoke_run_hold_every_design_metric(smoke_run:
     assert turns == sorted(turns) and turns[-1] > 0
 
 
-def test_wandb_offline_run_is_written(smoke_run: SmokeRun) -> None:
-    assert smoke_run.rc == 0, smoke_run.log[-4000:]
-    runs = list((smoke_run.run_dir / "wandb").glob("wandb/offline-run-*"))
+def test_wandb_offline_run_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B as the coordinator drives it: the run log's records, the real registry, offline (no network)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    from t1.metrics import registry as m
+
+    cfg = MetricsConfig(trackers=["wandb"], tags=["smoke"])
+    trackers = open_trackers(cfg, tmp_path, "local-small", {"name": "local-small", "seed": 3})
+    assert trackers is not None
+    log = RunLog(tmp_path / "run.jsonl", trackers)
+    m.set_trainer_metrics({"kl": 0.25})
+    log.write("status", stage="training", trainer_step=0)
+    log.write("trainer", step=1, metrics={"kl": 0.25, "entropy": 4.5})
+    log.close()  # finishes the W&B run
+    runs = list((tmp_path / "wandb").glob("wandb/offline-run-*"))
     assert len(runs) == 1, runs
     data = list(runs[0].glob("run-*.wandb"))
     assert len(data) == 1 and data[0].stat().st_size > 0
     blob = data[0].read_bytes()
-    for needle in (b"t1_kl", b"t1_episode_reward", b"trainer/step", b"local-small", b"smoke"):
+    for needle in (b"t1_kl", b"t1_episode_reward", b"trainer/entropy", b"trainer/step", b"local-small", b"smoke"):
         assert needle in blob, f"{needle!r} is not in the W&B run file"
 
 

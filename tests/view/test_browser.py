@@ -24,12 +24,13 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
-from smoke_run import SmokeRun
+from smoke_run import SMOKE_TIMEOUT, SmokeRun
 
 from t1.trajectory.codec import decode_trajectory
 from t1.trajectory.types import Trajectory
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+pytestmark = SMOKE_TIMEOUT  # the first test here may be the one that starts the session's smoke run
 
 
 @pytest.fixture(scope="module")
