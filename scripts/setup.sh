@@ -6,11 +6,12 @@ cd "$(dirname "$0")/.."
 
 VENV=${T1_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-SYSTEM_PACKAGES=(openssh-server openssh-client bubblewrap slirp4netns g++ tmux openssl git)
+# chromium + chromium-driver: the headless browser the viewer's tests drive (tests/view).
+SYSTEM_PACKAGES=(openssh-server openssh-client bubblewrap slirp4netns g++ tmux openssl git chromium chromium-driver)
 STAMP="$VENV/.t1-setup-$(sha256sum pyproject.toml | cut -c1-16)"
 
 missing=()
-for cmd in /usr/sbin/sshd bwrap slirp4netns g++ tmux openssl git; do
+for cmd in /usr/sbin/sshd bwrap slirp4netns g++ tmux openssl git chromium chromedriver; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
 done
 if ((${#missing[@]})); then

@@ -15,11 +15,12 @@ COMMAND_MODULES = (
     "t1.cli.sandbox_cmd",
     "t1.cli.spool_cmd",
     "t1.cli.tasks_cmd",
+    "t1.cli.view_cmd",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="t1", description="T1 client: configs, models, sandboxes, tasks and eval jobs.")
+    parser = argparse.ArgumentParser(prog="t1", description="T1 client: configs, models, sandboxes, tasks, eval jobs and the run viewer.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

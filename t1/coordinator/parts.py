@@ -35,6 +35,7 @@ from t1.coordinator.trainer_link import TrainerLink
 from t1.coordinator.weights import WeightSync
 from t1.metrics.http import MetricsServer, start_metrics_server
 from t1.metrics.runlog import RunLog
+from t1.metrics.trackers import open_trackers
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
@@ -87,7 +88,8 @@ class Parts:
     @classmethod
     async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str], state: RunState) -> Parts:
         run_dir.mkdir(parents=True, exist_ok=True)
-        runlog = RunLog(cfg.metrics.run_log or run_dir / "run.jsonl")
+        runlog = RunLog(cfg.metrics.run_log or run_dir / "run.jsonl",
+                        open_trackers(cfg.metrics, run_dir, cfg.name, cfg.model_dump(mode="json")))
         metrics = start_metrics_server(cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port is not None else None
         renderers = await asyncio.to_thread(make_renderers, cfg.inference.model.path)
         provider = build_provider(cfg.sandbox)

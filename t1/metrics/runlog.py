@@ -1,4 +1,8 @@
-"""The JSONL run log: one JSON object per line with a timestamp and an event name, flushed per line."""
+"""The JSONL run log: one JSON object per line with a timestamp and an event name, flushed per line.
+
+Trackers (TensorBoard, W&B; t1/metrics/trackers.py) hang off the run log: every record written is
+also offered to them, so they see the same moments the log does.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,10 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from t1.metrics.trackers import Trackers
 
 
 def _clean(value: Any) -> Any:
@@ -24,9 +31,10 @@ def _clean(value: Any) -> Any:
 class RunLog:
     """Append-only; a line is a complete JSON object, so a crash never leaves half a record parsed."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, trackers: Trackers | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.trackers = trackers
         self._file: IO[str] | None = path.open("a", encoding="utf-8")
 
     def write(self, event: str, **fields: Any) -> None:
@@ -35,11 +43,15 @@ class RunLog:
         record = {"ts": round(time.time(), 3), "event": event, **_clean(fields)}
         self._file.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
         self._file.flush()
+        if self.trackers is not None:
+            self.trackers.observe(record)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self.trackers is not None:
+            self.trackers.close()
 
 
 def read_run_log(path: Path) -> list[dict[str, Any]]:

@@ -6,18 +6,16 @@ warm-starts, runs PPO, evaluates again and reports; and SIGTERM mid-training end
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
+from smoke_run import SMOKE_TIMEOUT, SmokeRun, small_config
+from smoke_run import start_coordinator as _start
 
 from t1.coordinator.spool import Spool
 
@@ -30,55 +28,15 @@ def root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def small_config(root: Path, model_dir: Path, max_steps: int = 1) -> dict:
-    return {
-        "name": "local-small",
-        "sandbox": {"provider": "local", "local": {"root": str(root / "sandboxes")}, "pool": {"max_sandboxes": 3}},
-        "tasks": {"sets": {"train": {"path": str(root / "tasks/train"), "split": "train", "synth": 2, "synth_seed": 1},
-                           "heldout": {"path": str(root / "tasks/heldout"), "split": "eval", "synth": 1,
-                                       "synth_seed": 4}},
-                  "train": ["train"], "eval": ["heldout"]},
-        "rollout": {"max_turns": 2, "max_context_tokens": 2048, "group_size": 2, "max_concurrent_episodes": 3,
-                    "sampling": {"max_tokens": 32}},
-        "reward": {"mode": "count"},
-        "inference": {"model": {"path": str(model_dir), "init_preset": "tiny"}, "server": {"max_batch": 4},
-                      "pool": {"num_local_servers": 1, "request_timeout_s": 120}},
-        "trainer": {"work_dir": str(root / "trainer"), "max_steps": max_steps,
-                    "rl": {"groups_per_step": 1, "max_policy_lag": 1, "token_budget": 4096},
-                    "warm_start": {"sft_steps": 1, "critic_warmup_steps": 1,
-                                   "demos_path": str(root / "run/demos.msgpack")}},
-        "coordinator": {"run_dir": str(root / "run"), "server": {"port": 0},
-                        "eval": {"attempts": 1, "concurrency": 2}, "shutdown_grace_s": 5},
-        "metrics": {"port": 0},
-    }
-
-
-def _start(root: Path, cfg: dict) -> tuple[subprocess.Popen[bytes], Path]:
-    path = root / "local.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    out = root / "coordinator.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "t1.cli.coordinator", "--config", str(path)], cwd=root,
-                            stdout=out.open("wb"), stderr=subprocess.STDOUT, env=env)
-    return proc, out
-
-
 def _events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "run.jsonl").read_text().splitlines()]
 
 
-def test_local_run_end_to_end_small(root: Path, tiny_model_dir: Path) -> None:
-    cfg = small_config(root, tiny_model_dir)
-    proc, out = _start(root, cfg)
-    try:
-        rc = proc.wait(270)  # inside pytest's 300 s timeout, so a hang still shows the coordinator's log
-    except subprocess.TimeoutExpired:
-        rc = None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    log = out.read_text(errors="replace")
-    assert rc == 0, log[-6000:]
+@SMOKE_TIMEOUT
+def test_local_run_end_to_end_small(smoke_run: SmokeRun) -> None:
+    # The session's shared smoke run (tests/conftest.py), with the trackers on: they change nothing here.
+    root, log = smoke_run.root, smoke_run.log
+    assert smoke_run.rc == 0, log[-6000:]
     report = json.loads((root / "run" / "report.json").read_text())
     # Both evals ran on the held-out set through eval jobs; infra errors are counted, never scored.
     for label in ("before", "after"):

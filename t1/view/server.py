@@ -1,0 +1,146 @@
+"""`t1 view`'s web app: a Starlette app over a RunIndex, pages rendered with Jinja2, charts drawn by plotly.js.
+
+Routes: `/` the run (curves, stage timeline, eval jobs), `/episodes` the table (filters, sort, pages),
+`/episodes/{id}` one episode (turns, verifier, token view), `/groups/{id}` a group's attempts side by
+side, `/assets/...` the stylesheet and scripts. Every asset ships in the installed packages (ours and
+plotly's bundled plotly.min.js): no CDN, nothing fetched at run time. Requests are answered from the
+index, which each request brings up to date at most once a second (a live run is followed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from t1.view import curves
+from t1.view.episodes import EpisodeQuery, EpisodeRow, SortKey, group_advantages, page_of, sort_rows
+from t1.view.index import RunIndex
+from t1.view.sources import read_locator
+from t1.view.tokens import TokenRole, cells_html, token_cells
+from t1.view.transcripts import read_transcript
+from t1.view.vocab import Vocab
+
+_ASSETS = {"view.css": "text/css", "view.js": "text/javascript"}
+_CACHE = {"Cache-Control": "max-age=3600"}
+
+
+def _plotly_js() -> bytes:
+    return (resources.files("plotly") / "package_data" / "plotly.min.js").read_bytes()
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("t1.view", "templates"), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda v, d=3: "" if v is None else (f"{v:.{d}g}" if isinstance(v, float) else str(v))
+    env.filters["clock"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+    return env
+
+
+def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
+    env = _env()
+    plotly = _plotly_js()
+
+    orders: dict[tuple[int, SortKey, bool], list[EpisodeRow]] = {}
+
+    def page(template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        html = env.get_template(template).render(run_dir=str(index.paths.run_dir), **ctx)
+        return HTMLResponse(html, status_code=status)
+
+    def run_page(request: Request) -> Response:
+        index.refresh()
+        charts = curves.run_charts(index.records, index.steps, index.episodes)
+        evals = curves.eval_rows(index.jobs)
+        labels, compare = curves.comparison(evals)
+        timeline = curves.stage_timeline(index.records)
+        total_s = timeline[-1].end_s if timeline else 0.0
+        start = next((r for r in index.records if r.get("event") == "start"), {})
+        return page("run.html", charts=charts, charts_json=[c.as_json() for c in charts], evals=evals,
+                    labels=labels, label_names=curves.LABEL_NAMES, compare=compare, timeline=timeline,
+                    total_s=total_s, name=start.get("name", ""), num_episodes=len(index.episodes),
+                    num_steps=len(index.steps), records=len(index.records))
+
+    def episodes_page(request: Request) -> Response:
+        index.refresh()
+        try:
+            q = EpisodeQuery.from_params(request.query_params)
+        except ValueError as exc:
+            return page("error.html", status=400, message=str(exc))
+        key = (index.generation, q.sort, q.descending)
+        view = orders.get(key)
+        if view is None:  # the table's orders are kept until the index changes
+            view = sort_rows(index.episodes, q.sort, q.descending)
+            for old in [k for k in orders if k[0] != index.generation]:
+                orders.pop(old, None)
+            orders[key] = view
+        result = page_of(view, q)
+        params = {k: v for k, v in request.query_params.items() if k not in ("page", "sort", "order")}
+        return page("episodes.html", result=result, q=q, facets=index.facets(), params=params,
+                    sort_keys=[k.value for k in SortKey])
+
+    def episode_page(request: Request) -> Response:
+        index.refresh()
+        row = index.episode(request.path_params["episode_id"])
+        if row is None:
+            return page("error.html", status=404, message=f"no episode {request.path_params['episode_id']!r} "
+                                                           f"in {index.paths.run_dir}")
+        try:
+            trajectory = read_locator(row.locator) if row.locator is not None else None
+        except (FileNotFoundError, KeyError):
+            # the spool file was acknowledged and deleted since the index saw it: the trainer's buffer has it now
+            index.refresh(force=True)
+            row = index.episode(row.id) or row
+            trajectory = read_locator(row.locator) if row.locator is not None else None
+        segments: list[dict[str, Any]] = []
+        if trajectory is not None:
+            for i, seg in enumerate(trajectory.segments):
+                cells = token_cells(seg, vocab.decode, vocab.eot_ids, vocab.special_ids)
+                tally = Counter(c.role for c in cells)
+                counts = {role: tally.get(role, 0) for role in TokenRole}
+                segments.append({"index": i, "html": Markup(cells_html(cells)), "num_tokens": len(cells),
+                                 "turns": seg.turns, "counts": counts,
+                                 "has_routing": seg.routing is not None})
+        transcript_path = index.transcript_path(row)
+        transcript = read_transcript(transcript_path) if transcript_path else None
+        turn_rewards = dict(enumerate(span.reward for seg in segments for span in seg["turns"]))
+        return page("episode.html", row=row, trajectory=trajectory, segments=segments, transcript=transcript,
+                    turn_rewards=turn_rewards,
+                    transcript_path=transcript_path.relative_to(index.paths.run_dir) if transcript_path else None,
+                    roles=list(TokenRole), has_vocab=vocab.tokenizer is not None)
+
+    def group_page(request: Request) -> Response:
+        index.refresh()
+        group_id = request.path_params["group_id"]
+        rows = index.group(group_id)
+        if not rows:
+            return page("error.html", status=404, message=f"no group {group_id!r} in {index.paths.run_dir}")
+        scored = [r for r in rows if not r.infra_error]
+        adv = dict(zip((r.id for r in scored), group_advantages([r.reward for r in scored]), strict=True))
+        attempts = [{"row": r, "advantage": adv.get(r.id),
+                     "transcript": read_transcript(p) if (p := index.transcript_path(r)) else None}
+                    for r in rows]
+        return page("group.html", group_id=group_id, attempts=attempts)
+
+    def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "plotly.min.js":
+            return Response(plotly, media_type="text/javascript", headers=_CACHE)
+        if name not in _ASSETS:
+            return PlainTextResponse(f"no asset {name!r}", status_code=404)
+        return Response((resources.files("t1.view") / "assets" / name).read_bytes(), media_type=_ASSETS[name])
+
+    return Starlette(routes=[
+        Route("/", run_page),
+        Route("/episodes", episodes_page),
+        Route("/episodes/{episode_id:path}", episode_page),
+        Route("/groups/{group_id:path}", group_page),
+        Route("/assets/{name}", asset),
+    ])
