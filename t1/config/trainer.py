@@ -38,7 +38,9 @@ class RlConfig(Section):
     max_policy_lag: int = Field(4, ge=0, description="Drop tokens sampled more than this many versions ago.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
     groups_per_step: int = Field(4, ge=1, description="Complete groups per PPO step.")
-    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch.")
+    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch: sequences packed into one row up to this length.")
+    logprob_chunk_tokens: int = Field(
+        1024, ge=0, description="Action tokens per chunk of the output projection and log-softmax; 0: full logits.")
     routing_replay: bool = Field(True, description="Replay recorded MoE routing (R3).")
 
 

@@ -91,8 +91,7 @@ class TrainerCore:
         self.buffer = TrajectoryBuffer(self.work_dir / "buffer.sqlite") if ds.rank() == 0 else None
         policy = load_policy(src).to(self.device)
         critic = load_critic(tc.critic_path or src).to(self.device)
-        lr_policy = None
-        self.policy = ds.build_engine(policy, tc.deepspeed, lr_policy, tc.activation_checkpointing)
+        self.policy = ds.build_engine(policy, tc.deepspeed, None, tc.activation_checkpointing)
         self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing)
         reference = None
         if tc.rl.kl_coef > 0:
