@@ -68,7 +68,9 @@ class TrainerConfig(Section):
     work_dir: Path = Field(Path(".t1/trainer"), description="Buffer, checkpoints and published weights.")
     policy_path: Path | None = Field(None, description="Policy model folder; null uses inference.model.path.")
     critic_path: Path | None = Field(None, description="Critic model folder; null initialises from the policy.")
-    activation_checkpointing: bool = Field(False, description="Recompute transformer layers in backward.")
+    activation_checkpointing: bool = Field(False, description="Recompute every decoder layer in backward, whatever the row length.")
+    activation_checkpointing_tokens: int = Field(
+        4096, ge=1, description="Rows of at least this many tokens recompute each decoder layer in backward.")
     keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
     max_steps: int = Field(10, ge=0, description="PPO steps before the run stops.")

@@ -97,7 +97,8 @@ class TrainerCore:
         if tc.rl.kl_coef > 0:
             reference = load_policy(src).to(self.device).eval().requires_grad_(False)
         self.learner = Learner(self.policy, self.critic, tc.rl, self.device, reference,
-                               temperature=cfg.rollout.sampling.temperature)
+                               temperature=cfg.rollout.sampling.temperature,
+                               checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens)
         routers = find_routers(self.policy.module)
         self.routing_spec = RoutingSpec(len(routers), routers[0].top_k, routers[0].num_experts)
         self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)

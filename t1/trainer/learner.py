@@ -24,7 +24,7 @@ from t1.trainer import losses
 from t1.trainer.advantages import episode_gae, normalize_advantages
 from t1.trainer.batch import TrainSequence
 from t1.trainer.engine import rank, world_size
-from t1.trainer.models import critic_values, maybe_replay
+from t1.trainer.models import checkpoint_layers, critic_values, maybe_replay
 from t1.trainer.packing import (
     PackedBatch,
     actions_of,
@@ -89,10 +89,17 @@ class Learner:
     """Owns the policy and critic engines (and an optional frozen reference) and steps them."""
 
     def __init__(self, policy: Any, critic: Any | None, rl: RlConfig, device: torch.device,
-                 reference: torch.nn.Module | None = None, temperature: float = 1.0) -> None:
+                 reference: torch.nn.Module | None = None, temperature: float = 1.0,
+                 checkpoint_tokens: int | None = None) -> None:
         self.policy, self.critic, self.rl, self.device, self.reference = policy, critic, rl, device, reference
         # Behaviour logprobs are of the sampling distribution: logits / temperature (0 = greedy: none).
         self.temperature = temperature if temperature > 0 else 1.0
+        # Rows of at least this many tokens recompute each decoder layer in backward (None: never).
+        self.checkpoint_tokens = checkpoint_tokens
+
+    def _checkpointing(self, model: Any, batch: PackedBatch) -> None:
+        if self.checkpoint_tokens is not None:
+            checkpoint_layers(model, int(batch.input_ids.shape[1]) >= self.checkpoint_tokens)
 
     def _stats(self, model: Any, batch: PackedBatch, temperature: float | None = None) -> TokenStats:
         return policy_token_stats(model, batch, self.device, chunk_tokens=self.rl.logprob_chunk_tokens,
@@ -182,10 +189,13 @@ class Learner:
                 step_denom = denom / scale if scale else 1.0
                 # One side at a time, so only one engine's graph is alive.
                 if update_policy:
-                    out = losses.ppo_objective(self._policy_inputs(seqs, prep, idx, batch), None, coefs=coefs,
-                                               denom=step_denom)
-                    assert out.policy_loss is not None
-                    self.policy.backward(out.policy_loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
+                    self._checkpointing(self.policy, batch)
+                    # backward inside the replay block: checkpointed layers recompute with the recorded experts
+                    with maybe_replay(self.policy, batch, self.rl.routing_replay):
+                        out = losses.ppo_objective(self._policy_inputs(seqs, prep, idx, batch), None, coefs=coefs,
+                                                   denom=step_denom)
+                        assert out.policy_loss is not None
+                        self.policy.backward(out.policy_loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
                     if scale:
                         sums.add(out)
                 if self.critic is not None:
@@ -212,9 +222,9 @@ class Learner:
 
     def _policy_inputs(self, seqs: Sequence[TrainSequence], prep: Prepared, idx: list[int],
                        batch: PackedBatch) -> losses.PolicyInputs:
+        """The policy side of a micro-batch; call inside the batch's replay block."""
         dev = self.device
-        with maybe_replay(self.policy, batch, self.rl.routing_replay):
-            stats = self._stats(self.policy, batch)
+        stats = self._stats(self.policy, batch)
         ref_logp_N = None
         if self.reference is not None and self.rl.kl_coef > 0:
             with torch.no_grad(), maybe_replay(self.reference, batch, self.rl.routing_replay):
@@ -227,6 +237,7 @@ class Learner:
 
     def _value_inputs(self, prep: Prepared, idx: list[int], batch: PackedBatch) -> losses.ValueInputs:
         dev = self.device
+        self._checkpointing(self.critic, batch)
         values_N = critic_values(self.critic, batch, dev).reshape(-1).index_select(0, batch.action_index.to(dev))
         return losses.ValueInputs(
             values_N=values_N,
@@ -239,6 +250,7 @@ class Learner:
         nll_sum: torch.Tensor | None = None
         tokens = 0
         for _, batch, scale in self._rank_batches(seqs):
+            self._checkpointing(self.policy, batch)
             with maybe_replay(self.policy, batch, self.rl.routing_replay):
                 nll_N = -self._stats(self.policy, batch, temperature=1.0).logp_N  # SFT: plain likelihood
                 self.policy.backward(nll_N.sum() / max(denom, 1.0) * scale, scale_wrt_gas=False)

@@ -20,6 +20,7 @@ from torch import nn
 from t1.routing.adapters import find_routers
 from t1.routing.block import sentinel
 from t1.routing.replay import ReplayStats, replay_routing
+from t1.trainer.attention import use_packed_attention
 from t1.trainer.packing import PackedBatch
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -33,6 +34,7 @@ def load_policy(path: Path, dtype: torch.dtype = torch.float32) -> nn.Module:
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     model.config.use_cache = False
+    use_packed_attention(model)
     return model
 
 
@@ -66,6 +68,7 @@ def load_critic(path: Path, dtype: torch.dtype = torch.float32) -> Critic:
     finally:
         hf_logging.set_verbosity(level)
     backbone.config.use_cache = False
+    use_packed_attention(backbone)
     critic = Critic(backbone, int(backbone.config.hidden_size)).to(dtype)
     head = path / VALUE_HEAD_FILE
     if head.exists():
@@ -99,6 +102,18 @@ def maybe_replay(model: nn.Module, batch: PackedBatch, enabled: bool) -> Iterato
         routing = np.full(rows, sentinel(np.dtype(np.uint8)), dtype=np.uint8)
     with replay_routing(model, routing) as stats:
         yield stats
+
+
+def checkpoint_layers(model: Any, on: bool) -> None:
+    """Recompute each decoder layer in backward (on) or keep its activations (off); cheap when unchanged."""
+    inner: Any = getattr(model, "module", model)  # a DeepSpeed engine wraps the module
+    inner = getattr(inner, "backbone", inner)  # the critic wraps a transformers backbone
+    if bool(inner.is_gradient_checkpointing) == on:
+        return
+    if on:
+        (getattr(inner, "activation_checkpointing_enable", None) or inner.gradient_checkpointing_enable)()
+    else:
+        (getattr(inner, "activation_checkpointing_disable", None) or inner.gradient_checkpointing_disable)()
 
 
 def critic_values(critic: Any, batch: PackedBatch, device: torch.device) -> torch.Tensor:

@@ -50,12 +50,13 @@ class _ChunkedHead(torch.autograd.Function):
         lse_N = torch.empty_like(logp_N)
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
-            z_CV = F.linear(hidden_NH[a:b], weight_VH).to(acc) / temperature
+            z_CV = F.linear(hidden_NH[a:b], weight_VH).to(acc).div_(temperature)
             lse_C = torch.logsumexp(z_CV, dim=-1)
             lse_N[a:b] = lse_C
             logp_N[a:b] = z_CV.gather(-1, targets_N[a:b, None]).squeeze(-1) - lse_C
             logp_CV = z_CV.sub_(lse_C[:, None])
             entropy_N[a:b] = -torch.bmm(logp_CV.exp()[:, None, :], logp_CV[:, :, None]).reshape(-1)
+            del z_CV, logp_CV  # free this chunk's C x V buffers before the next chunk allocates its own
         ctx.save_for_backward(hidden_NH, weight_VH, targets_N, lse_N, entropy_N)
         ctx.temperature, ctx.chunk = temperature, chunk
         return logp_N, entropy_N
@@ -72,21 +73,21 @@ class _ChunkedHead(torch.autograd.Function):
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
             h_CH = hidden_NH[a:b]
-            logp_CV = (F.linear(h_CH, weight_VH).to(acc) / temperature).sub_(lse_N[a:b, None])
+            logp_CV = F.linear(h_CH, weight_VH).to(acc).div_(temperature).sub_(lse_N[a:b, None])
             p_CV = logp_CV.exp()
             g_lp = g_logp_N[a:b, None]
             # d logp_t / dz = onehot_t - p;  d H / dz = -p * (log p + H)
             if g_ent_N is None:
                 dz_CV = p_CV.mul_(-g_lp)
-            else:
-                weight_CV = logp_CV.add_(entropy_N[a:b, None]).mul_(g_ent_N[a:b, None].to(acc)).add_(g_lp)
-                dz_CV = p_CV.mul_(weight_CV).neg_()
+            else:  # logp_CV becomes the per-logit weight of -p in place
+                dz_CV = p_CV.mul_(logp_CV.add_(entropy_N[a:b, None]).mul_(g_ent_N[a:b, None].to(acc)).add_(g_lp)).neg_()
             dz_CV.scatter_add_(-1, targets_N[a:b, None], g_lp)
             dz_CV.div_(temperature)  # z = logits / temperature
             if grad_h is not None:
                 grad_h[a:b] = dz_CV.to(weight_VH.dtype) @ weight_VH
             if grad_w is not None:
                 grad_w.addmm_(dz_CV.t(), h_CH.to(acc))
+            del logp_CV, p_CV, dz_CV
         return grad_h, None if grad_w is None else grad_w.to(weight_VH.dtype), None, None, None
 
 

@@ -61,7 +61,8 @@ def test_pack_lays_sequences_end_to_end_with_restarting_positions() -> None:
 
 def test_trainer_replay_gauge_is_the_steps_coverage(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Half the sequences carry routing; each is its own micro-batch, the last one without a record.
-    The gauge must say what the step's metric says (1/2-ish), not what the last forward saw (0)."""
+    The gauge must say what the step's metric says (1/2), not what the last forward saw. Activation
+    checkpointing follows the row length."""
     core = TrainerCore(trainer_config(tmp_path / "work", tiny_model_dir, token_budget=16))
     layers, k = core.routing_spec.num_layers, core.routing_spec.top_k
     trajs = []
@@ -78,4 +79,35 @@ def test_trainer_replay_gauge_is_the_steps_coverage(tmp_path: Path, tiny_model_d
     assert coverage == pytest.approx(0.5)
     core.learner.ppo_step(seqs, prep, update_policy=True)
     assert prometheus_client.REGISTRY.get_sample_value("t1_routing_replay_coverage") == pytest.approx(coverage)
+    # rows of 9 tokens are short of the default 4096: layers keep their activations; at 8 they recompute
+    assert not core.policy.module.is_gradient_checkpointing
+    core.learner.checkpoint_tokens = 8
+    core.learner.ppo_step(seqs, prep, update_policy=True)
+    assert core.policy.module.is_gradient_checkpointing and core.critic.module.backbone.is_gradient_checkpointing
     core.close()
+
+
+@pytest.mark.slow
+def test_checkpointed_ppo_step_replays_recorded_experts_in_recomputation(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Recorded experts that the live router would not pick: a PPO step whose layers recompute in
+    backward must update the policy exactly as one that keeps activations."""
+    updated = []
+    for always in (False, True):
+        core = TrainerCore(trainer_config(tmp_path / f"work{always}", tiny_model_dir, lr=1e-3,
+                                          extra={"trainer.activation_checkpointing": always}))
+        layers, k = core.routing_spec.num_layers, core.routing_spec.top_k
+        rng = np.random.default_rng(0)
+        trajs = []
+        for i in range(2):
+            ids = [int(x) for x in rng.integers(16, 1000, size=12)]
+            routing = np.stack([np.stack([rng.choice(core.routing_spec.num_experts, k, replace=False)
+                                          for _ in range(layers)]) for _ in ids]).astype(np.uint8)
+            routing[-1] = 255
+            trajs.append(trajectory(f"t{i}", "g", [segment(ids, 5, routing=routing)], reward=float(i)))
+        seqs, _ = build_sequences([trajs], 0, 4, "drop_attempt", process_rewards=False)
+        core.learner.ppo_step(seqs, core.learner.prepare(seqs), update_policy=True)
+        assert core.policy.module.is_gradient_checkpointing == always
+        updated.append({n: p.detach().clone() for n, p in core.policy.module.named_parameters()})
+        core.close()
+    for name, p in updated[0].items():
+        torch.testing.assert_close(updated[1][name], p, atol=1e-6, rtol=0, msg=lambda m, n=name: f"{n}: {m}")

@@ -12,7 +12,13 @@ import torch
 
 from t1.trainer import token_stats
 from t1.trainer.batch import TrainSequence
-from t1.trainer.models import critic_values, load_critic, load_policy, maybe_replay
+from t1.trainer.models import (
+    checkpoint_layers,
+    critic_values,
+    load_critic,
+    load_policy,
+    maybe_replay,
+)
 from t1.trainer.packing import pack
 from t1.trainer.token_stats import chunked_token_stats, policy_token_stats
 
@@ -136,3 +142,21 @@ def test_chunked_head_gradient_matches_autograd_in_float64() -> None:
     assert torch.autograd.gradcheck(f, (h, w))
     with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
         chunked_token_stats(h, w, t, temperature=1.0, chunk_tokens=0)
+
+
+def test_checkpointed_layers_with_replay_give_the_same_gradients(tiny_model_dir: Path) -> None:
+    """Recomputation in backward replays the same experts: checkpointing changes memory, not results."""
+    model = load_policy(tiny_model_dir)
+    cfg = model.config
+    packed = pack(_sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok))
+    g_lp, g_ent = _weights(packed.num_actions, seed=3)
+    grads = []
+    for on in (False, True):
+        checkpoint_layers(model, on)
+        assert model.is_gradient_checkpointing == on
+        model.train()
+        with maybe_replay(model, packed, True):
+            s = policy_token_stats(model, packed, CPU, temperature=1.0, chunk_tokens=5)
+            (s.logp_N * g_lp + s.entropy_N * g_ent).sum().backward()
+        grads.append(_grads(model))
+    _assert_grads_close(grads[0], grads[1])
