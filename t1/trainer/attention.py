@@ -28,6 +28,13 @@ NAME = "t1_packed_sdpa"
 _LENGTHS: dict[int, tuple[weakref.ref[torch.Tensor], tuple[int, ...]]] = {}
 
 
+def note_lengths(position_ids_BT: torch.Tensor, lengths: tuple[int, ...]) -> torch.Tensor:
+    """Tell packed_sdpa the row's sequence lengths (known on the host), so it never reads them back."""
+    key = id(position_ids_BT)
+    _LENGTHS[key] = (weakref.ref(position_ids_BT, lambda _: _LENGTHS.pop(key, None)), lengths)
+    return position_ids_BT
+
+
 def sequence_lengths(position_ids_BT: torch.Tensor) -> tuple[int, ...]:
     """Lengths of the sequences of a packed row: a new one starts wherever the position id is 0."""
     if position_ids_BT.shape[0] != 1:
@@ -40,8 +47,7 @@ def sequence_lengths(position_ids_BT: torch.Tensor) -> tuple[int, ...]:
         starts = [0, *starts]
     ends = [*starts[1:], int(position_ids_BT.shape[1])]
     lengths = tuple(e - s for s, e in zip(starts, ends, strict=True))
-    key = id(position_ids_BT)
-    _LENGTHS[key] = (weakref.ref(position_ids_BT, lambda _: _LENGTHS.pop(key, None)), lengths)
+    note_lengths(position_ids_BT, lengths)
     return lengths
 
 

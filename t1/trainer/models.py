@@ -20,7 +20,7 @@ from torch import nn
 from t1.routing.adapters import find_routers
 from t1.routing.block import sentinel
 from t1.routing.replay import ReplayStats, replay_routing
-from t1.trainer.attention import use_packed_attention
+from t1.trainer.attention import note_lengths, use_packed_attention
 from t1.trainer.packing import PackedBatch
 
 VALUE_HEAD_FILE = "value_head.safetensors"
@@ -118,4 +118,5 @@ def checkpoint_layers(model: Any, on: bool) -> None:
 
 def critic_values(critic: Any, batch: PackedBatch, device: torch.device) -> torch.Tensor:
     """float32 [1, T]: the critic's value at every position of the packed row."""
-    return critic(batch.input_ids.to(device), batch.position_ids.to(device)).float()
+    position_ids = note_lengths(batch.position_ids.to(device), batch.row_lengths())
+    return critic(batch.input_ids.to(device), position_ids).float()

@@ -62,6 +62,10 @@ class PackedBatch:
     def num_actions(self) -> int:
         return int(self.action_index.shape[0])
 
+    def row_lengths(self) -> tuple[int, ...]:
+        """Lengths of the row's sequences as attention sees them (empty ones dropped; at least one)."""
+        return tuple(n for n in self.lengths if n > 0) or (int(self.input_ids.shape[1]),)
+
 
 def pack(seqs: Sequence[TrainSequence]) -> PackedBatch:
     """The sequences end to end in one row (an empty batch gets one unmasked placeholder token)."""

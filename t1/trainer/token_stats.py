@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from t1.trainer import losses
+from t1.trainer.attention import note_lengths
 from t1.trainer.packing import PackedBatch
 
 
@@ -122,7 +123,8 @@ def policy_token_stats(model: Any, batch: PackedBatch, device: torch.device, *, 
     """Forward the packed batch through `model` (module or engine); logp and entropy at its actions."""
     index_N = batch.action_index.to(device)
     targets_N = batch.targets.reshape(-1).index_select(0, batch.action_index).to(device)
-    inputs = dict(input_ids=batch.input_ids.to(device), position_ids=batch.position_ids.to(device), use_cache=False)
+    position_ids = note_lengths(batch.position_ids.to(device), batch.row_lengths())
+    inputs = dict(input_ids=batch.input_ids.to(device), position_ids=position_ids, use_cache=False)
     if chunk_tokens == 0:
         logits_BTV = model(**inputs).logits.float()
         if temperature != 1.0:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from trainer_synth import segment, trainer_config, trajectory
 
+from t1.trainer.attention import note_lengths, packed_sdpa, sequence_lengths
 from t1.trainer.batch import TrainSequence, build_sequences
 from t1.trainer.core import TrainerCore
 from t1.trainer.packing import actions_of, micro_batches, pack, scatter_actions
@@ -57,6 +58,22 @@ def test_pack_lays_sequences_end_to_end_with_restarting_positions() -> None:
     np.testing.assert_array_equal(back[0], [0, 0, 0, 3, 4])
     np.testing.assert_array_equal(back[1], [0, 1, 2])
     assert pack([_seq([7], 1, None)]).input_ids.shape == (1, 1)  # nothing to train on: a placeholder
+
+
+def test_packed_attention_finds_each_sequence_from_restarting_positions() -> None:
+    assert sequence_lengths(torch.tensor([[0, 1, 2, 0, 1, 0]])) == (3, 2, 1)
+    pos = torch.tensor([[0, 1, 0, 1]])
+    assert sequence_lengths(note_lengths(pos, (2, 2))) == (2, 2)
+    # per-sequence causal attention equals attention under the dense block-causal mask
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 6, 8, generator=g) for _ in range(3))
+    out, _ = packed_sdpa(torch.nn.Module(), q, k[:, :2], v[:, :2], None, position_ids=torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    seq = torch.tensor([0, 0, 0, 1, 1, 2])
+    mask = (seq[:, None] == seq[None, :]) & torch.ones(6, 6, dtype=torch.bool).tril()
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k[:, :2], v[:, :2], attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(out, ref.transpose(1, 2), atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="one row"):
+        sequence_lengths(torch.zeros(2, 3, dtype=torch.long))
 
 
 def test_trainer_replay_gauge_is_the_steps_coverage(tmp_path: Path, tiny_model_dir: Path) -> None:
