@@ -38,7 +38,9 @@ class RlConfig(Section):
     max_policy_lag: int = Field(4, ge=0, description="Drop tokens sampled more than this many versions ago.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
     groups_per_step: int = Field(4, ge=1, description="Complete groups per PPO step.")
-    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch.")
+    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch: sequences packed into one row up to this length.")
+    logprob_chunk_tokens: int = Field(
+        1024, ge=0, description="Action tokens per chunk of the output projection and log-softmax; 0: full logits.")
     routing_replay: bool = Field(True, description="Replay recorded MoE routing (R3).")
 
 
@@ -66,7 +68,9 @@ class TrainerConfig(Section):
     work_dir: Path = Field(Path(".t1/trainer"), description="Buffer, checkpoints and published weights.")
     policy_path: Path | None = Field(None, description="Policy model folder; null uses inference.model.path.")
     critic_path: Path | None = Field(None, description="Critic model folder; null initialises from the policy.")
-    activation_checkpointing: bool = Field(False, description="Recompute transformer layers in backward.")
+    activation_checkpointing: bool = Field(False, description="Recompute every decoder layer in backward, whatever the row length.")
+    activation_checkpointing_tokens: int = Field(
+        4096, ge=1, description="Rows of at least this many tokens recompute each decoder layer in backward.")
     keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
     lock_wait_s: float = Field(

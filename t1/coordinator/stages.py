@@ -30,7 +30,7 @@ from t1.v1 import coordinator_pb2 as cpb
 log = logging.getLogger(__name__)
 
 FIDELITY_KEYS = ("train_infer_logprob_abs_diff", "logprob_abs_diff", "tito_drift_tokens", "retokenize_mismatch_rate",
-                 "routing_replay_coverage", "router_disagreement_rate", "kl", "clip_fraction", "value_loss",
+                 "routing_replay_coverage", "router_disagreement_rate", "approx_kl", "clip_fraction", "value_loss",
                  "explained_variance")
 
 

@@ -30,7 +30,8 @@ TITO_DRIFT_TOKENS = Gauge("t1_tito_drift_tokens", "Tokens in the loss region tha
 RETOKENIZE_MISMATCH_RATE = Gauge(
     "t1_retokenize_mismatch_rate", "Share of sampled tokens a re-tokenizing pipeline would get wrong.", registry=REGISTRY)
 ROUTING_REPLAY_COVERAGE = Gauge(
-    "t1_routing_replay_coverage", "Share of (position, layer) pairs replayed from a record.", registry=REGISTRY)
+    "t1_routing_replay_coverage", "Share of (token, MoE layer) rows replayed from a record in the last step",
+    registry=REGISTRY)
 ROUTER_DISAGREEMENT_RATE = Gauge(
     "t1_router_disagreement_rate", "Share of replayed selections the trainer's router would have chosen differently.",
     registry=REGISTRY)
@@ -61,7 +62,8 @@ POLICY_LAG = Gauge("t1_policy_lag", "Current policy version minus the oldest ver
 POLICY_VERSION = Gauge("t1_policy_version", "Weight version the inference servers serve.", registry=REGISTRY)
 
 # -- trainer (mirrored) -------------------------------------------------------------------------
-KL = Gauge("t1_kl", "KL between the updated and the behaviour policy.", registry=REGISTRY)
+KL = Gauge("t1_kl", "k3 estimate of KL(updated || pre-update policy) over the last step's action tokens.",
+           registry=REGISTRY)
 CLIP_FRACTION = Gauge("t1_clip_fraction", "Share of tokens whose PPO ratio was clipped.", registry=REGISTRY)
 VALUE_LOSS = Gauge("t1_value_loss", "Critic loss.", registry=REGISTRY)
 EXPLAINED_VARIANCE = Gauge("t1_explained_variance", "Explained variance of the critic.", registry=REGISTRY)
@@ -101,6 +103,7 @@ _TRAINER_KEYS: dict[str, Gauge] = {
     "routing_replay_coverage": ROUTING_REPLAY_COVERAGE,
     "router_disagreement_rate": ROUTER_DISAGREEMENT_RATE,
     "kl": KL,
+    "approx_kl": KL,
     "clip_fraction": CLIP_FRACTION,
     "value_loss": VALUE_LOSS,
     "explained_variance": EXPLAINED_VARIANCE,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.model.corpus import default_corpus
-from t1.model.presets import PresetName, get_preset
+from t1.model.presets import ModelPreset, PresetName, get_preset
 from t1.model.tokenizer import END_OF_TEXT, IM_END, save_tokenizer, train_bpe
 
 
@@ -28,7 +28,7 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
     The same preset, seed and corpus give byte-identical files.
     """
     import torch
-    from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import GenerationConfig, Qwen3MoeForCausalLM
 
     spec = get_preset(preset)
     out_dir = Path(out_dir)
@@ -37,17 +37,7 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
     tok = train_bpe(default_corpus(seed) if corpus is None else corpus, spec.tokenizer_vocab)
     vocab_size = tok.get_vocab_size()
     eos_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(END_OF_TEXT)
-    config_kwargs: dict[str, Any] = dict(
-        vocab_size=vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.moe_intermediate_size * 2,
-        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
-        num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim, num_experts=spec.num_experts,
-        num_experts_per_tok=spec.num_experts_per_tok, moe_intermediate_size=spec.moe_intermediate_size,
-        max_position_embeddings=spec.max_position_embeddings, norm_topk_prob=True, decoder_sparse_step=1,
-        mlp_only_layers=[], tie_word_embeddings=False, eos_token_id=eos_id, pad_token_id=pad_id,
-        bos_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
-        dtype="float32",
-    )
-    config = Qwen3MoeConfig(**config_kwargs)
+    config = model_config(spec, vocab_size, eos_id, pad_id)
     torch.manual_seed(seed)
     model: Any = Qwen3MoeForCausalLM(config)
     model = model.to(torch.float32).eval()
@@ -70,6 +60,23 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         if tmp.exists():
             shutil.rmtree(tmp)
     return out_dir
+
+
+def model_config(spec: ModelPreset, vocab_size: int, eos_id: int | None = None, pad_id: int | None = None) -> Any:
+    """The Qwen3MoeConfig of a preset's shapes with the given vocabulary (every layer sparse MoE)."""
+    from transformers import Qwen3MoeConfig
+
+    kwargs: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.moe_intermediate_size * 2,
+        num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim, num_experts=spec.num_experts,
+        num_experts_per_tok=spec.num_experts_per_tok, moe_intermediate_size=spec.moe_intermediate_size,
+        max_position_embeddings=spec.max_position_embeddings, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], tie_word_embeddings=False, eos_token_id=eos_id, pad_token_id=pad_id,
+        bos_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+        dtype="float32",
+    )
+    return Qwen3MoeConfig(**kwargs)
 
 
 def _sharpen(model, hidden_size: int, seed: int) -> None:

@@ -114,8 +114,7 @@ def routing_to_tensors(routing_BSLK: np.ndarray | torch.Tensor) -> tuple[torch.T
 class _Replayer:
     """Holds the flattened record and the stats; one hook per router calls into it."""
 
-    def __init__(self, routers: list[MoERouter], index_BSLK: torch.Tensor, missing_BSL: torch.Tensor,
-                 pad_BS: torch.Tensor | None) -> None:
+    def __init__(self, index_BSLK: torch.Tensor, missing_BSL: torch.Tensor, pad_BS: torch.Tensor | None) -> None:
         b, s, layers, k = index_BSLK.shape
         self.index_NLK = index_BSLK.reshape(b * s, layers, k)
         self.missing_NL = missing_BSL.reshape(b * s, layers)
@@ -187,7 +186,7 @@ def replay_routing(
     if padding_BS is not None and tuple(padding_BS.shape) != tuple(index_BSLK.shape[:2]):
         raise ValueError(
             f"padding mask shape {list(padding_BS.shape)} differs from routing's {list(index_BSLK.shape[:2])}")
-    rep = _Replayer(routers, index_BSLK, missing_BSL, None if padding_BS is None else padding_BS.bool())
+    rep = _Replayer(index_BSLK, missing_BSL, None if padding_BS is None else padding_BS.bool())
     handles = []
     for r in routers:
         def hook(module: nn.Module, args: tuple, output: tuple, router: MoERouter = r) -> tuple:

@@ -1,9 +1,11 @@
 """The trainer plane: off-policy actor-critic PPO on DeepSpeed with routing replay (t1-trainer).
 
   advantages.py  reward placement, GAE, normalisation (numpy, pure)
-  losses.py      PPO surrogate, truncated IS, value loss, KL, diagnostics (torch, pure)
-  batch.py       trajectories -> training sequences: validation, infra policy, staleness, micro-batches
-  models.py      policy and critic models, padded batches, replay around forwards
+  losses.py      the PPO objective: surrogate, truncated IS, entropy, KL, value loss (torch, pure)
+  batch.py       trajectories -> training sequences: validation, infra policy, staleness
+  packing.py     token-budget micro-batches packed into one row, per-sequence arrays in and out
+  token_stats.py action-token logprobs and entropy, head and log-softmax in chunks (no T x V tensor)
+  models.py      policy and critic models, replay around forwards
   learner.py     one PPO / critic warm-up / SFT step on the engines
   engine.py      process group and DeepSpeed engines
   buffer.py      durable trajectory buffer (SQLite) and committed steps

@@ -1,5 +1,5 @@
-"""From trajectories to training sequences: infra-error policy, staleness bound, reward placement,
-and token-budget micro-batches. Pure functions over values.
+"""From trajectories to training sequences: infra-error policy, staleness bound, reward placement.
+Pure functions over values (micro-batches: t1.trainer.packing).
 
 A training sequence is one segment. Per-position arrays have the segment's length N; position t
 holds what belongs to token t (its behaviour logprob, its reward, later its value, advantage).
@@ -163,27 +163,3 @@ def build_sequences(
         group_ids=tuple(dict.fromkeys(g[0].group_id for g in groups if g)),
     )
     return seqs, stats
-
-
-def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Pack sequence indices into micro-batches whose padded size (count x longest) fits the budget.
-
-    Longest first, so similar lengths share a batch; a sequence longer than the budget goes alone.
-    Every index appears exactly once.
-    """
-    if token_budget < 1:
-        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        size = max(longest, lengths[i]) * (len(current) + 1)
-        if current and size > token_budget:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, lengths[i])
-    if current:
-        batches.append(current)
-    return batches

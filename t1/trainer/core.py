@@ -92,14 +92,14 @@ class TrainerCore:
         self.buffer = TrajectoryBuffer(self.work_dir / "buffer.sqlite") if ds.rank() == 0 else None
         policy = load_policy(src).to(self.device)
         critic = load_critic(tc.critic_path or src).to(self.device)
-        lr_policy = None
-        self.policy = ds.build_engine(policy, tc.deepspeed, lr_policy, tc.activation_checkpointing)
+        self.policy = ds.build_engine(policy, tc.deepspeed, None, tc.activation_checkpointing)
         self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing)
         reference = None
         if tc.rl.kl_coef > 0:
             reference = load_policy(src).to(self.device).eval().requires_grad_(False)
         self.learner = Learner(self.policy, self.critic, tc.rl, self.device, reference,
-                               temperature=cfg.rollout.sampling.temperature)
+                               temperature=cfg.rollout.sampling.temperature,
+                               checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens)
         routers = find_routers(self.policy.module)
         self.routing_spec = RoutingSpec(len(routers), routers[0].top_k, routers[0].num_experts)
         embeddings = cast(Any, policy).get_input_embeddings()  # a Hugging Face model's embedding table

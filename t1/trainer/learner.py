@@ -2,8 +2,10 @@
 
 A step is: (1) a no-grad pass with the pre-update policy (routing replayed) and critic giving the
 proximal logprobs and old values; (2) rewards -> GAE -> normalised advantages; (3) per PPO epoch,
-every token-budget micro-batch is forwarded and backpropagated (losses averaged over the step's
-action tokens), then one engine.step() per engine.
+every token-budget micro-batch (a packed row, t1.trainer.packing) is forwarded and backpropagated
+through losses.ppo_objective (averaged over the step's action tokens), then one engine.step() per
+engine. Logprobs and entropy come from t1.trainer.token_stats (no T x V tensor); metrics stay on
+the device until the step ends and are read once.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ import numpy as np
 import torch
 
 from t1.config.trainer import RlConfig
+from t1.routing.replay import REPLAY_COVERAGE, ROUTER_DISAGREEMENT, ReplayStats
 from t1.trainer import losses
 from t1.trainer.advantages import episode_gae, normalize_advantages
-from t1.trainer.batch import TrainSequence, micro_batches
+from t1.trainer.batch import TrainSequence
 from t1.trainer.engine import rank, world_size
-from t1.trainer.models import (
-    PaddedBatch,
-    maybe_replay,
-    pad_batch,
+from t1.trainer.models import checkpoint_layers, critic_values, maybe_replay
+from t1.trainer.packing import (
+    PackedBatch,
+    actions_of,
+    micro_batches,
+    pack,
     per_position,
-    policy_logits,
-    to_target_aligned,
+    scatter_actions,
 )
+from t1.trainer.token_stats import TokenStats, policy_token_stats
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -42,41 +47,69 @@ class Prepared:
     metrics: dict[str, float]
 
 
-class _Sums:
-    """Token-weighted running means of per-micro-batch metrics."""
+class _StepSums:
+    """The objective's metric sums over a step's micro-batches, kept on the device until `means`."""
 
     def __init__(self) -> None:
-        self.total: dict[str, float] = defaultdict(float)
-        self.weight: dict[str, float] = defaultdict(float)
+        self.sums_M: torch.Tensor | None = None
+        self.counts_M = torch.zeros(len(losses.METRICS))
 
-    def add(self, name: str, value: float, weight: float) -> None:
-        if weight > 0 and np.isfinite(value):
-            self.total[name] += value * weight
-            self.weight[name] += weight
+    def add(self, out: losses.ObjectiveOut) -> None:
+        self.sums_M = out.sums_M if self.sums_M is None else self.sums_M + out.sums_M
+        self.counts_M += out.counts_M
 
     def means(self) -> dict[str, float]:
-        return {k: self.total[k] / self.weight[k] for k in self.total if self.weight[k] > 0}
+        if self.sums_M is None:
+            return {}
+        sums = self.sums_M.cpu().tolist()  # the step's one device-to-host read of the loss metrics
+        counts = self.counts_M.tolist()
+        return {name: total / count for name, total, count in zip(losses.METRICS, sums, counts, strict=True)
+                if count > 0 and np.isfinite(total)}
+
+
+def coefficients(rl: RlConfig) -> losses.Coefficients:
+    return losses.Coefficients(clip_eps=rl.clip_eps, clip_eps_high=rl.clip_eps_high, is_cap=rl.is_truncation,
+                               entropy_coef=rl.entropy_coef, kl_coef=rl.kl_coef, value_clip_eps=rl.value_clip_eps,
+                               value_coef=rl.value_coef)
+
+
+def replay_metrics(stats: Sequence[ReplayStats]) -> dict[str, float]:
+    """Coverage and router disagreement over the given replay blocks (the step's pre-update pass)."""
+    if not stats:
+        return {}
+    replayed = sum(s.replayed_rows for s in stats)
+    rows = replayed + sum(s.fallback_rows for s in stats)
+    compared = sum(s.compared_slots for s in stats)
+    disagreeing = sum(s.disagreeing_slots for s in stats)
+    return {"t1_routing_replay_coverage": 1.0 if rows == 0 else replayed / rows,
+            "t1_router_disagreement_rate": 0.0 if compared == 0 else disagreeing / compared}
 
 
 class Learner:
     """Owns the policy and critic engines (and an optional frozen reference) and steps them."""
 
     def __init__(self, policy: Any, critic: Any | None, rl: RlConfig, device: torch.device,
-                 reference: torch.nn.Module | None = None, temperature: float = 1.0) -> None:
+                 reference: torch.nn.Module | None = None, temperature: float = 1.0,
+                 checkpoint_tokens: int | None = None) -> None:
         self.policy, self.critic, self.rl, self.device, self.reference = policy, critic, rl, device, reference
         # Behaviour logprobs are of the sampling distribution: logits / temperature (0 = greedy: none).
         self.temperature = temperature if temperature > 0 else 1.0
+        # Rows of at least this many tokens recompute each decoder layer in backward (None: never).
+        self.checkpoint_tokens = checkpoint_tokens
 
-    def _logits(self, model: Any, batch: PaddedBatch) -> torch.Tensor:
-        # float32 before the temperature, as the sampler does (a bf16 division alone costs ~0.01 |dlogp|).
-        logits = policy_logits(model, batch, self.device).float()
-        return logits if self.temperature == 1.0 else logits / self.temperature
+    def _checkpointing(self, model: Any, batch: PackedBatch) -> None:
+        if self.checkpoint_tokens is not None:
+            checkpoint_layers(model, int(batch.input_ids.shape[1]) >= self.checkpoint_tokens)
 
-    def _batches(self, seqs: Sequence[TrainSequence]) -> list[tuple[list[int], PaddedBatch]]:
+    def _stats(self, model: Any, batch: PackedBatch, temperature: float | None = None) -> TokenStats:
+        return policy_token_stats(model, batch, self.device, chunk_tokens=self.rl.logprob_chunk_tokens,
+                                  temperature=self.temperature if temperature is None else temperature)
+
+    def _batches(self, seqs: Sequence[TrainSequence]) -> list[tuple[list[int], PackedBatch]]:
         groups = micro_batches([s.num_tokens for s in seqs], self.rl.token_budget)
-        return [(idx, pad_batch([seqs[i] for i in idx])) for idx in groups]
+        return [(idx, pack([seqs[i] for i in idx])) for idx in groups]
 
-    def _rank_batches(self, seqs: Sequence[TrainSequence]) -> list[tuple[list[int], PaddedBatch, float]]:
+    def _rank_batches(self, seqs: Sequence[TrainSequence]) -> list[tuple[list[int], PackedBatch, float]]:
         """This rank's share of the micro-batches, with a loss scale.
 
         Ranks take micro-batches round robin; every rank runs the same number of backward passes
@@ -96,26 +129,27 @@ class Learner:
     @torch.no_grad()
     def prepare(self, seqs: Sequence[TrainSequence]) -> Prepared:
         n = len(seqs)
-        prox: list[np.ndarray] = [np.zeros(0, np.float32)] * n
+        prox: list[np.ndarray] = [np.zeros(s.num_tokens, np.float32) for s in seqs]
         values: list[np.ndarray] = [np.zeros(s.num_tokens, np.float32) for s in seqs]
-        sums = _Sums()
+        replays: list[ReplayStats] = []
+        outputs: list[tuple[list[int], PackedBatch, torch.Tensor, torch.Tensor | None]] = []
         for idx, batch in self._batches(seqs):
             with maybe_replay(self.policy, batch, self.rl.routing_replay) as stats:
-                logits = self._logits(self.policy, batch)
-            logp = losses.token_logprobs(logits, batch.targets.to(self.device))
-            for i, arr in zip(idx, per_position(logp, batch.lengths), strict=True):
-                prox[i] = arr
+                logp_N = self._stats(self.policy, batch).logp_N
             if stats is not None:
-                rows = stats.replayed_rows + stats.fallback_rows
-                sums.add("t1_routing_replay_coverage", stats.coverage, rows)
-                sums.add("t1_router_disagreement_rate", stats.disagreement_rate, stats.compared_slots)
-            if self.critic is not None:
-                v = self.critic(batch.input_ids.to(self.device), batch.attention_mask.to(self.device))
+                replays.append(stats)
+            v = critic_values(self.critic, batch, self.device) if self.critic is not None else None
+            outputs.append((idx, batch, logp_N, v))
+        for idx, batch, logp_N, v in outputs:  # host reads after every forward is queued
+            for i, arr in zip(idx, scatter_actions(logp_N.cpu().numpy(), batch), strict=True):
+                prox[i] = arr
+            if v is not None:
                 for i, arr in zip(idx, per_position(v, batch.lengths), strict=True):
                     values[i] = arr
-        metrics = sums.means()
+        metrics = replay_metrics(replays)
         masks = [s.loss_mask for s in seqs]
-        diffs = np.concatenate([np.abs(p[m] - s.behav_logp[m]) for p, m, s in zip(prox, masks, seqs, strict=True)])
+        diffs = np.concatenate([np.abs(p[m] - s.behav_logp[m]) for p, m, s in zip(prox, masks, seqs, strict=True)]
+                               ) if n else np.zeros(0, np.float32)
         metrics["t1_train_infer_logprob_abs_diff"] = float(diffs.mean()) if diffs.size else 0.0
         metrics["t1_train_infer_logprob_abs_diff_max"] = float(diffs.max()) if diffs.size else 0.0
         advs, rets = self._advantages(seqs, values)
@@ -146,82 +180,88 @@ class Learner:
     def ppo_step(self, seqs: Sequence[TrainSequence], prep: Prepared, update_policy: bool) -> dict[str, float]:
         """PPO epochs over the batch; the policy is updated only when update_policy (else critic only)."""
         denom = float(sum(int(s.loss_mask[1:].sum()) for s in seqs))
-        sums = _Sums()
+        sums = _StepSums()
+        grad_norms: list[float] = []
+        coefs = coefficients(self.rl)
         batches = self._rank_batches(seqs)
         for _ in range(self.rl.ppo_epochs):
             for idx, batch, scale in batches:
-                ntok = float(batch.loss_mask.sum()) if scale > 0 else 0.0
+                step_denom = denom / scale if scale else 1.0
+                # One side at a time, so only one engine's graph is alive.
                 if update_policy:
-                    self._policy_micro(seqs, prep, idx, batch, denom / scale if scale else 1.0, ntok, sums, scale)
+                    self._checkpointing(self.policy, batch)
+                    # backward inside the replay block: checkpointed layers recompute with the recorded experts
+                    with maybe_replay(self.policy, batch, self.rl.routing_replay):
+                        out = losses.ppo_objective(self._policy_inputs(seqs, prep, idx, batch), None, coefs=coefs,
+                                                   denom=step_denom)
+                        assert out.policy_loss is not None
+                        self.policy.backward(out.policy_loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
+                    if scale:
+                        sums.add(out)
                 if self.critic is not None:
-                    self._critic_micro(prep, idx, batch, denom / scale if scale else 1.0, ntok, sums, scale)
+                    out = losses.ppo_objective(None, self._value_inputs(prep, idx, batch), coefs=coefs,
+                                               denom=step_denom)
+                    assert out.value_loss is not None
+                    self.critic.backward(out.value_loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
+                    if scale:
+                        sums.add(out)
             if update_policy:
                 self.policy.step()
-                sums.add("grad_norm", _grad_norm(self.policy), 1.0)
+                grad_norms.append(_grad_norm(self.policy))
             if self.critic is not None:
                 self.critic.step()
-        out = sums.means()
-        out["action_tokens"] = denom
-        return out
+        out_metrics = sums.means()
+        if grad_norms:
+            out_metrics["grad_norm"] = float(np.mean(grad_norms))
+        out_metrics["action_tokens"] = denom
+        # The trainer's gauges say what the step's metrics say: the pre-update pass over the whole step.
+        if "t1_routing_replay_coverage" in prep.metrics:
+            REPLAY_COVERAGE.set(prep.metrics["t1_routing_replay_coverage"])
+            ROUTER_DISAGREEMENT.set(prep.metrics["t1_router_disagreement_rate"])
+        return out_metrics
 
-    def _policy_micro(self, seqs: Sequence[TrainSequence], prep: Prepared, idx: list[int], batch: PaddedBatch,
-                      denom: float, ntok: float, sums: _Sums, scale: float) -> None:
-        dev, shape = self.device, (int(batch.input_ids.shape[0]), int(batch.input_ids.shape[1]))
-        mask = batch.loss_mask.to(dev)
-        prox = to_target_aligned([prep.prox_logp[i] for i in idx], shape).to(dev)
-        behav = to_target_aligned([seqs[i].behav_logp for i in idx], shape).to(dev)
-        adv = to_target_aligned([prep.advantages[i] for i in idx], shape).to(dev)
-        with maybe_replay(self.policy, batch, self.rl.routing_replay):
-            logits = self._logits(self.policy, batch)
-            logp = losses.token_logprobs(logits, batch.targets.to(dev))
-            out = losses.ppo_policy_loss(logp, prox, behav, adv, mask, self.rl.clip_eps, self.rl.clip_eps_high,
-                                         self.rl.is_truncation, denom)
-            loss = out.loss
-            entropy = losses.token_entropy(logits)
-            if self.rl.entropy_coef > 0:
-                loss = loss - self.rl.entropy_coef * losses.masked_mean(entropy, mask.float(), denom)
-            if self.reference is not None and self.rl.kl_coef > 0:
-                with torch.no_grad(), maybe_replay(self.reference, batch, self.rl.routing_replay):
-                    ref_logp = losses.token_logprobs(self._logits(self.reference, batch), batch.targets.to(dev))
-                kl = losses.kl_to_reference(logp, ref_logp)
-                loss = loss + self.rl.kl_coef * losses.masked_mean(kl, mask.float(), denom)
-                sums.add("kl_ref", float(losses.masked_mean(kl.detach(), mask.float())), ntok)
-            self.policy.backward(loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
-        sums.add("policy_loss", float(out.loss.detach()) * denom / max(ntok, 1.0), ntok)
-        sums.add("clip_fraction", out.clip_fraction, ntok)
-        sums.add("approx_kl", out.approx_kl, ntok)
-        sums.add("kl", out.approx_kl, ntok)
-        sums.add("is_weight_mean", out.is_weight_mean, ntok)
-        sums.add("is_truncated_fraction", out.is_truncated_fraction, ntok)
-        sums.add("entropy", float(losses.masked_mean(entropy.detach(), mask.float())), ntok)
+    def _policy_inputs(self, seqs: Sequence[TrainSequence], prep: Prepared, idx: list[int],
+                       batch: PackedBatch) -> losses.PolicyInputs:
+        """The policy side of a micro-batch; call inside the batch's replay block."""
+        dev = self.device
+        stats = self._stats(self.policy, batch)
+        ref_logp_N = None
+        if self.reference is not None and self.rl.kl_coef > 0:
+            with torch.no_grad(), maybe_replay(self.reference, batch, self.rl.routing_replay):
+                ref_logp_N = self._stats(self.reference, batch).logp_N
+        return losses.PolicyInputs(
+            logp_N=stats.logp_N, entropy_N=stats.entropy_N, ref_logp_N=ref_logp_N,
+            prox_logp_N=actions_of([prep.prox_logp[i] for i in idx], batch).to(dev),
+            behav_logp_N=actions_of([seqs[i].behav_logp for i in idx], batch).to(dev),
+            advantages_N=actions_of([prep.advantages[i] for i in idx], batch).to(dev))
 
-    def _critic_micro(self, prep: Prepared, idx: list[int], batch: PaddedBatch, denom: float, ntok: float,
-                      sums: _Sums, scale: float) -> None:
-        assert self.critic is not None
-        dev, shape = self.device, (int(batch.input_ids.shape[0]), int(batch.input_ids.shape[1]))
-        mask = batch.loss_mask.to(dev)
-        old_v = to_target_aligned([prep.values[i] for i in idx], shape).to(dev)
-        rets = to_target_aligned([prep.returns[i] for i in idx], shape).to(dev)
-        v = self.critic(batch.input_ids.to(dev), batch.attention_mask.to(dev))
-        loss = losses.value_loss(v, old_v, rets, mask, self.rl.value_clip_eps, denom)
-        self.critic.backward(self.rl.value_coef * loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
-        sums.add("value_loss", float(loss.detach()) * denom / max(ntok, 1.0), ntok)
+    def _value_inputs(self, prep: Prepared, idx: list[int], batch: PackedBatch) -> losses.ValueInputs:
+        dev = self.device
+        self._checkpointing(self.critic, batch)
+        values_N = critic_values(self.critic, batch, dev).reshape(-1).index_select(0, batch.action_index.to(dev))
+        return losses.ValueInputs(
+            values_N=values_N,
+            old_values_N=actions_of([prep.values[i] for i in idx], batch).to(dev),
+            returns_N=actions_of([prep.returns[i] for i in idx], batch).to(dev))
 
     def sft_step(self, seqs: Sequence[TrainSequence]) -> dict[str, float]:
         """Cross-entropy on the demonstrations' loss-mask tokens; one optimizer step."""
         denom = float(sum(int(s.loss_mask[1:].sum()) for s in seqs))
-        sums = _Sums()
+        nll_sum: torch.Tensor | None = None
+        tokens = 0
         for _, batch, scale in self._rank_batches(seqs):
-            mask = batch.loss_mask.to(self.device)
+            self._checkpointing(self.policy, batch)
             with maybe_replay(self.policy, batch, self.rl.routing_replay):
-                logits = policy_logits(self.policy, batch, self.device)  # SFT: plain likelihood
-                nll = -losses.token_logprobs(logits, batch.targets.to(self.device))
-                loss = losses.masked_mean(nll, mask.float(), denom) * scale
-                self.policy.backward(loss, scale_wrt_gas=False)
+                nll_N = -self._stats(self.policy, batch, temperature=1.0).logp_N  # SFT: plain likelihood
+                self.policy.backward(nll_N.sum() / max(denom, 1.0) * scale, scale_wrt_gas=False)
             if scale:
-                sums.add("sft_nll", float(losses.masked_mean(nll.detach(), mask.float())), float(mask.sum()))
+                part = nll_N.detach().sum()
+                nll_sum = part if nll_sum is None else nll_sum + part
+                tokens += batch.num_actions
         self.policy.step()
-        out = sums.means()
+        out: dict[str, float] = {}
+        if nll_sum is not None and tokens:
+            out["sft_nll"] = float(nll_sum) / tokens
         out["grad_norm"] = _grad_norm(self.policy)
         out["action_tokens"] = denom
         return out

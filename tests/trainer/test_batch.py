@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from trainer_synth import segment, trajectory
 
-from t1.trainer.batch import build_sequences, micro_batches, validate_trajectory
+from t1.trainer.batch import build_sequences, validate_trajectory
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 from t1.trajectory.types import EpisodeStatus
 
@@ -40,15 +40,6 @@ def test_tokens_older_than_max_policy_lag_are_dropped_and_counted() -> None:
     assert stats.dropped_stale_tokens == 1
     assert stats.policy_lag_mean == pytest.approx(1.0) and stats.policy_lag_max == 2
     np.testing.assert_array_equal(seqs[0].rewards, [0, 0, 0, 0, 1])
-
-
-def test_micro_batches_respect_the_token_budget() -> None:
-    assert micro_batches([10, 3, 8, 2], 16) == [[0], [2, 1], [3]]
-    assert micro_batches([40, 3], 16) == [[0], [1]]  # too long for the budget: alone
-    batches = micro_batches(list(range(1, 30)), 32)
-    assert sorted(i for b in batches for i in b) == list(range(29))
-    lengths = list(range(1, 30))
-    assert all(max(lengths[i] for i in b) * len(b) <= 32 or len(b) == 1 for b in batches)
 
 
 def test_records_that_cannot_be_trained_on_are_named() -> None:

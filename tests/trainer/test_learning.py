@@ -137,7 +137,7 @@ def test_replayed_trainer_logprobs_match_torch_backend_rollout(tmp_path: Path, t
     core = TrainerCore(trainer_config(tmp_path / "work", tiny_model_dir,
                                       extra={"rollout.sampling.temperature": temperature}))
     seqs, _ = build_sequences([trajs], 0, 4, "drop_attempt", process_rewards=False)
-    prep = core.learner.prepare(seqs)  # both sequences in one padded micro-batch
+    prep = core.learner.prepare(seqs)  # both sequences packed in one row
     assert prep.metrics["t1_routing_replay_coverage"] == 1.0
     for s, prox in zip(seqs, prep.prox_logp, strict=True):
         np.testing.assert_allclose(prox[s.loss_mask], s.behav_logp[s.loss_mask], atol=1e-5, rtol=0)
