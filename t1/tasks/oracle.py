@@ -29,7 +29,12 @@ from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
 from t1.tasks.separate import fresh_sandbox, pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
-from t1.tasks.toolchain import install_stand_ins, needs_network_lines, toolchain_prefix
+from t1.tasks.toolchain import (
+    STAND_INS_DIR,
+    install_stand_ins,
+    needs_network_lines,
+    toolchain_prefix,
+)
 from t1.tasks.transfer import SetupError, one_line_cause, upload_dir_contents
 from t1.tasks.verifier import run_verifier
 
@@ -117,7 +122,7 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
     stand_ins = ""
     if offline:
         await install_stand_ins(shell)
-        stand_ins = toolchain_prefix()
+        stand_ins = toolchain_prefix(STAND_INS_DIR)
     inner = f"{stand_ins}{provisioned.prefix()}{env}{command}"
     result = await shell.run(f"( {as_user(inner, provisioned.user)} ) < /dev/null 2>&1", timeout_s=timeout_s)
     if result.timed_out:

@@ -17,7 +17,7 @@ from pathlib import Path
 from t1.sandbox.types import Shell
 from t1.tasks.dockerplan import DockerPlan, ReplayStep
 from t1.tasks.needs import NeedsNetworkError
-from t1.tasks.toolchain import needs_network_lines, toolchain_prefix
+from t1.tasks.toolchain import STAND_INS_DIR, needs_network_lines, toolchain_prefix
 from t1.tasks.transfer import (
     SetupError,
     check,
@@ -96,7 +96,7 @@ async def _copy(shell: Shell, step: ReplayStep, context: Path, timeout: float) -
 
 
 async def _run(shell: Shell, step: ReplayStep, offline: bool, timeout: float) -> None:
-    inner = f"{toolchain_prefix() if offline else ''}{exports(step.env)}cd {shlex.quote(step.cwd)} && " \
+    inner = f"{toolchain_prefix(STAND_INS_DIR) if offline else ''}{exports(step.env)}cd {shlex.quote(step.cwd)} && " \
             f"{shlex.join([*step.shell, step.args[0]])}"
     result = await shell.run(f"( {as_user(inner, step.user)} ) < /dev/null 2>&1", timeout_s=timeout)
     if result.timed_out:

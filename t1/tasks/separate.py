@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
-from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell
+from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell, ShellRole
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
 from t1.tasks.report import VerifierReport
 from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
@@ -77,11 +77,16 @@ async def run_separate_verifier(
         try:
             provisioned = await provision(shell, vspec, local=local)
             await upload_archive(shell, artifacts, "/", "verifier artifacts")
-            setup = verifier.tests_dir / TESTS_SETUP
-            if setup.is_file():
-                await upload_dir_contents(shell, verifier.tests_dir, TESTS_DIR)
-                await check(shell, f"( {provisioned.prefix()}bash {TESTS_DIR}/{TESTS_SETUP} ) < /dev/null 2>&1",
-                            f"tests/{TESTS_SETUP} in the separate verifier", verifier.timeout_sec)
-            return await run_verifier(shell, replace(verifier, separate=None), provisioned, offline=offline)
         finally:
             await shell.close()
+        # /tests and /logs/verifier belong to the verifier's uid, here as in the agent's sandbox.
+        vshell = await sandbox.open_shell(role=ShellRole.VERIFIER)
+        try:
+            setup = verifier.tests_dir / TESTS_SETUP
+            if setup.is_file():
+                await upload_dir_contents(vshell, verifier.tests_dir, TESTS_DIR)
+                await check(vshell, f"( {provisioned.prefix()}bash {TESTS_DIR}/{TESTS_SETUP} ) < /dev/null 2>&1",
+                            f"tests/{TESTS_SETUP} in the separate verifier", verifier.timeout_sec)
+            return await run_verifier(vshell, replace(verifier, separate=None), provisioned, offline=offline)
+        finally:
+            await vshell.close()

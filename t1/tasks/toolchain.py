@@ -3,7 +3,7 @@
 Benchmark Dockerfiles and test scripts install their tools from the internet
 (`apt-get install -y curl`, `pip install pandas`, `curl -LsSf
 https://astral.sh/uv/install.sh | sh`, `uvx --with pytest pytest ...`). Offline
-sandboxes cannot, so before a Dockerfile's RUN lines and before the verifier T1
+sandboxes cannot, so before a Dockerfile's RUN lines (under STAND_INS_DIR) and before the verifier T1
 uploads, under TOOLCHAIN_DIR:
 - site/: t1_offline.py (t1.tasks.offline_pkgs: the one rule for what counts as
   installed), the host's pytest and its pure-Python dependencies (only if the
@@ -34,6 +34,9 @@ from t1.tasks import offline_pkgs
 from t1.tasks.transfer import check, upload_archive
 
 TOOLCHAIN_DIR = "/tmp/.t1-verifier"
+"""The verifier's toolchain: a folder only the verifier's uid can reach (t1.sandbox.verifier_role)."""
+STAND_INS_DIR = "/tmp/.t1-setup"
+"""The agent-side stand-ins of setup and reference solutions (the agent's uid cannot enter TOOLCHAIN_DIR)."""
 SHIM_LOG = f"{TOOLCHAIN_DIR}/shims.log"
 NEEDS_NETWORK_MARKER = offline_pkgs.MARKER
 PYTEST_DISTS = ("pytest", "pluggy", "iniconfig", "packaging")  # pygments: only for colour on a tty
@@ -160,7 +163,7 @@ def _copy_dists(site: Path) -> None:
 
 
 @cache
-def toolchain_archive(with_pytest: bool) -> bytes:
+def toolchain_archive(with_pytest: bool, root: str = TOOLCHAIN_DIR) -> bytes:
     """A gzipped tar of bin/ (shims) and site/ (plugin, pip shadow, and optionally the host's pytest).
 
     The pytest files ship with bytecode compiled by the host interpreter; a sandbox python of the same
@@ -168,8 +171,8 @@ def toolchain_archive(with_pytest: bool) -> bytes:
     """
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-        for name, text in SHIMS.items():
-            _add(tar, f"bin/{name}", text.encode(), 0o755)
+        for name, text in SHIMS.items():  # the shims name their folder: moved to `root`
+            _add(tar, f"bin/{name}", text.replace(TOOLCHAIN_DIR, root).encode(), 0o755)
         _add(tar, "site/t1_ctrf_plugin.py", _CTRF_PLUGIN.encode())
         _add(tar, "site/t1_offline.py", Path(offline_pkgs.__file__).read_bytes())
         _add(tar, "site/pip/__init__.py", b"")
@@ -186,10 +189,10 @@ def toolchain_archive(with_pytest: bool) -> bytes:
     return buf.getvalue()
 
 
-def toolchain_prefix() -> str:
-    """Shell prefix that puts the toolchain first (keeps the sandbox's own PATH and PYTHONPATH after it)."""
-    return (f'export PATH="{TOOLCHAIN_DIR}/bin:$PATH" '
-            f'PYTHONPATH="{TOOLCHAIN_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}}"; ')
+def toolchain_prefix(root: str = TOOLCHAIN_DIR) -> str:
+    """Shell prefix that puts the toolchain at `root` first (keeps the sandbox's own PATH and PYTHONPATH after it)."""
+    return (f'export PATH="{root}/bin:$PATH" '
+            f'PYTHONPATH="{root}/site${{PYTHONPATH:+:$PYTHONPATH}}"; ')
 
 
 def needs_network_lines(output: str) -> list[str]:
@@ -200,10 +203,10 @@ def needs_network_lines(output: str) -> list[str]:
 
 async def install_stand_ins(shell: Shell) -> None:
     """Only the installer stand-ins and t1_offline.py (no pytest): what a Dockerfile's RUN lines need."""
-    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "clear installer stand-ins")
-    await upload_archive(shell, toolchain_archive(with_pytest=False), TOOLCHAIN_DIR, "installer stand-ins")
+    await check(shell, f"rm -rf {STAND_INS_DIR}", "clear installer stand-ins")
+    await upload_archive(shell, toolchain_archive(False, STAND_INS_DIR), STAND_INS_DIR, "installer stand-ins")
 
 
 async def remove_stand_ins(shell: Shell) -> None:
     """After setup: the agent's sandbox keeps no trace of them (the verifier installs its own)."""
-    await check(shell, f"rm -rf {TOOLCHAIN_DIR}", "remove installer stand-ins")
+    await check(shell, f"rm -rf {STAND_INS_DIR}", "remove installer stand-ins")
