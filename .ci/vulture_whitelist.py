@@ -42,7 +42,14 @@ MAX_FRAME_BYTES
 pytestmark, _one_torch_thread, FINAL_ONLY, decoded_token, cumulative_logprob, stop_reason, special_tokens
 _.__class__
 
-# Dead names that other branches of issue 17 remove (robust: Spool.is_pending, TrajectoryBuffer.set_meta
-# and known_ids; trainer: models.torch_dtype and save_critic). Delete these two lines when they merge.
-_.is_pending, _.set_meta, _.known_ids
-torch_dtype, save_critic
+
+# pydantic validators, StrEnum members chosen by value from config, selenium option attributes.
+_._pages_fit, WANDB, _.binary_location
+# transformers' attention-function signature (t1/trainer/attention.py ignores the dense mask by design).
+attention_mask
+# Public surface read by docs and callers outside the package (SshSandbox.separates_verifier).
+_.separates_verifier
+# Task fields parsed for the record: Harbor's allowed_hosts (refused by name), an artifact's destination
+# (not honoured yet: artifacts land at their source path), TB1's run_tests_in_same_shell (the verifier
+# always gets its own shell; see docs/security.md).
+_.allowed_hosts, _.destination, _.same_shell
