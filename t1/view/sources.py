@@ -83,7 +83,7 @@ def spool_frames_from(path: Path, offset: int) -> tuple[list[tuple[str, Locator]
         f.seek(offset)
         data = f.read()
     pos = 0
-    head = sf._HEADER
+    head = sf.HEADER
     while pos + head.size <= len(data):
         length, crc = head.unpack_from(data, pos)
         end = pos + head.size + length
