@@ -3,21 +3,27 @@
 A tree is a fresh directory with `app/`, `logs/`, `tests/`, `tmp/` and `home/`, owned by a host
 uid of its own (when T1 runs as root) so sandboxes cannot touch each other's files or processes
 and the process limit counts per sandbox. One long-lived bubblewrap per sandbox (`init_argv`,
-run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: the host's system read-only, its
-tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, no network unless
-allowed, root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
-own uid, with no capabilities and `no_new_privs`, so all shells of a sandbox see the same
-processes and the same loopback network, as the shells of one VM do.
+run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: its root, its tree at `/app`,
+`/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, no network unless allowed, root
+in a user namespace. The root is the host's through a copy-on-write overlay of the sandbox's own
+when the tree has `overlay` (`t1.sandbox.rootfs`: T1 runs as root; writable anywhere, bounded by
+`storage_mb`, the tree dirs on the same per-sandbox tmpfs), else the host's system dirs
+read-only. Every session enters those namespaces (`enter_argv`), as its own uid, with
+`no_new_privs`, so all shells of a sandbox see the same processes and the same loopback
+network, as the shells of one VM do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
+from t1.sandbox.mountns import umount
+from t1.sandbox.rootfs import ROOTFS, separate_system_mounts
 
 TREE_DIRS = {"app": "/app", "logs": "/logs", "tests": "/tests", "tmp": "/tmp", "home": "/root"}
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -36,15 +42,28 @@ class SandboxTree:
     limits: LimitsConfig
     bubblewrap: bool = True
     env: tuple[tuple[str, str], ...] = ()
+    overlay: bool = False
+    """A copy-on-write root over the host's on a tmpfs of `storage_mb` (`t1.sandbox.rootfs`; needs root and a uid)."""
+    storage_mb: int = 10240
 
     def host_path(self, name: str) -> Path:
+        """Where `name` lives in the mount namespace that holds it (with `overlay`, the sandbox's own)."""
         return self.root / name
 
 
 def make_tree(tree: SandboxTree) -> None:
-    """Create the sandbox's directories, owned by its uid, closed to everyone else."""
+    """Create the sandbox's directories, owned by its uid, closed to everyone else.
+
+    With `overlay` only the root is made here, as the mount point of the sandbox's tmpfs, which
+    gets the tree dirs (`t1.sandbox.rootfs.mount_storage`).
+    """
     tree.root.mkdir(parents=True, exist_ok=False)
     os.chmod(tree.root, 0o700)
+    if tree.overlay:
+        if tree.uid is None:
+            raise ValueError(f"sandbox {tree.sandbox_id}: an overlay root needs a uid of its own (T1 running as root)")
+        os.chown(tree.root, tree.uid, tree.uid)
+        return
     for name in TREE_DIRS:
         path = tree.host_path(name)
         path.mkdir()
@@ -56,7 +75,20 @@ def make_tree(tree: SandboxTree) -> None:
 
 
 def remove_tree(tree: SandboxTree) -> None:
-    shutil.rmtree(tree.root, ignore_errors=True)
+    sweep_tree(tree.root)
+
+
+def sweep_tree(root: Path) -> None:
+    """Remove a sandbox tree, live run's or dead run's: unmount whatever this namespace has mounted
+    under it (an overlay sandbox's mounts live in its own namespace and die with it; this catches
+    any left in ours), deepest first, then delete the files."""
+    prefix = str(root).rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split()[4] for line in mountinfo]
+    for point in sorted((p for p in points if p == prefix[:-1] or p.startswith(prefix)), key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            umount(point)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def find_sftp_server() -> str:
@@ -66,7 +98,31 @@ def find_sftp_server() -> str:
     raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
 
 
-def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False) -> list[str]:
+def _readonly_root_args() -> list[str]:
+    """The host's system dirs, read-only, on bubblewrap's own empty root (remounted read-only at the end)."""
+    argv: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+def _overlay_root_args(tree: SandboxTree, block_fd: int | None) -> list[str]:
+    """The sandbox's overlay as its root (`t1.sandbox.rootfs`), writable; bubblewrap waits on
+    `block_fd` while T1 maps the user namespace's ids and mounts the overlay."""
+    argv = [] if block_fd is None else ["--userns-block-fd", str(block_fd)]
+    argv += ["--bind", str(tree.host_path(ROOTFS)), "/"]
+    for path in separate_system_mounts():  # not in the overlay's lower layer
+        argv += ["--ro-bind", path, path]
+    return argv
+
+
+def bwrap_argv(
+    tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False,
+    block_fd: int | None = None,
+) -> list[str]:
     """The bubblewrap command line confining `inner` to `tree` (pure); `info_fd` gets its namespace info.
 
     With `as_pid_1`, `inner` is PID 1 of the new PID namespace itself (it must reap orphans).
@@ -75,11 +131,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
     if not tree.allow_network:
         argv.append("--unshare-net")
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            argv += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
+    argv += _overlay_root_args(tree, block_fd) if tree.overlay else _readonly_root_args()
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
@@ -87,7 +139,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
         argv += ["--info-fd", str(info_fd)]
     if as_pid_1:
         argv.append("--as-pid-1")
-    argv += ["--chdir", "/app", "--remount-ro", "/", "--"]
+    argv += ["--chdir", "/app"] + ([] if tree.overlay else ["--remount-ro", "/"]) + ["--"]
     return argv + inner
 
 
@@ -98,10 +150,10 @@ init plus a `sleep` would be one host task more per sandbox, and every pivot_roo
 per sandbox start) walks all host tasks."""
 
 
-def init_argv(tree: SandboxTree, info_fd: int, ready: str) -> list[str]:
+def init_argv(tree: SandboxTree, info_fd: int, ready: str, block_fd: int | None = None) -> list[str]:
     """The sandbox's init: prints `ready` once every mount is in place, then holds the namespaces and reaps orphans."""
     return bwrap_argv(tree, ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready=ready)],
-                      info_fd, as_pid_1=True)
+                      info_fd, as_pid_1=True, block_fd=block_fd)
 
 
 NAMESPACE_FLAGS = {"user": "--user", "mnt": "--mount", "pid": "--pid", "net": "--net", "ipc": "--ipc",
@@ -117,16 +169,28 @@ class NamespaceTarget:
     """Names under /proc/PID/ns (`user`, `mnt`, ...); a shared one (the host network) is not entered."""
 
 
-def enter_argv(target: NamespaceTarget, inner: list[str]) -> list[str]:
+ROOT_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap", "setfcap",
+             "net_bind_service", "net_raw", "sys_chroot", "audit_write")
+"""What the sandbox's root keeps with an overlay root: a container engine's default set (useradd, chown,
+su/runuser, apt's privilege drop need them). They act only inside its user namespace: on its own
+uids' files and processes and its own namespaces; no CAP_SYS_ADMIN, no ptrace."""
+
+
+def root_caps(tree: SandboxTree) -> str:
+    """setpriv's bounding set for `tree`'s sessions: the container set with an overlay root, else none."""
+    return "-all" + "".join(f",+{cap}" for cap in ROOT_CAPS) if tree.overlay else "-all"
+
+
+def enter_argv(target: NamespaceTarget, inner: list[str], caps: str = "-all") -> list[str]:
     """Run `inner` in the namespaces of `target` (pure).
 
     Credentials are kept (the sandbox uid is root inside its user namespace); the capabilities
-    that entering the user namespace grants are dropped and `no_new_privs` is set, as bubblewrap
-    does for the processes it starts. The cwd is the init's, `/app`.
+    that entering the user namespace grants are cut down to `caps` (a setpriv bounding set) and
+    `no_new_privs` is set, as bubblewrap does for the processes it starts. The cwd is the init's, `/app`.
     """
     flags = [NAMESPACE_FLAGS[name] for name in target.namespaces]
     return ["nsenter", "-t", str(target.pid), *flags, "--root", "--wd", "--preserve-credentials", "--",
-            "setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--", *inner]
+            "setpriv", "--no-new-privs", "--inh-caps=-all", f"--bounding-set={caps}", "--", *inner]
 
 
 def _inner_command(command: str | None, subsystem: str | None, pty: bool) -> list[str]:
@@ -193,6 +257,6 @@ def session_launch(
     if tree.bubblewrap:
         if target is None:
             raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
-        inner = enter_argv(target, inner)
+        inner = enter_argv(target, inner, root_caps(tree))
     prefix = host_prefix(tree, pty is not None)
     return Launch(prefix + inner, env, None if tree.bubblewrap else str(tree.host_path("app")), pty is None)

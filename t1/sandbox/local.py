@@ -18,12 +18,14 @@ from pathlib import Path
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
 from t1.sandbox.local_server import LocalSshServer
+from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest
 
 log = logging.getLogger(__name__)
 
-_UID_RANGE = (1_000_000, 2_000_000_000)
+_UID_SLOTS = (1_000_000 // ID_COUNT + 1, 2_000_000_000 // ID_COUNT)
+"""A sandbox's uids are slot * ID_COUNT and the ID_COUNT - 1 after it (its user namespace maps them all)."""
 
 
 def _check_traversable(path: Path) -> None:
@@ -45,6 +47,7 @@ class LocalProvider:
         self.root = cfg.root.resolve()
         self.server = LocalSshServer(cfg.host, cfg.port)
         self._per_sandbox_uid = os.geteuid() == 0
+        self._overlay = cfg.overlay and cfg.bubblewrap and self._per_sandbox_uid
         self._uids: set[int] = set()
         self._sandboxes: dict[str, SshSandbox] = {}
         self._start_lock = asyncio.Lock()
@@ -57,16 +60,28 @@ class LocalProvider:
             self.root.mkdir(parents=True, exist_ok=True)
             if self._per_sandbox_uid:
                 _check_traversable(self.root)
+            if self._overlay:
+                check_overlay_path(self.root)
+                await asyncio.to_thread(host_masks, str(self.root))  # the one scan of the host (about a second)
+            elif self.cfg.overlay and self.cfg.bubblewrap:
+                log.warning("sandbox.local.overlay needs T1 running as root; sandboxes get the host's system read-only")
             await self.server.start()
             self._started = True
 
     def _new_uid(self) -> int | None:
         if not self._per_sandbox_uid:
             return None
-        while (uid := random.randrange(*_UID_RANGE)) in self._uids:
+        while (uid := random.randrange(*_UID_SLOTS) * ID_COUNT) in self._uids:
             pass
         self._uids.add(uid)
         return uid
+
+    def _storage_mb(self, request: SandboxRequest) -> int:
+        storage = self.cfg.storage_mb if request.storage_mb is None else request.storage_mb
+        if not 16 <= storage <= self.cfg.max_storage_mb:
+            raise ValueError(f"the task asks for storage_mb={storage}; this provider gives 16 to "
+                             f"{self.cfg.max_storage_mb} (sandbox.local.max_storage_mb)")
+        return storage
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()
@@ -75,6 +90,7 @@ class LocalProvider:
             sandbox_id=sandbox_id, root=self.root / sandbox_id, uid=self._new_uid(),
             allow_network=request.allow_network, limits=self.cfg.limits,
             bubblewrap=self.cfg.bubblewrap, env=request.env,
+            overlay=self._overlay, storage_mb=self._storage_mb(request),
         )
         await asyncio.to_thread(make_tree, tree)
         endpoint = SshEndpoint(
@@ -91,8 +107,12 @@ class LocalProvider:
         return sandbox
 
     def tree(self, sandbox_id: str) -> SandboxTree:
-        """The host-side tree of a live sandbox (tests and task provisioning may read it)."""
+        """The tree of a live sandbox."""
         return self.server.trees[sandbox_id]
+
+    def host_path(self, sandbox_id: str, name: str) -> Path:
+        """Where T1 reaches tree dir `name` (`app`, `logs`, ...) of a live sandbox (tests and provisioning may read it)."""
+        return self.server.host_path(sandbox_id, name)
 
     async def _forget(self, tree: SandboxTree) -> None:
         await self.server.end_sandbox(tree.sandbox_id)

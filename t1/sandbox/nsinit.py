@@ -21,10 +21,20 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
+from t1.sandbox.bwrap import (
+    NAMESPACE_FLAGS,
+    TREE_DIRS,
+    NamespaceTarget,
+    SandboxTree,
+    host_prefix,
+    init_argv,
+)
 from t1.sandbox.forker import Child, popen
+from t1.sandbox.mountns import mount_thread
+from t1.sandbox.rootfs import host_masks, mount_overlay, mount_storage, write_id_maps
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
@@ -108,6 +118,14 @@ async def hang_up(proc: Child, grace_s: float = HANGUP_GRACE_S) -> None:
     kill_group(proc)
 
 
+def _child_pid(tree: SandboxTree, info: bytes) -> int:
+    """PID 1 of the sandbox (a host pid), from bubblewrap's --info-fd output."""
+    try:
+        return int(json.loads(info)["child-pid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"sandbox {tree.sandbox_id}: unreadable bubblewrap --info-fd output {info!r}") from exc
+
+
 def _own_namespaces(pid: int) -> tuple[str, ...]:
     """The namespaces of `pid` that differ from ours (entering one we already share needs host privileges)."""
     return tuple(name for name in NAMESPACE_FLAGS
@@ -123,6 +141,12 @@ class SandboxInit:
         self.target = target
         """PID 1 of the sandbox's namespaces (a host pid) and which of them sessions enter."""
 
+    def host_path(self, name: str) -> Path:
+        """Where T1 reaches the tree dir `name`: with an overlay root, through the namespace holding its tmpfs."""
+        if not self.tree.overlay:
+            return self.tree.host_path(name)
+        return Path(f"/proc/{self.proc.pid}/root{self.tree.host_path(name)}")
+
     @classmethod
     async def start(cls, tree: SandboxTree) -> SandboxInit:
         """Start the init and return once its namespaces are fully set up (mounts included)."""
@@ -130,6 +154,8 @@ class SandboxInit:
 
     @classmethod
     def _start_blocking(cls, tree: SandboxTree) -> SandboxInit:
+        if tree.overlay:
+            return cls._start_with_overlay(tree)
         info_r, info_w = os.pipe()
         try:
             proc = popen(
@@ -139,9 +165,73 @@ class SandboxInit:
             )
         finally:
             os.close(info_w)
-        assert proc.stdout is not None and proc.stderr is not None
         with os.fdopen(info_r, "rb") as info_file:
             info = info_file.read()  # bwrap closes the info fd once the namespaces exist
+        return cls._await_ready(tree, proc, info)
+
+    @classmethod
+    def _start_with_overlay(cls, tree: SandboxTree) -> SandboxInit:
+        """Start the init over a copy-on-write root (`t1.sandbox.rootfs`).
+
+        Its tmpfs is mounted in a new mount namespace that bubblewrap starts in; bubblewrap makes
+        the sandbox's user namespace and waits; T1 maps its ids (0..65535 to the tree's range) and
+        mounts the overlay, whose lower layer is idmapped through that user namespace; then
+        bubblewrap goes on and makes the overlay the sandbox's root.
+        """
+        masks = host_masks(str(tree.root.parent))
+        ns_fd = mount_thread().new_namespace(
+            lambda: mount_storage(tree.root, tree.uid or 0, tree.storage_mb, masks, tuple(TREE_DIRS)))
+        try:
+            proc, info = cls._overlay_handshake(tree, ns_fd)
+        finally:
+            os.close(ns_fd)  # bubblewrap's outer process now holds the namespace
+        return cls._await_ready(tree, proc, info)
+
+    @staticmethod
+    def _overlay_handshake(tree: SandboxTree, ns_fd: int) -> tuple[Child, bytes]:
+        """Start bubblewrap in `ns_fd`, map its user namespace, mount the overlay, let it go on."""
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        try:
+            proc = popen(
+                host_prefix(tree, pty=False) + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(info_w, block_r),
+                env={"PATH": "/usr/bin:/bin"}, start_new_session=True, mount_ns=ns_fd,
+            )
+        except BaseException:
+            for fd in (info_r, block_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (info_w, block_r):
+                os.close(fd)
+        try:
+            with os.fdopen(info_r, "rb") as info_file:
+                info = info_file.read()  # written before bubblewrap blocks
+            child = _child_pid(tree, info)
+            write_id_maps(child, tree.uid or 0)
+            userns = os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                mount_thread().inside(ns_fd, lambda: mount_overlay(tree.root, userns))
+            finally:
+                os.close(userns)
+            os.write(block_w, b"1")
+        except Exception as exc:
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.kill()
+            err = proc.stderr.read().decode(errors="replace").strip()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+            raise RuntimeError(f"sandbox {tree.sandbox_id}: its copy-on-write root failed: {exc}"
+                               f" (bubblewrap: {err or 'no output'})") from exc
+        finally:
+            os.close(block_w)
+        return proc, info
+
+    @classmethod
+    def _await_ready(cls, tree: SandboxTree, proc: Child, info: bytes) -> SandboxInit:
+        assert proc.stdout is not None and proc.stderr is not None
         ready = proc.stdout.readline()  # the inner command runs only after every mount is in place
         proc.stdout.close()
         if ready != INIT_READY:
@@ -152,11 +242,11 @@ class SandboxInit:
             raise RuntimeError(f"sandbox {tree.sandbox_id}: bubblewrap init failed to start: {err or 'no output'}")
         proc.stderr.close()
         try:
-            ns_pid = int(json.loads(info)["child-pid"])
-        except (ValueError, KeyError, TypeError) as exc:
+            ns_pid = _child_pid(tree, info)
+        except RuntimeError:
             proc.kill()
             proc.wait()
-            raise RuntimeError(f"sandbox {tree.sandbox_id}: unreadable bubblewrap --info-fd output {info!r}") from exc
+            raise
         return cls(tree, proc, NamespaceTarget(ns_pid, _own_namespaces(ns_pid)))
 
     async def stop(self, on_timeout: Callable[[str], None] | None = None) -> None:
