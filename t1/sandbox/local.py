@@ -28,14 +28,26 @@ _UID_SLOTS = (1_000_000 // ID_COUNT + 1, 2_000_000_000 // ID_COUNT)
 """A sandbox's uids are slot * ID_COUNT and the ID_COUNT - 1 after it (its user namespace maps them all)."""
 
 
+def new_sandbox_uid(taken: set[int]) -> int:
+    """A base uid for a new sandbox, not in `taken` (which gets it): its ID_COUNT ids are its alone."""
+    while (uid := random.randrange(*_UID_SLOTS) * ID_COUNT) in taken:
+        pass
+    taken.add(uid)
+    return uid
+
+
+def blocking_dir(path: Path) -> Path | None:
+    """The directory on the way to `path` that other users cannot search, if any."""
+    return next((p for p in [path, *path.parents] if p.exists() and not os.stat(p).st_mode & 0o001), None)
+
+
 def _check_traversable(path: Path) -> None:
     """Sandbox uids must be able to reach their tree; name the directory that blocks them."""
-    for parent in [path, *path.parents]:
-        if parent.exists() and not os.stat(parent).st_mode & 0o001:
-            raise PermissionError(
-                f"sandbox root {path}: directory {parent} is not searchable by other users (needs o+x), "
-                "so per-sandbox uids cannot reach their trees; choose another sandbox.local.root or chmod o+x"
-            )
+    if (parent := blocking_dir(path)) is not None:
+        raise PermissionError(
+            f"sandbox root {path}: directory {parent} is not searchable by other users (needs o+x), "
+            "so per-sandbox uids cannot reach their trees; choose another sandbox.local.root or chmod o+x"
+        )
 
 
 class LocalProvider:
@@ -71,10 +83,7 @@ class LocalProvider:
     def _new_uid(self) -> int | None:
         if not self._per_sandbox_uid:
             return None
-        while (uid := random.randrange(*_UID_SLOTS) * ID_COUNT) in self._uids:
-            pass
-        self._uids.add(uid)
-        return uid
+        return new_sandbox_uid(self._uids)
 
     def _storage_mb(self, request: SandboxRequest) -> int:
         storage = self.cfg.storage_mb if request.storage_mb is None else request.storage_mb
