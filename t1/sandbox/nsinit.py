@@ -224,7 +224,8 @@ class SandboxInit:
             proc.stdout.close()
             proc.stderr.close()
             raise RuntimeError(f"sandbox {tree.sandbox_id}: its copy-on-write root failed: {exc}"
-                               f" (bubblewrap: {err or 'no output'})") from exc
+                               f" (bubblewrap: {err or 'no output'}); where the host's kernel or root filesystem"
+                               " cannot do this, set sandbox.local.overlay: false") from exc
         finally:
             os.close(block_w)
         return proc, info

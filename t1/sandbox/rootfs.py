@@ -111,9 +111,15 @@ def _scan(top: str, dev: int, out: list[Mask]) -> None:
             _scan(entry.path, dev, out)
 
 
-@functools.cache
 def host_masks(tree_parent: str) -> tuple[Mask, ...]:
-    """Every mask of the host's root (scanned once per process: about a second) plus `tree_parent`."""
+    """Every mask of the host's root (scanned once per process: about a second), and `tree_parent`
+    hidden when it lies in a system dir (other sandboxes' mount points)."""
+    top = tree_parent.split("/")[1] if tree_parent.startswith("/") and tree_parent != "/" else ""
+    return _scan_host() + ((Mask(tree_parent, MaskKind.HIDE),) if top in SYSTEM_TOP else ())
+
+
+@functools.cache
+def _scan_host() -> tuple[Mask, ...]:
     dev = os.stat("/").st_dev
     masks: list[Mask] = []
     for name in sorted(os.listdir("/")):
@@ -126,8 +132,6 @@ def host_masks(tree_parent: str) -> tuple[Mask, ...]:
             masks.append(Mask(path, MaskKind.HIDE))
         elif os.path.isdir(path) and not os.path.islink(path) and os.stat(path).st_dev == dev:
             _scan(path, dev, masks)
-    if tree_parent.split("/")[1:2] and tree_parent.split("/")[1] in SYSTEM_TOP:
-        masks.append(Mask(tree_parent, MaskKind.HIDE))  # other sandboxes' (empty) mount points
     return tuple(masks)
 
 
