@@ -205,6 +205,7 @@ class SandboxInit:
         finally:
             for fd in (info_w, block_r):
                 os.close(fd)
+        child: int | None = None
         try:
             with os.fdopen(info_r, "rb") as info_file:
                 info = info_file.read()  # written before bubblewrap blocks
@@ -218,12 +219,15 @@ class SandboxInit:
             os.write(block_w, b"1")
         except Exception as exc:
             assert proc.stdout is not None and proc.stderr is not None
+            if child is not None:  # still waiting for its parent's go: it would outlive a killed parent
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
             proc.kill()
             err = proc.stderr.read().decode(errors="replace").strip()
             proc.wait()
             proc.stdout.close()
             proc.stderr.close()
-            raise RuntimeError(f"sandbox {tree.sandbox_id}: its copy-on-write root failed: {exc}"
+            raise RuntimeError(f"sandbox {tree.sandbox_id}: its copy-on-write root failed: {exc!r}"
                                f" (bubblewrap: {err or 'no output'}); where the host's kernel or root filesystem"
                                " cannot do this, set sandbox.local.overlay: false") from exc
         finally:

@@ -42,6 +42,8 @@ MOUNTED_TOP = ("proc", "dev", "run", "sys")
 EMPTY_TOP = ("home", "mnt", "srv", "media", "root", "tmp", "app", "logs", "tests")
 """Present and empty (the tree dirs are mounted over theirs)."""
 SHADOW_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
+KEPT_PRIVATE = ("/etc/sudoers", "/etc/sudoers.d")
+"""Root-only but no secret, and a container's root reads them: `sudo` run by root needs its rules."""
 _NOBODY = 65534
 
 
@@ -76,7 +78,7 @@ def _locked(text: bytes) -> bytes:
 
 
 def _mask_for(path: str, st: os.stat_result) -> Mask | None:
-    if stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(st.st_mode) or path in KEPT_PRIVATE:
         return None
     mode, uid, gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
     if stat.S_ISDIR(st.st_mode):
@@ -107,7 +109,7 @@ def _scan(top: str, dev: int, out: list[Mask]) -> None:
         mask = _mask_for(entry.path, st)
         if mask is not None:
             out.append(mask)
-        elif stat.S_ISDIR(st.st_mode):
+        elif stat.S_ISDIR(st.st_mode) and entry.path not in KEPT_PRIVATE:
             _scan(entry.path, dev, out)
 
 

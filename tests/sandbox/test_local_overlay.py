@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from t1.sandbox.bwrap import sweep_tree
 from t1.sandbox.local import LocalProvider
+from t1.sandbox.mountns import mount
 from t1.sandbox.rootfs import _locked
 from t1.sandbox.types import SandboxRequest
 
@@ -179,3 +181,44 @@ async def test_host_secrets_and_private_dirs_stay_hidden(provider: LocalProvider
 def test_locked_shadow_keeps_every_field_but_the_password() -> None:
     text = b"root:$6$salt$hash:20228:0:99999:7:::\nbob:!$6$x:1:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
     assert _locked(text) == b"root:*:20228:0:99999:7:::\nbob:!:1:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+
+
+def test_sweep_tree_unmounts_and_removes_a_stale_tree(tmp_path: Path) -> None:
+    """A dead run's tree with mounts left in this namespace (tmpfs, and one nested in it) is swept."""
+    stale = tmp_path / "sb-dead"
+    (stale / "layer").mkdir(parents=True)
+    mount("tmpfs", str(stale / "layer"), "tmpfs", 0, "size=1m")
+    (stale / "layer" / "rootfs").mkdir()
+    mount("tmpfs", str(stale / "layer" / "rootfs"), "tmpfs", 0, "size=1m")
+    (stale / "layer" / "rootfs" / "file").write_text("x")
+    sweep_tree(stale)
+    assert not stale.exists()
+    with open("/proc/self/mountinfo") as mountinfo:
+        assert str(stale) not in mountinfo.read()
+
+
+async def test_a_failed_overlay_start_leaves_no_process(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If mounting the overlay fails, the create fails naming it, and bubblewrap's waiting child dies too."""
+    import t1.sandbox.nsinit as nsinit
+
+    def broken(root: Path, userns_fd: int) -> None:
+        raise OSError(22, f"mount overlay on {root}: Invalid argument")
+
+    monkeypatch.setattr(nsinit, "mount_overlay", broken)
+    before = set(os.listdir("/proc"))
+    with pytest.raises(RuntimeError, match="copy-on-write root failed.*Invalid argument.*overlay: false"):
+        await asyncio.wait_for(provider.create(SandboxRequest()), 30)
+    await asyncio.sleep(0.3)
+    ours = {str(os.getpid()), "1"}  # our children, or orphans left to the host's init
+    left = [pid for pid in set(os.listdir("/proc")) - before if pid.isdigit() and _bwrap_parent(pid) in ours]
+    assert left == [], f"bubblewrap processes left: {left}"
+
+
+def _bwrap_parent(pid: str) -> str:
+    """The parent pid of `pid` if it is a live bubblewrap, else ''."""
+    try:
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    except OSError:
+        return ""
+    alive = status.get("Name") == "bwrap" and not status.get("State", "").startswith("Z")
+    return status.get("PPid", "").strip() if alive else ""
