@@ -206,7 +206,7 @@ async def test_a_failed_overlay_start_leaves_no_process(provider: LocalProvider,
 
     monkeypatch.setattr(nsinit, "mount_overlay", broken)
     before = set(os.listdir("/proc"))
-    with pytest.raises(RuntimeError, match="copy-on-write root failed.*Invalid argument.*overlay: false"):
+    with pytest.raises(RuntimeError, match=r"copy-on-write root failed.*Invalid argument.*overlay: false"):
         await asyncio.wait_for(provider.create(SandboxRequest()), 30)
     await asyncio.sleep(0.3)
     ours = {str(os.getpid()), "1"}  # our children, or orphans left to the host's init
