@@ -58,6 +58,7 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
     providers = {name: LocalProvider(LocalProviderConfig(root=root / name, overlay=on), shell_cfg)
                  for name, on in SETTINGS.items()}
     samples: dict[str, dict[str, list[float]]] = {name: {"start": [], **{c: [] for c in COMMANDS}} for name in SETTINGS}
+    load_start = os.getloadavg()[0]
     try:
         for provider in providers.values():
             await provider.start()
@@ -79,7 +80,8 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
                for name, by_key in samples.items()}
     ratios = {key: round(medians["overlay"][key] / medians["readonly"][key], 2) for key in medians["overlay"]}
     return {"ms_median": medians, "overlay_vs_readonly": ratios,
-            "settings": {"rounds": rounds, "creates": creates, "commands": commands}}
+            "settings": {"rounds": rounds, "creates": creates, "commands": commands},
+            "load_avg_1m": {"start": load_start, "end": os.getloadavg()[0]}}
 
 
 def print_rootfs_table(section: dict[str, Any]) -> None:
