@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 
 from bench.sandbox_host import HostedProvider
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxRequest
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 MIN_FREE_GIB = 4.0
@@ -111,8 +111,22 @@ def mountinfo_lines(pid: int) -> int:
         return -1
 
 
+CREATE_TRIES = 3
+"""As the sandbox pool does (`pool.create_retries`): a create that fails (an SSH connect timing out
+on an overloaded host) is tried again; `failed_creates` counts those."""
+failed_creates = 0
+
+
 async def provision(provider: HostedProvider, live: list[Sandbox], overlay: bool) -> None:
-    sandbox = await provider.create(SandboxRequest(), overlay=overlay)
+    global failed_creates
+    for attempt in range(CREATE_TRIES):
+        try:
+            sandbox = await provider.create(SandboxRequest(), overlay=overlay)
+            break
+        except SandboxLost:
+            failed_creates += 1
+            if attempt == CREATE_TRIES - 1:
+                raise
     live.append(sandbox)
     result = await sandbox.exec("echo t1-ok", timeout_s=120)  # type: ignore[attr-defined]
     if "t1-ok" not in str(result.stdout):
@@ -183,7 +197,8 @@ async def window(provider: HostedProvider, cpu: HostCpu, live: list[Sandbox], ta
            if cpu.group is not None else None,
            "host_fds": len(os.listdir(f"/proc/{provider.pid}/fd")),
            "host_mountinfo_lines": mountinfo_lines(provider.pid),
-           "mem_available_gib": round(mem_available_gib(), 1), "cgroup": cpu.group is not None}
+           "mem_available_gib": round(mem_available_gib(), 1), "cgroup": cpu.group is not None,
+           "failed_creates_so_far": failed_creates, "load_avg_1m": round(os.getloadavg()[0], 1)}
     if args.idle_s > 0:  # what the live sandboxes cost while nothing is created
         host0, client0 = cpu.total(), time.process_time()
         await asyncio.sleep(args.idle_s)

@@ -74,7 +74,7 @@ class LocalProvider:
                 _check_traversable(self.root)
             if self._overlay:
                 check_overlay_path(self.root)
-                await asyncio.to_thread(host_masks, str(self.root))  # the one scan of the host (about a second)
+                await asyncio.to_thread(host_masks, str(self.root))  # the one scan of the host (a few seconds)
             elif self.cfg.overlay and self.cfg.bubblewrap:
                 log.warning("sandbox.local.overlay needs T1 running as root; sandboxes get the host's system read-only")
             await self.server.start()

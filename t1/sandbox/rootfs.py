@@ -114,7 +114,7 @@ def _scan(top: str, dev: int, out: list[Mask]) -> None:
 
 
 def host_masks(tree_parent: str) -> tuple[Mask, ...]:
-    """Every mask of the host's root (scanned once per process: about a second), and `tree_parent`
+    """Every mask of the host's root (scanned once per process: a few seconds), and `tree_parent`
     hidden when it lies in a system dir (other sandboxes' mount points)."""
     top = tree_parent.split("/")[1] if tree_parent.startswith("/") and tree_parent != "/" else ""
     return _scan_host() + ((Mask(tree_parent, MaskKind.HIDE),) if top in SYSTEM_TOP else ())
