@@ -7,8 +7,13 @@ process: `python -m bench.sandbox_host --root DIR` serves trees it creates on re
 exactly as the ssh provider reaches a cloud VM. Control lines on the child's stdin/stdout:
 
     -> {"port": P, "client_key": PEM, "host_key": PUB}    once, at start
-    <- create                 -> {"id": "sb-..."}
+    <- create [overlay]       -> {"id": "sb-..."}
     <- destroy sb-...         -> {"ok": true}
+
+`create overlay` gives the sandbox a copy-on-write root (`t1.sandbox.rootfs`), plain `create`
+the read-only system. Running as root over a root directory other users can search, both get a
+uid range of their own, as the local provider gives them; otherwise every sandbox runs as this
+process's uid and `create overlay` is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -26,6 +32,7 @@ import asyncssh
 
 from t1.config.sandbox import LimitsConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
+from t1.sandbox.local import blocking_dir, new_sandbox_uid
 from t1.sandbox.local_server import LocalSshServer
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest
@@ -37,6 +44,9 @@ async def _serve(root: Path, bubblewrap: bool) -> None:
     server = LocalSshServer("127.0.0.1", 0)
     await server.start()
     root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)
+    own_uids = os.geteuid() == 0 and blocking_dir(root) is None  # else every sandbox runs as this uid
+    uids: set[int] = set()
     out = sys.stdout
     hello = {"port": server.port, "client_key": server.client_key.export_private_key().decode(),
              "host_key": server.host_key.export_public_key().decode()}
@@ -48,10 +58,14 @@ async def _serve(root: Path, bubblewrap: bool) -> None:
     try:
         while line := (await reader.readline()).decode().strip():
             verb, _, arg = line.partition(" ")
-            if verb == "create":
+            if verb == "create" and arg == "overlay" and not (own_uids and bubblewrap):
+                reply = {"error": f"an overlay root needs root, bubblewrap and a root other users can search: {root}"}
+            elif verb == "create":
                 sid = "sb-" + secrets.token_hex(6)
-                tree = SandboxTree(sandbox_id=sid, root=root / sid, uid=None, allow_network=False,
-                                   limits=LimitsConfig(max_memory_mb=None), bubblewrap=bubblewrap)
+                uid = new_sandbox_uid(uids) if own_uids else None
+                tree = SandboxTree(sandbox_id=sid, root=root / sid, uid=uid, allow_network=False,
+                                   limits=LimitsConfig(max_memory_mb=None), bubblewrap=bubblewrap,
+                                   overlay=arg == "overlay" and bubblewrap, storage_mb=1024)
                 make_tree(tree)
                 server.trees[sid] = tree
                 reply: dict[str, object] = {"id": sid}
@@ -60,6 +74,7 @@ async def _serve(root: Path, bubblewrap: bool) -> None:
                 gone = server.trees.pop(arg, None)
                 if gone is not None:
                     remove_tree(gone)
+                    uids.discard(gone.uid or 0)
                 reply = {"ok": gone is not None}
             else:
                 reply = {"error": f"unknown control line {line!r}"}
@@ -94,8 +109,9 @@ class HostedProvider:
     """SandboxProvider over a `bench.sandbox_host` child: trees there, real SSH connections here."""
 
     def __init__(self, root: Path, shell_cfg: ShellConfig, bubblewrap: bool = True,
-                 log_file: Path | None = None, nice: int = 0) -> None:
+                 log_file: Path | None = None, nice: int = 0, overlay: bool = False) -> None:
         self.root = root
+        self.overlay = overlay
         self.nice = nice  # the host and every sandbox process it starts run at this nice value
         self.log_file = log_file
         self.shell_cfg = shell_cfg
@@ -145,11 +161,13 @@ class HostedProvider:
             await self.proc.stdin.drain()
             return await self._read()
 
-    async def create(self, request: SandboxRequest) -> Sandbox:
+    async def create(self, request: SandboxRequest, overlay: bool | None = None) -> Sandbox:
+        """A new sandbox; with a copy-on-write root when `overlay` (default: the provider's `overlay`)."""
         if self._endpoint is None:
             await self.start()
         assert self._endpoint is not None
-        sid = str((await self._ask("create"))["id"])
+        on = self.overlay if overlay is None else overlay
+        sid = str((await self._ask("create overlay" if on else "create"))["id"])
         endpoint = SshEndpoint(host=self._endpoint.host, port=self._endpoint.port, user=sid,
                                client_keys=self._endpoint.client_keys, host_keys=self._endpoint.host_keys)
         sandbox = await SshSandbox.connect(sid, endpoint, self.shell_cfg)

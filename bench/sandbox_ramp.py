@@ -8,6 +8,10 @@ process it starts (bwrap, nsenter, bash), kernel time included, read from a cpua
 one can be made (root on cgroup v1), else only the host process itself.
 
     .venv/bin/python bench/sandbox_ramp.py --targets 500,1000,2000,3000 --out /tmp/ramp.json
+
+`--root both` (the default) times, at each live count, one window of read-only-system sandboxes
+and one of copy-on-write roots (`t1.sandbox.rootfs`) back to back; the live population is made
+of both kinds alike.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ if __package__ in (None, ""):
 
 from bench.sandbox_host import HostedProvider
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxRequest
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 MIN_FREE_GIB = 4.0
@@ -107,8 +111,22 @@ def mountinfo_lines(pid: int) -> int:
         return -1
 
 
-async def provision(provider: HostedProvider, live: list[Sandbox]) -> None:
-    sandbox = await provider.create(SandboxRequest())
+CREATE_TRIES = 3
+"""As the sandbox pool does (`pool.create_retries`): a create that fails (an SSH connect timing out
+on an overloaded host) is tried again; `failed_creates` counts those."""
+failed_creates = 0
+
+
+async def provision(provider: HostedProvider, live: list[Sandbox], overlay: bool) -> None:
+    global failed_creates
+    for attempt in range(CREATE_TRIES):
+        try:
+            sandbox = await provider.create(SandboxRequest(), overlay=overlay)
+            break
+        except SandboxLost:
+            failed_creates += 1
+            if attempt == CREATE_TRIES - 1:
+                raise
     live.append(sandbox)
     result = await sandbox.exec("echo t1-ok", timeout_s=120)  # type: ignore[attr-defined]
     if "t1-ok" not in str(result.stdout):
@@ -116,20 +134,23 @@ async def provision(provider: HostedProvider, live: list[Sandbox]) -> None:
     await sandbox.open_shell()
 
 
-async def create_many(provider: HostedProvider, live: list[Sandbox], count: int, concurrency: int) -> None:
+async def create_many(provider: HostedProvider, live: list[Sandbox], count: int, concurrency: int,
+                      kinds: tuple[bool, ...]) -> None:
+    """`count` sandboxes, `concurrency` at a time, their roots cycling through `kinds` (overlay or not)."""
     sem = asyncio.Semaphore(concurrency)
 
-    async def one() -> None:
+    async def one(overlay: bool) -> None:
         async with sem:
-            await provision(provider, live)
+            await provision(provider, live, overlay)
 
     async with asyncio.TaskGroup() as tg:
-        for _ in range(count):
-            tg.create_task(one())
+        for i in range(count):
+            tg.create_task(one(kinds[i % len(kinds)]))
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     root = Path(tempfile.mkdtemp(prefix="t1-ramp-"))
+    root.chmod(0o711)  # per-sandbox uids reach their trees
     provider = HostedProvider(root / "trees", ShellConfig(), log_file=root / "host.log")
     await provider.start()
     cpu = HostCpu(provider.pid)
@@ -143,38 +164,47 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             if not pid_room(target + args.window - len(live)):
                 print(f"stopping before {target}: too few pids left on this host", file=sys.stderr)
                 break
-            await create_many(provider, live, max(0, target - len(live)), args.concurrency)
-            comm0 = cpu.by_command()
-            host0, own0, client0, t0 = cpu.total(), cpu.own(), time.process_time(), time.monotonic()
-            await create_many(provider, live, args.window, args.concurrency)
-            wall = time.monotonic() - t0
-            host1, own1, client1 = cpu.total(), cpu.own(), time.process_time()
-            comm1 = cpu.by_command()
-            n = args.window
-            row = {"live": target, "window": n, "creates_per_s": round(n / wall, 1),
-                   "host_cpu_ms_per_create": round((host1 - host0) / n * 1e3, 2),
-                   "host_proc_cpu_ms_per_create": round((own1 - own0) / n * 1e3, 2),
-                   "client_cpu_ms_per_create": round((client1 - client0) / n * 1e3, 2),
-                   "live_processes_ms_per_create": {c: round((v - comm0.get(c, 0.0)) / n * 1e3, 2)
-                                                    for c, v in sorted(comm1.items())},
-                   "host_processes": sum(1 for _ in (cpu.group / "cgroup.procs").read_text().split())
-                   if cpu.group is not None else None,
-                   "host_fds": len(os.listdir(f"/proc/{provider.pid}/fd")),
-                   "host_mountinfo_lines": mountinfo_lines(provider.pid),
-                   "mem_available_gib": round(mem_available_gib(), 1), "cgroup": cpu.group is not None}
-            if args.idle_s > 0:  # what the live sandboxes cost while nothing is created
-                host0, client0 = cpu.total(), time.process_time()
-                await asyncio.sleep(args.idle_s)
-                row["idle_host_cpu_pct"] = round((cpu.total() - host0) / args.idle_s * 100, 1)
-                row["idle_client_cpu_pct"] = round((time.process_time() - client0) / args.idle_s * 100, 1)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            await create_many(provider, live, max(0, target - len(live)), args.concurrency, args.kinds)
+            for overlay in args.kinds:  # side by side at the same live count
+                rows.append(await window(provider, cpu, live, target, overlay, args))
+                print(json.dumps(rows[-1]), flush=True)
     finally:
         t_close = time.monotonic()
         await provider.close()
         cpu.close()
         print(f"closed {len(live)} sandboxes in {time.monotonic() - t_close:.1f}s", file=sys.stderr)
     return rows
+
+
+async def window(provider: HostedProvider, cpu: HostCpu, live: list[Sandbox], target: int, overlay: bool,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    """Time `args.window` creations of one kind at `target` live sandboxes, then the idle cost."""
+    comm0 = cpu.by_command()
+    host0, own0, client0, t0 = cpu.total(), cpu.own(), time.process_time(), time.monotonic()
+    await create_many(provider, live, args.window, args.concurrency, (overlay,))
+    wall = time.monotonic() - t0
+    host1, own1, client1 = cpu.total(), cpu.own(), time.process_time()
+    comm1 = cpu.by_command()
+    n = args.window
+    row = {"live": target, "root": "overlay" if overlay else "readonly", "window": n,
+           "creates_per_s": round(n / wall, 1),
+           "host_cpu_ms_per_create": round((host1 - host0) / n * 1e3, 2),
+           "host_proc_cpu_ms_per_create": round((own1 - own0) / n * 1e3, 2),
+           "client_cpu_ms_per_create": round((client1 - client0) / n * 1e3, 2),
+           "live_processes_ms_per_create": {c: round((v - comm0.get(c, 0.0)) / n * 1e3, 2)
+                                            for c, v in sorted(comm1.items())},
+           "host_processes": sum(1 for _ in (cpu.group / "cgroup.procs").read_text().split())
+           if cpu.group is not None else None,
+           "host_fds": len(os.listdir(f"/proc/{provider.pid}/fd")),
+           "host_mountinfo_lines": mountinfo_lines(provider.pid),
+           "mem_available_gib": round(mem_available_gib(), 1), "cgroup": cpu.group is not None,
+           "failed_creates_so_far": failed_creates, "load_avg_1m": round(os.getloadavg()[0], 1)}
+    if args.idle_s > 0:  # what the live sandboxes cost while nothing is created
+        host0, client0 = cpu.total(), time.process_time()
+        await asyncio.sleep(args.idle_s)
+        row["idle_host_cpu_pct"] = round((cpu.total() - host0) / args.idle_s * 100, 1)
+        row["idle_client_cpu_pct"] = round((time.process_time() - client0) / args.idle_s * 100, 1)
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,12 +214,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--window", type=int, default=100, help="creations timed at each live count")
     p.add_argument("--concurrency", type=int, default=8, help="creations in flight")
     p.add_argument("--idle-s", type=float, default=5.0, help="after each window, measure idle CPU this long")
+    p.add_argument("--root", choices=["readonly", "overlay", "both"], default="both",
+                   help="sandbox roots: the read-only system, the copy-on-write overlay, or both side by side")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = p.parse_args(argv)
+    args.kinds = {"readonly": (False,), "overlay": (True,), "both": (False, True)}[args.root]
     rows = asyncio.run(run(args))
-    print(f"{'live':>6} {'creates/s':>10} {'host ms/create':>15} {'host proc ms':>13} {'client ms':>10} {'idle host %':>12} {'idle client %':>14}")
+    print(f"{'live':>6} {'root':>9} {'creates/s':>10} {'host ms/create':>15} {'host proc ms':>13} {'client ms':>10} {'idle host %':>12} {'idle client %':>14}")
     for r in rows:
-        print(f"{r['live']:>6} {r['creates_per_s']:>10} {r['host_cpu_ms_per_create']:>15} "
+        print(f"{r['live']:>6} {r['root']:>9} {r['creates_per_s']:>10} {r['host_cpu_ms_per_create']:>15} "
               f"{r['host_proc_cpu_ms_per_create']:>13} {r['client_cpu_ms_per_create']:>10} "
               f"{r.get('idle_host_cpu_pct', '-'):>12} {r.get('idle_client_cpu_pct', '-'):>14}")
     if args.out is not None:

@@ -1,6 +1,6 @@
 """Shell round trips and concurrent shells: framed shell vs exec-per-command vs tmux polling.
 
-Run: .venv/bin/python bench/shells.py [--commands 300] [--shells 1000] [--out FILE] [--cpu-only]
+Run: .venv/bin/python bench/shells.py [--commands 300] [--shells 1000] [--out FILE] [--cpu-only | --rootfs]
 
 Against a loopback OpenSSH sshd and the embedded server (bubblewrap on) it measures, for a
 trivial command, the round trip (p50/p99) and commands per second of
@@ -16,6 +16,9 @@ time (user + system) of this process over many commands, with the server in anot
 It compares cipher settings side by side in one run, rounds alternating between them, because
 the machine is noisy: chacha20-poly1305 alone (asyncssh's default choice) against T1's
 preference list (`ssh_sandbox.CIPHERS`), each against sshd and the embedded server.
+
+`--rootfs` measures only what the copy-on-write root costs (`bench.rootfs_cost`): sandbox start
+and per-command time with `overlay: true` and `false`, side by side.
 """
 
 from __future__ import annotations
@@ -331,6 +334,10 @@ if __name__ == "__main__":
     parser.add_argument("--cpu-commands", type=int, default=400, help="Commands per setting and round, client-CPU section.")
     parser.add_argument("--cpu-rounds", type=int, default=6, help="Alternating rounds of the client-CPU section.")
     parser.add_argument("--cpu-only", action="store_true", help="Run only the client-CPU section.")
+    parser.add_argument("--rootfs", action="store_true",
+                        help="Run only the root-filesystem section: start and command cost, overlay vs read-only.")
+    parser.add_argument("--rootfs-rounds", type=int, default=6, help="Alternating rounds of the rootfs section.")
+    parser.add_argument("--rootfs-creates", type=int, default=10, help="Sandbox starts per setting and round.")
     parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
     parser.add_argument("--serve-embedded", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -342,6 +349,15 @@ if __name__ == "__main__":
         sys.exit(0)
     if cli.serve_embedded is not None:
         asyncio.run(_serve_embedded(cli.serve_embedded, cli.root))
+        sys.exit(0)
+    if cli.rootfs:
+        from bench.rootfs_cost import print_rootfs_table, rootfs_section
+
+        section = asyncio.run(rootfs_section(cli.rootfs_rounds, cli.rootfs_creates, max(20, cli.commands // 5), SHELL_CFG))
+        print_rootfs_table(section)
+        if cli.out:
+            machine = f"{platform.node()} {os.cpu_count()} cpus {platform.platform()}"
+            cli.out.write_text(json.dumps({"machine": machine, "rootfs": section}, indent=2))
         sys.exit(0)
     # On the coordinator's loop (uvloop where installed), unlike the rest: the in-process embedded
     # server of `main` spawns sessions as other users, which uvloop's subprocess_exec rejects.

@@ -36,8 +36,18 @@ class LocalProviderConfig(Section):
     root: Path = Field(Path(".t1/sandboxes"), description="Where sandbox trees are created.")
     host: str = Field("127.0.0.1", description="Loopback address of the embedded SSH server.")
     port: int = Field(0, ge=0, le=65535, description="Port of the embedded SSH server; 0 picks one.")
-    bubblewrap: bool = Field(True, description="Isolate sessions with bubblewrap (off only for debugging).")
+    bubblewrap: bool = Field(True, description="Isolate sessions with bubblewrap (off only for debugging: no overlay, no isolation).")
+    overlay: bool = Field(True, description="A copy-on-write root over the host's per sandbox, writable anywhere (needs root; else the system is read-only).")
+    storage_mb: int = Field(10240, ge=16, description="A sandbox's writable storage (tmpfs, used as written) when its task names none; overlay only.")
+    max_storage_mb: int = Field(102400, ge=16, description="The most storage a task may ask for; a larger request is refused.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Resource limits.")
+
+
+    @model_validator(mode="after")
+    def _storage_fits(self) -> LocalProviderConfig:
+        if self.storage_mb > self.max_storage_mb:
+            raise ValueError(f"storage_mb {self.storage_mb} is above max_storage_mb {self.max_storage_mb}")
+        return self
 
 
 class SshHost(Section):

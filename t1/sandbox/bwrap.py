@@ -3,16 +3,22 @@
 A tree is a fresh directory with `app/`, `logs/`, `tests/`, `tmp/` and `home/`, owned by a host
 uid of its own (when T1 runs as root) so sandboxes cannot touch each other's files or processes
 and the process limit counts per sandbox. One long-lived bubblewrap per sandbox (`init_argv`,
-run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: the host's system read-only, its
-tree at `/app`, `/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, a network
-namespace of its own (internet through user-mode networking when allowed, `t1.sandbox.netns`),
-root in a user namespace. Every session enters those namespaces (`enter_argv`), as its
-own uid, with no capabilities and `no_new_privs`, so all shells of a sandbox see the same
-processes and the same loopback network, as the shells of one VM do.
+run by `t1.sandbox.nsinit.SandboxInit`) creates its namespaces: its root, its tree at `/app`,
+`/logs`, `/tests`, `/tmp` and `/root`, a private PID namespace, a network namespace of its own
+(internet through user-mode networking when allowed, `t1.sandbox.netns`), root in a user
+namespace. The root is the host's through a copy-on-write overlay of the sandbox's own when the
+tree has `overlay` (`t1.sandbox.rootfs`: T1 runs as root; writable anywhere, bounded by
+`storage_mb`, the tree dirs on the same per-sandbox tmpfs), else the host's system dirs
+read-only. Every session enters those namespaces (`enter_argv`) with `no_new_privs`, so all
+shells of a sandbox see the same processes and the same loopback network, as the shells of one
+VM do. Without an overlay the agent's sessions have no capabilities; with one they keep a
+container's root set (`ROOT_CAPS`) in an inner user namespace that does not map the verifier's
+uid (`t1.sandbox.agent_userns`), so those capabilities never reach the verifier's files or processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -20,7 +26,9 @@ from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
 from t1.sandbox.cgroups import join_argv
+from t1.sandbox.mountns import umount
 from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
+from t1.sandbox.rootfs import ROOTFS, separate_system_mounts
 from t1.sandbox.supervisor_bin import supervisor_binds
 from t1.sandbox.types import ShellRole
 from t1.sandbox.verifier_role import (
@@ -53,15 +61,28 @@ class SandboxTree:
     """`cgroup.procs` files of the sandbox's cgroups (`t1.sandbox.cgroups`); every process joins them."""
     verifier_cgroup_procs: tuple[str, ...] = ()
     """The same for its verifier sessions (a sibling cgroup with the same limits)."""
+    overlay: bool = False
+    """A copy-on-write root over the host's on a tmpfs of `storage_mb` (`t1.sandbox.rootfs`; needs root and a uid)."""
+    storage_mb: int = 10240
 
     def host_path(self, name: str) -> Path:
+        """Where `name` lives in the mount namespace that holds it (with `overlay`, the sandbox's own)."""
         return self.root / name
 
 
 def make_tree(tree: SandboxTree) -> None:
-    """Create the sandbox's directories, owned by its uid, closed to everyone else."""
+    """Create the sandbox's directories, owned by its uid, closed to everyone else.
+
+    With `overlay` only the root is made here, as the mount point of the sandbox's tmpfs, which
+    gets the tree dirs (`t1.sandbox.rootfs.mount_storage`).
+    """
     tree.root.mkdir(parents=True, exist_ok=False)
     os.chmod(tree.root, 0o700)
+    if tree.overlay:
+        if tree.uid is None:
+            raise ValueError(f"sandbox {tree.sandbox_id}: an overlay root needs a uid of its own (T1 running as root)")
+        os.chown(tree.root, tree.uid, tree.uid)
+        return
     for name in TREE_DIRS:
         path = tree.host_path(name)
         path.mkdir()
@@ -76,7 +97,20 @@ def make_tree(tree: SandboxTree) -> None:
 
 
 def remove_tree(tree: SandboxTree) -> None:
-    shutil.rmtree(tree.root, ignore_errors=True)
+    sweep_tree(tree.root)
+
+
+def sweep_tree(root: Path) -> None:
+    """Remove a sandbox tree, live run's or dead run's: unmount whatever this namespace has mounted
+    under it (an overlay sandbox's mounts live in its own namespace and die with it; this catches
+    any left in ours), deepest first, then delete the files."""
+    prefix = str(root).rstrip("/") + "/"
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split()[4] for line in mountinfo]
+    for point in sorted((p for p in points if p == prefix[:-1] or p.startswith(prefix)), key=len, reverse=True):
+        with contextlib.suppress(OSError):
+            umount(point)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def find_sftp_server() -> str:
@@ -84,6 +118,26 @@ def find_sftp_server() -> str:
         if os.access(path, os.X_OK):
             return path
     raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
+
+
+def _readonly_root_args() -> list[str]:
+    """The host's system dirs, read-only, on bubblewrap's own empty root (remounted read-only at the end)."""
+    argv: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+def _overlay_root_args(tree: SandboxTree) -> list[str]:
+    """The sandbox's overlay as its root (`t1.sandbox.rootfs`), writable; bubblewrap waits on its
+    userns block fd while T1 maps the user namespace's ids and mounts the overlay."""
+    argv = ["--bind", str(tree.host_path(ROOTFS)), "/"]
+    for path in separate_system_mounts():  # not in the overlay's lower layer
+        argv += ["--ro-bind", path, path]
+    return argv
 
 
 def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, as_pid_1: bool = False,
@@ -97,11 +151,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent"]
     argv += NETWORK_NAMESPACE
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            argv += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            argv += ["--ro-bind", path, path]
+    argv += _overlay_root_args(tree) if tree.overlay else _readonly_root_args()
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
@@ -111,10 +161,10 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     if userns_block_fd is not None:
         argv += ["--userns-block-fd", str(userns_block_fd)]
     if as_pid_1:
-        # PID 1 keeps its capabilities in the user namespace; sessions drop theirs, so the kernel
-        # refuses them ptrace and signals to it (a dead init would end the sandbox).
+        # PID 1 keeps its capabilities in the user namespace; sessions drop theirs (or, with an
+        # overlay, live in an inner user namespace), so the kernel refuses them ptrace and signals to it.
         argv += ["--as-pid-1", "--cap-add", "ALL"]
-    argv += ["--chdir", "/app", "--remount-ro", "/", "--"]
+    argv += ["--chdir", "/app"] + ([] if tree.overlay else ["--remount-ro", "/"]) + ["--"]
     return argv + inner
 
 
@@ -142,18 +192,41 @@ class NamespaceTarget:
     pid: int
     namespaces: tuple[str, ...]
     """Names under /proc/PID/ns (`user`, `mnt`, ...); a shared one (the host network) is not entered."""
+    agent_userns: str | None = None
+    """With an overlay root: the path of the agent's inner user namespace (`t1.sandbox.agent_userns`),
+    which agent sessions enter instead of the init's, as its root."""
+
+
+ROOT_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap", "setfcap",
+             "net_bind_service", "net_raw", "sys_chroot", "audit_write")
+"""What the sandbox's root keeps with an overlay root: a container engine's default set (useradd, chown,
+su/runuser, apt's privilege drop need them). They act only in the agent's inner user namespace
+(`t1.sandbox.agent_userns`): on the uids it maps (not the verifier's) and the namespaces it owns
+(none of the sandbox's: those belong to the init's); no CAP_SYS_ADMIN, no ptrace."""
+
+
+def root_caps(target: NamespaceTarget) -> str:
+    """setpriv's bounding set for agent sessions: the container set in an inner user namespace, else none."""
+    return "-all" + "".join(f",+{cap}" for cap in ROOT_CAPS) if target.agent_userns is not None else "-all"
 
 
 def enter_argv(target: NamespaceTarget, inner: list[str]) -> list[str]:
-    """Run `inner` in the namespaces of `target` (pure).
+    """Run `inner` as an agent session in the namespaces of `target` (pure).
 
-    Credentials are kept (the sandbox uid is root inside its user namespace); the capabilities
-    that entering the user namespace grants are dropped and `no_new_privs` is set, as bubblewrap
-    does for the processes it starts. The cwd is the init's, `/app`.
+    Without an inner user namespace the credentials are kept (the sandbox uid is root inside its
+    user namespace). With one, nsenter runs as host root: it joins the init's mount, PID and other
+    namespaces first (they belong to the init's user namespace, where the agent has no
+    capabilities), then the inner user namespace, and becomes its uid 0 there. Either way the
+    capabilities are cut down to `root_caps` (a setpriv bounding set) and `no_new_privs` is set,
+    as bubblewrap does for the processes it starts. The cwd is the init's, `/app`.
     """
-    flags = [NAMESPACE_FLAGS[name] for name in target.namespaces]
-    return ["nsenter", "-t", str(target.pid), *flags, "--root", "--wd", "--preserve-credentials", "--",
-            "setpriv", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--", *inner]
+    if target.agent_userns is None:
+        flags = [NAMESPACE_FLAGS[name] for name in target.namespaces] + ["--preserve-credentials"]
+    else:
+        flags = [f"--user={target.agent_userns}" if name == "user" else NAMESPACE_FLAGS[name]
+                 for name in target.namespaces]
+    return ["nsenter", "-t", str(target.pid), *flags, "--root", "--wd", "--",
+            "setpriv", "--no-new-privs", "--inh-caps=-all", f"--bounding-set={root_caps(target)}", "--", *inner]
 
 
 def _inner_command(command: str | None, subsystem: str | None, pty: bool) -> list[str]:
@@ -175,18 +248,21 @@ def session_env(tree: SandboxTree, term: str | None) -> dict[str, str]:
     return env
 
 
-def host_prefix(tree: SandboxTree, pty: bool, as_uid: bool = True, count_processes: bool = True) -> list[str]:
+def host_prefix(tree: SandboxTree, pty: bool, verifier: bool = False, as_uid: bool = True,
+                count_processes: bool = True) -> list[str]:
     """Host-side wrappers that start every sandbox process (pure).
 
-    The sandbox's cgroups (`as_uid`) or its verifier's, resource limits (`prlimit`), the sandbox's own uid with no supplementary groups (`setpriv`),
-    and for a PTY session a new session with the terminal as its controlling tty (`setsid
-    --ctty`). Doing this with small programs instead of a Python pre-exec hook lets the spawn use
-    vfork: forking a large coordinator process would copy its page tables while holding the GIL.
-    `count_processes=False` leaves the process limit off (the sandbox's init).
+    The sandbox's cgroups (or, for `verifier`, its verifier's), resource limits (`prlimit`), the
+    sandbox's own uid with no supplementary groups (`setpriv`; not with `as_uid=False`: the
+    verifier's helper and an inner user namespace's nsenter start as host root and switch uid
+    themselves), and for a PTY session a new session with the terminal as its controlling tty
+    (`setsid --ctty`). Doing this with small programs instead of a Python pre-exec hook lets the
+    spawn use vfork: forking a large coordinator process would copy its page tables while
+    holding the GIL. `count_processes=False` leaves the process limit off (the sandbox's init).
     """
     limits = tree.limits
     fsize = limits.max_file_mb * 1024 * 1024
-    argv = join_argv(tree.cgroup_procs if as_uid else tree.verifier_cgroup_procs)
+    argv = join_argv(tree.verifier_cgroup_procs if verifier else tree.cgroup_procs)
     argv += ["setsid", "--ctty"] if pty else []
     argv += ["prlimit", f"--fsize={fsize}:{fsize}"]
     if limits.max_memory_mb is not None:
@@ -232,5 +308,6 @@ def session_launch(
             env = verifier_env(env)
         else:
             inner = enter_argv(target, inner)
-    prefix = host_prefix(tree, pty is not None, as_uid=not separate)
+    nested = target is not None and target.agent_userns is not None
+    prefix = host_prefix(tree, pty is not None, verifier=separate, as_uid=not (separate or nested))
     return Launch(prefix + inner, env, None if tree.bubblewrap else str(tree.host_path("app")), pty is None)

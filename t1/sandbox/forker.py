@@ -32,6 +32,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import IO, Any
 
+from t1.sandbox.mountns import CLONE_NEWNS, setns
+
 _CLONE_FILES = 0x400
 _CLONE_FS = 0x200
 _STDIO = ("stdin", "stdout", "stderr")
@@ -99,6 +101,8 @@ class _Job:
     """Per received descriptor, the number the child finds it at: 0-2 for stdio, or its pass_fds number."""
     devnull: tuple[int, ...]
     """Stdio numbers opened on /dev/null in the child."""
+    mount_ns: bool = False
+    """The last received descriptor is a mount namespace the child starts in (not passed to it)."""
 
 
 class Forker:
@@ -123,12 +127,13 @@ class Forker:
     def popen(
         self, argv: list[str], *, stdin: int | None = None, stdout: int | None = None, stderr: int | None = None,
         env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-        start_new_session: bool = False, pass_fds: Iterable[int] = (),
+        start_new_session: bool = False, pass_fds: Iterable[int] = (), mount_ns: int | None = None,
     ) -> Child:
         """Start `argv` as `subprocess.Popen` would with these arguments (blocks; call it off the loop).
 
         stdin/stdout/stderr: None (this process's own), `subprocess.PIPE`, `subprocess.DEVNULL` or
-        a descriptor. `pass_fds` keep their numbers in the child.
+        a descriptor. `pass_fds` keep their numbers in the child. `mount_ns`: a descriptor of the
+        mount namespace the child starts in (a sandbox's, `t1.sandbox.mountns`) instead of ours.
         """
         env = dict(os.environ if env is None else env)
         path = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
@@ -157,8 +162,10 @@ class Forker:
             for fd in pass_fds:
                 send.append(fd)
                 targets.append(fd)
+            if mount_ns is not None:
+                send.append(mount_ns)
             job = _Job(path, list(argv), env, os.fspath(cwd) if cwd is not None else os.getcwd(),
-                       start_new_session, tuple(targets), tuple(devnull))
+                       start_new_session, tuple(targets), tuple(devnull), mount_ns is not None)
             slot: list[int | BaseException] = []
             done = threading.Event()
             with self._lock:  # one exchange on the socket at a time
@@ -187,6 +194,7 @@ class Forker:
             keep = self._theirs.fileno()
             os.closerange(3, keep)  # only in this thread's copy of the table
             os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+            self._host_ns = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             started.set_exception(exc)
             return
@@ -209,11 +217,15 @@ class Forker:
 
     def _spawn(self, job: _Job, num_fds: int) -> int:
         received: list[int] = []
+        mount_ns: int | None = None
         try:
             if num_fds:
                 _, received, _, _ = socket.recv_fds(self._theirs, 16, num_fds)
                 if len(received) != num_fds:  # the kernel drops what does not fit in the table
                     raise OSError(errno.EMFILE, f"no room for the descriptors of {job.argv[0]!r} in the forker's table")
+            if job.mount_ns:
+                mount_ns = received.pop()
+                os.set_inheritable(mount_ns, False)
             numbers = list(job.targets)
             # Dup every received descriptor to the number the child expects. A source must not sit
             # on a number that an earlier dup overwrites, so move those out of the way first; and
@@ -223,10 +235,18 @@ class Forker:
                 os.set_inheritable(fd, False)
             actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, fd, n) for fd, n in zip(received, numbers, strict=True)]
             actions += [(os.POSIX_SPAWN_OPEN, n, os.devnull, os.O_RDWR, 0) for n in job.devnull]
-            os.chdir(job.cwd)  # this thread's own cwd (CLONE_FS); the child starts there
-            return os.posix_spawn(job.path, job.argv, job.env, file_actions=actions, setsid=job.setsid,
-                                  setsigmask=(), setsigdef=_RESTORED_SIGNALS)
+            if mount_ns is not None:
+                setns(mount_ns, CLONE_NEWNS, f"the mount namespace of {job.argv[0]!r}")
+            try:
+                os.chdir(job.cwd)  # this thread's own cwd (CLONE_FS); the child starts there
+                return os.posix_spawn(job.path, job.argv, job.env, file_actions=actions, setsid=job.setsid,
+                                      setsigmask=(), setsigdef=_RESTORED_SIGNALS)
+            finally:
+                if mount_ns is not None:
+                    setns(self._host_ns, CLONE_NEWNS, "the host's mount namespace")
         finally:
+            if mount_ns is not None:
+                received.append(mount_ns)
             for fd in received:
                 with contextlib.suppress(OSError):
                     os.close(fd)

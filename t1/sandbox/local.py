@@ -24,6 +24,7 @@ from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
 from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
 from t1.sandbox.local_server import LocalSshServer, verifier_user
+from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.supervisor_bin import install_private_bash
 from t1.sandbox.types import Sandbox, SandboxRequest
@@ -31,17 +32,30 @@ from t1.workdir import SharedDirLock
 
 log = logging.getLogger(__name__)
 
-_UID_RANGE = (1_000_000, 2_000_000_000)
+_UID_SLOTS = (1_000_000 // ID_COUNT + 1, 2_000_000_000 // ID_COUNT)
+"""A sandbox's uids are slot * ID_COUNT and the ID_COUNT - 1 after it (its user namespace maps them all)."""
+
+
+def new_sandbox_uid(taken: set[int]) -> int:
+    """A base uid for a new sandbox, not in `taken` (which gets it): its ID_COUNT ids are its alone."""
+    while (uid := random.randrange(*_UID_SLOTS) * ID_COUNT) in taken:
+        pass
+    taken.add(uid)
+    return uid
+
+
+def blocking_dir(path: Path) -> Path | None:
+    """The directory on the way to `path` that other users cannot search, if any."""
+    return next((p for p in [path, *path.parents] if p.exists() and not os.stat(p).st_mode & 0o001), None)
 
 
 def _check_traversable(path: Path) -> None:
     """Sandbox uids must be able to reach their tree; name the directory that blocks them."""
-    for parent in [path, *path.parents]:
-        if parent.exists() and not os.stat(parent).st_mode & 0o001:
-            raise PermissionError(
-                f"sandbox root {path}: directory {parent} is not searchable by other users (needs o+x), "
-                "so per-sandbox uids cannot reach their trees; choose another sandbox.local.root or chmod o+x"
-            )
+    if (parent := blocking_dir(path)) is not None:
+        raise PermissionError(
+            f"sandbox root {path}: directory {parent} is not searchable by other users (needs o+x), "
+            "so per-sandbox uids cannot reach their trees; choose another sandbox.local.root or chmod o+x"
+        )
 
 
 def sweep_trees(root: Path) -> int:
@@ -63,6 +77,7 @@ class LocalProvider:
         self.root = cfg.root.resolve()
         self.server = LocalSshServer(cfg.host, cfg.port)
         self._per_sandbox_uid = os.geteuid() == 0
+        self._overlay = cfg.overlay and cfg.bubblewrap and self._per_sandbox_uid
         self._uids: set[int] = set()
         self._sandboxes: dict[str, SshSandbox] = {}
         self._start_lock = asyncio.Lock()
@@ -80,16 +95,25 @@ class LocalProvider:
                 _check_traversable(self.root)
                 await asyncio.to_thread(install_private_bash, self.root)
                 self.cgroups = await asyncio.to_thread(SandboxCgroups.create)
+            if self._overlay:
+                check_overlay_path(self.root)
+                await asyncio.to_thread(host_masks, str(self.root))  # the one scan of the host (a few seconds)
+            elif self.cfg.overlay and self.cfg.bubblewrap:
+                log.warning("sandbox.local.overlay needs T1 running as root; sandboxes get the host's system read-only")
             await self.server.start()
             self._started = True
 
     def _new_uid(self) -> int | None:
         if not self._per_sandbox_uid:
             return None
-        while (uid := random.randrange(*_UID_RANGE)) in self._uids:
-            pass
-        self._uids.add(uid)
-        return uid
+        return new_sandbox_uid(self._uids)
+
+    def _storage_mb(self, request: SandboxRequest) -> int:
+        storage = self.cfg.storage_mb if request.storage_mb is None else request.storage_mb
+        if not 16 <= storage <= self.cfg.max_storage_mb:
+            raise ValueError(f"the task asks for storage_mb={storage}; this provider gives 16 to "
+                             f"{self.cfg.max_storage_mb} (sandbox.local.max_storage_mb)")
+        return storage
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()
@@ -100,6 +124,7 @@ class LocalProvider:
             allow_network=request.allow_network, limits=self.cfg.limits,
             bubblewrap=self.cfg.bubblewrap, env=request.env, verifier_uid=self._new_uid(),
             cgroup_procs=procs, verifier_cgroup_procs=verifier_procs,
+            overlay=self._overlay, storage_mb=self._storage_mb(request),
         )
         await asyncio.to_thread(make_tree, tree)
         endpoint = SshEndpoint(
@@ -126,8 +151,12 @@ class LocalProvider:
         return self.cgroups.add(sandbox_id, cg), self.cgroups.add(sandbox_id + "-verifier", cg)
 
     def tree(self, sandbox_id: str) -> SandboxTree:
-        """The host-side tree of a live sandbox (tests and task provisioning may read it)."""
+        """The tree of a live sandbox."""
         return self.server.trees[sandbox_id]
+
+    def host_path(self, sandbox_id: str, name: str) -> Path:
+        """Where T1 reaches tree dir `name` (`app`, `logs`, ...) of a live sandbox (tests and provisioning may read it)."""
+        return self.server.host_path(sandbox_id, name)
 
     async def _forget(self, tree: SandboxTree) -> None:
         await self.server.end_sandbox(tree.sandbox_id)

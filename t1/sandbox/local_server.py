@@ -20,6 +20,7 @@ import struct
 import subprocess
 import termios
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import IO, Any
 
 import asyncssh
@@ -338,6 +339,11 @@ class LocalSshServer:
                     raise RuntimeError(f"sandbox {tree.sandbox_id} was destroyed while starting")
                 self._inits[tree.sandbox_id] = init
             return init.target
+
+    def host_path(self, sandbox_id: str, name: str) -> Path:
+        """Where T1 reaches tree dir `name` of a live sandbox (through its namespace with an overlay root)."""
+        init = self._inits.get(sandbox_id)
+        return init.host_path(name) if init is not None else self.trees[sandbox_id].host_path(name)
 
     async def _stop_init(self, sandbox_id: str) -> None:
         self._init_locks.pop(sandbox_id, None)

@@ -21,12 +21,23 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from t1.sandbox.bwrap import NAMESPACE_FLAGS, NamespaceTarget, SandboxTree, host_prefix, init_argv
+from t1.sandbox.agent_userns import open_agent_userns, write_outer_map
+from t1.sandbox.bwrap import (
+    NAMESPACE_FLAGS,
+    TREE_DIRS,
+    NamespaceTarget,
+    SandboxTree,
+    host_prefix,
+    init_argv,
+)
 from t1.sandbox.forker import Child, popen
-from t1.sandbox.netns import start_slirp, stop_slirp
-from t1.sandbox.verifier_role import write_userns_map
+from t1.sandbox.mountns import mount_thread
+from t1.sandbox.netns import start_slirp, stop_slirp, write_resolv_conf
+from t1.sandbox.rootfs import Mask, host_masks, mount_overlay, mount_storage
+from t1.sandbox.verifier_role import make_verifier_dirs, write_userns_map
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
@@ -137,6 +148,23 @@ def _map_verifier(tree: SandboxTree, proc: Child, info_r: int, block_w: int) -> 
         os.close(block_w)
 
 
+def _child_pid(tree: SandboxTree, info: bytes) -> int:
+    """PID 1 of the sandbox (a host pid), from bubblewrap's --info-fd output."""
+    try:
+        return int(json.loads(info)["child-pid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"sandbox {tree.sandbox_id}: unreadable bubblewrap --info-fd output {info!r}") from exc
+
+
+def _fill_storage(tree: SandboxTree, masks: tuple[Mask, ...]) -> None:
+    """In an overlay sandbox's new mount namespace: its tmpfs with the tree and the verifier's dirs."""
+    assert tree.uid is not None
+    mount_storage(tree.root, tree.uid, tree.storage_mb, masks, tuple(TREE_DIRS))
+    make_verifier_dirs(tree.root, tree.verifier_uid)
+    if tree.allow_network:
+        write_resolv_conf(tree.root)
+
+
 def _own_namespaces(pid: int) -> tuple[str, ...]:
     """The namespaces of `pid` that differ from ours (entering one we already share needs host privileges)."""
     return tuple(name for name in NAMESPACE_FLAGS
@@ -146,13 +174,22 @@ def _own_namespaces(pid: int) -> tuple[str, ...]:
 class SandboxInit:
     """The long-lived bubblewrap that owns one sandbox's namespaces."""
 
-    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget, network: Child | None = None) -> None:
+    def __init__(self, tree: SandboxTree, proc: Child, target: NamespaceTarget, network: Child | None = None,
+                 agent_userns: int | None = None) -> None:
         self.tree = tree
         self.proc = proc
         self.target = target
         """PID 1 of the sandbox's namespaces (a host pid) and which of them sessions enter."""
         self.network = network
         """The sandbox's slirp4netns when it allows internet."""
+        self.agent_userns = agent_userns
+        """With an overlay root, a descriptor of the agent's inner user namespace (`t1.sandbox.agent_userns`)."""
+
+    def host_path(self, name: str) -> Path:
+        """Where T1 reaches the tree dir `name`: with an overlay root, through the namespace holding its tmpfs."""
+        if not self.tree.overlay:
+            return self.tree.host_path(name)
+        return Path(f"/proc/{self.proc.pid}/root{self.tree.host_path(name)}")
 
     @classmethod
     async def start(cls, tree: SandboxTree) -> SandboxInit:
@@ -161,6 +198,8 @@ class SandboxInit:
 
     @classmethod
     def _start_blocking(cls, tree: SandboxTree) -> SandboxInit:
+        if tree.overlay:
+            return cls._start_with_overlay(tree)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe() if tree.verifier_uid is not None else (None, None)
         try:
@@ -175,9 +214,79 @@ class SandboxInit:
             if block_r is not None:
                 os.close(block_r)
         early = _map_verifier(tree, proc, info_r, block_w) if block_w is not None else b""
-        assert proc.stdout is not None and proc.stderr is not None
         with os.fdopen(info_r, "rb") as info_file:
             info = early + info_file.read()  # bwrap closes it once the namespaces exist
+        return cls._await_ready(tree, proc, info)
+
+    @classmethod
+    def _start_with_overlay(cls, tree: SandboxTree) -> SandboxInit:
+        """Start the init over a copy-on-write root (`t1.sandbox.rootfs`).
+
+        Its tmpfs is mounted in a new mount namespace that bubblewrap starts in; bubblewrap makes
+        the sandbox's user namespace and waits; T1 maps its ids (`t1.sandbox.agent_userns.outer_map`) and
+        mounts the overlay, whose lower layer is idmapped through that user namespace; then
+        bubblewrap goes on and makes the overlay the sandbox's root.
+        """
+        masks = host_masks(str(tree.root.parent))
+        ns_fd = mount_thread().new_namespace(lambda: _fill_storage(tree, masks))
+        try:
+            proc, info = cls._overlay_handshake(tree, ns_fd)
+        finally:
+            os.close(ns_fd)  # bubblewrap's outer process now holds the namespace
+        return cls._await_ready(tree, proc, info)
+
+    @staticmethod
+    def _overlay_handshake(tree: SandboxTree, ns_fd: int) -> tuple[Child, bytes]:
+        """Start bubblewrap in `ns_fd`, map its user namespace, mount the overlay, let it go on."""
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        try:
+            proc = popen(
+                host_prefix(tree, pty=False, count_processes=False)
+                + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(info_w, block_r),
+                env={"PATH": "/usr/bin:/bin"}, start_new_session=True, mount_ns=ns_fd,
+            )
+        except BaseException:
+            for fd in (info_r, block_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (info_w, block_r):
+                os.close(fd)
+        child: int | None = None
+        try:
+            with os.fdopen(info_r, "rb") as info_file:
+                info = info_file.read()  # written before bubblewrap blocks
+            child = _child_pid(tree, info)
+            assert tree.uid is not None and tree.verifier_uid is not None
+            write_outer_map(child, tree.uid, tree.verifier_uid)
+            userns = os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                mount_thread().inside(ns_fd, lambda: mount_overlay(tree.root, userns))
+            finally:
+                os.close(userns)
+            os.write(block_w, b"1")
+        except Exception as exc:
+            assert proc.stdout is not None and proc.stderr is not None
+            if child is not None:  # still waiting for its parent's go: it would outlive a killed parent
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            proc.kill()
+            err = proc.stderr.read().decode(errors="replace").strip()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+            raise RuntimeError(f"sandbox {tree.sandbox_id}: its copy-on-write root failed: {exc!r}"
+                               f" (bubblewrap: {err or 'no output'}); where the host's kernel or root filesystem"
+                               " cannot do this, set sandbox.local.overlay: false") from exc
+        finally:
+            os.close(block_w)
+        return proc, info
+
+    @classmethod
+    def _await_ready(cls, tree: SandboxTree, proc: Child, info: bytes) -> SandboxInit:
+        assert proc.stdout is not None and proc.stderr is not None
         ready = proc.stdout.readline()  # the inner command runs only after every mount is in place
         proc.stdout.close()
         if ready != INIT_READY:
@@ -188,20 +297,27 @@ class SandboxInit:
             raise RuntimeError(f"sandbox {tree.sandbox_id}: bubblewrap init failed to start: {err or 'no output'}")
         proc.stderr.close()
         try:
-            ns_pid = int(json.loads(info)["child-pid"])
-        except (ValueError, KeyError, TypeError) as exc:
+            ns_pid = _child_pid(tree, info)
+        except RuntimeError:
             proc.kill()
             proc.wait()
-            raise RuntimeError(f"sandbox {tree.sandbox_id}: unreadable bubblewrap --info-fd output {info!r}") from exc
+            raise
         network = None
-        if tree.allow_network:
-            try:
+        agent_userns = None
+        try:
+            if tree.allow_network:
                 network = start_slirp(tree.sandbox_id, ns_pid)
-            except BaseException:
-                os.kill(ns_pid, signal.SIGKILL)
-                proc.wait()
-                raise
-        return cls(tree, proc, NamespaceTarget(ns_pid, _own_namespaces(ns_pid)), network)
+            if tree.overlay:
+                agent_userns = open_agent_userns(tree.sandbox_id, ns_pid)
+        except BaseException:
+            os.kill(ns_pid, signal.SIGKILL)
+            proc.wait()
+            if network is not None:
+                stop_slirp(network)
+            raise
+        userns_path = None if agent_userns is None else f"/proc/{os.getpid()}/fd/{agent_userns}"
+        target = NamespaceTarget(ns_pid, _own_namespaces(ns_pid), userns_path)
+        return cls(tree, proc, target, network, agent_userns)
 
     async def stop(self, on_timeout: Callable[[str], None] | None = None) -> None:
         """Kill the init (and so every process in the sandbox's PID namespace) and wait until it is gone.
@@ -212,6 +328,9 @@ class SandboxInit:
         pid = self.target.pid
         if self.network is not None:
             await asyncio.to_thread(stop_slirp, self.network)
+        if self.agent_userns is not None:
+            os.close(self.agent_userns)
+            self.agent_userns = None
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if not await wait_pidfd(pid, STOP_TIMEOUT_S) and on_timeout is not None:

@@ -76,6 +76,8 @@ class SandboxRequest:
     docker_image: str | None = None
     cpus: float | None = None
     memory_mb: int | None = None
+    storage_mb: int | None = None
+    """Writable storage the task needs (Harbor's `storage_mb`); the provider's default when None."""
     env: tuple[tuple[str, str], ...] = field(default=())
 
 

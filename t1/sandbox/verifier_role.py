@@ -38,12 +38,16 @@ def userns_map(sandbox_uid: int, verifier_uid: int) -> str:
     return f"0 {sandbox_uid} 1\n{VERIFIER_UID} {verifier_uid} 1\n"
 
 
-def write_userns_map(pid: int, sandbox_uid: int, verifier_uid: int) -> None:
-    """Map the agent and verifier uids in the user namespace of process `pid` (host root only)."""
-    mapping = userns_map(sandbox_uid, verifier_uid)
+def write_id_map(pid: int, mapping: str) -> None:
+    """Write `mapping` as the uid_map and gid_map of process `pid`'s new user namespace (host root only)."""
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:
             f.write(mapping)
+
+
+def write_userns_map(pid: int, sandbox_uid: int, verifier_uid: int) -> None:
+    """Map the agent and verifier uids in the user namespace of process `pid` (host root only)."""
+    write_id_map(pid, userns_map(sandbox_uid, verifier_uid))
 
 
 def make_verifier_dirs(root: Path, verifier_uid: int | None) -> None:

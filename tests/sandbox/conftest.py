@@ -8,12 +8,14 @@ connected `SshSandbox` plus a way to kill the server side of its connection.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,15 +57,22 @@ class Server:
     """A writable directory in the sandbox for tests to work in."""
 
 
-@pytest.fixture
-async def local_provider() -> AsyncIterator[LocalProvider]:
+@contextlib.asynccontextmanager
+async def provider_with(**settings: Any) -> AsyncIterator[LocalProvider]:
+    """A local provider with these `LocalProviderConfig` settings over a fresh root, closed and removed after."""
     root = sandbox_tmp_root()
-    provider = LocalProvider(LocalProviderConfig(root=root / "trees"), SHELL_CFG)
+    provider = LocalProvider(LocalProviderConfig(root=root / "trees", **settings), SHELL_CFG)
     try:
         yield provider
     finally:
         await provider.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def local_provider() -> AsyncIterator[LocalProvider]:
+    async with provider_with() as provider:
+        yield provider
 
 
 @pytest.fixture(params=["sshd", "embedded"])

@@ -1,4 +1,8 @@
-"""Local sandboxes are isolated: their own tree, a read-only system, no network, limits, clean destroy."""
+"""Local sandboxes are isolated: their own tree, their own root, no network, limits, clean destroy.
+
+The copy-on-write root has tests of its own (test_local_overlay.py); here `overlay: false` keeps
+the host's system read-only.
+"""
 
 from __future__ import annotations
 
@@ -12,28 +16,29 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from t1.config.sandbox import LimitsConfig, LocalProviderConfig
+from t1.config.sandbox import LimitsConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest
 
-from .conftest import SHELL_CFG, sandbox_tmp_root
+from .conftest import provider_with
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
 @pytest.fixture
 async def limited_provider() -> AsyncIterator[LocalProvider]:
-    root = sandbox_tmp_root()
-    limits = LimitsConfig(max_processes=64, max_file_mb=1, max_memory_mb=2048)
-    provider = LocalProvider(LocalProviderConfig(root=root / "trees", limits=limits), SHELL_CFG)
-    try:
+    async with provider_with(limits=LimitsConfig(max_processes=64, max_file_mb=1, max_memory_mb=2048)) as provider:
         yield provider
-    finally:
-        await provider.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
-async def test_writes_stay_inside_the_tree(local_provider: LocalProvider) -> None:
+@pytest.fixture
+async def readonly_provider() -> AsyncIterator[LocalProvider]:
+    async with provider_with(overlay=False) as provider:
+        yield provider
+
+
+async def test_writes_stay_inside_the_tree_without_overlay(readonly_provider: LocalProvider) -> None:
+    local_provider = readonly_provider
     box = await local_provider.create(SandboxRequest())
     shell = await box.open_shell()
     for path in ["/usr/t1-x", "/etc/t1-x", "/t1-x", "/var/t1-x"]:
@@ -41,9 +46,8 @@ async def test_writes_stay_inside_the_tree(local_provider: LocalProvider) -> Non
         assert result.exit_code != 0 and "Read-only file system" in result.output, (path, result)
     ok = await shell.run("echo data > /app/a; echo log > /logs/l; echo h > ~/h; echo x > /tmp/x; id -u")
     assert ok.exit_code == 0 and ok.output.strip() == "0"
-    tree = local_provider.tree(box.id)
-    assert (tree.host_path("app") / "a").read_text() == "data\n"
-    assert (tree.host_path("home") / "h").read_text() == "h\n"
+    assert (local_provider.host_path(box.id, "app") / "a").read_text() == "data\n"
+    assert (local_provider.host_path(box.id, "home") / "h").read_text() == "h\n"
     assert not os.path.exists("/t1-x")
 
 

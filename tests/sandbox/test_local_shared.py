@@ -14,8 +14,11 @@ import subprocess
 
 import pytest
 
+from t1.sandbox.bwrap import ROOT_CAPS
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest
+
+from .conftest import provider_with
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
@@ -113,12 +116,31 @@ async def test_the_init_reaps_orphans(local_provider: LocalProvider) -> None:
     assert zombies.output.strip() == "0", zombies
 
 
-async def test_entered_sessions_hold_no_privileges(local_provider: LocalProvider) -> None:
+_CAP_BITS = {"chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "kill": 5, "setgid": 6, "setuid": 7,
+             "setpcap": 8, "net_bind_service": 10, "net_raw": 13, "sys_chroot": 18, "audit_write": 29, "setfcap": 31}
+_SYS_PTRACE, _SYS_ADMIN = 19, 21
+
+
+async def test_entered_sessions_hold_only_the_container_capabilities(local_provider: LocalProvider) -> None:
     box = await local_provider.create(SandboxRequest())
     shell = await box.open_shell()
     status = await shell.run("grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status")
     fields = dict(line.split(":\t") for line in status.output.splitlines())
-    assert fields == {"CapPrm": "0000000000000000", "CapEff": "0000000000000000",
-                      "CapBnd": "0000000000000000", "NoNewPrivs": "1"}, status
-    remount = await shell.run("mount -o remount,rw / 2>&1; touch /usr/t1-x 2>&1; echo rc=$?")
-    assert "rc=0" not in remount.output and not os.path.exists("/usr/t1-x"), remount
+    expected = f"{sum(1 << _CAP_BITS[name] for name in ROOT_CAPS):016x}"
+    assert fields == {"CapPrm": expected, "CapEff": expected, "CapBnd": expected, "NoNewPrivs": "1"}, status
+    assert not int(expected, 16) & (1 << _SYS_ADMIN | 1 << _SYS_PTRACE)
+    mounts = await shell.run("mount -t tmpfs none /mnt 2>&1; echo rc=$?; umount /app 2>&1; echo rc=$?")
+    assert mounts.output.count("rc=0") == 0, mounts
+    assert (await shell.run("touch /usr/t1-x; echo rc=$?")).output.strip() == "rc=0"
+    assert not os.path.exists("/usr/t1-x")
+
+
+async def test_without_overlay_sessions_hold_no_privileges() -> None:
+    async with provider_with(overlay=False) as provider:
+        shell = await (await provider.create(SandboxRequest())).open_shell()
+        status = await shell.run("grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status")
+        fields = dict(line.split(":\t") for line in status.output.splitlines())
+        assert fields == {"CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+                          "CapBnd": "0000000000000000", "NoNewPrivs": "1"}, status
+        remount = await shell.run("mount -o remount,rw / 2>&1; touch /usr/t1-x 2>&1; echo rc=$?")
+        assert "rc=0" not in remount.output and not os.path.exists("/usr/t1-x"), remount

@@ -113,8 +113,9 @@ async def test_solution_never_sees_the_tests(provider: LocalProvider, tmp_path: 
     try:
         agent, verifier = await box.open_shell(), await box.open_shell(role=ShellRole.VERIFIER)
         await verifier.write_file("/tests/test_outputs.py", TESTS.encode())
+        verifier_pid = (await verifier.run("echo $$")).output.strip()  # the agent may see its uid unmapped
         seen = await agent.run("cat /tests/test_outputs.py; ls /tests /logs/verifier /tmp/.t1-verifier; "
-                               "cat /proc/$(pgrep -u 64999 | head -1)/environ")
+                               f"cat /proc/{verifier_pid}/environ")
         assert seen.exit_code != 0 and "test_answer" not in seen.output and seen.output.count("Permission denied") == 5
     finally:
         await provider.destroy(box)
