@@ -32,7 +32,7 @@ CAP_BITS = {"chown": 0, "dac_override": 1, "fowner": 3, "kill": 5, "setgid": 6, 
 
 @pytest.fixture
 async def provider() -> AsyncIterator[LocalProvider]:
-    async with provider_with(storage_mb=256) as provider:
+    async with provider_with(storage_mb=256, overlay=True) as provider:
         yield provider
 
 

@@ -31,7 +31,7 @@ pytestmark = [
 
 @pytest.fixture
 async def provider() -> AsyncIterator[LocalProvider]:
-    async with provider_with(storage_mb=256) as provider:
+    async with provider_with(storage_mb=256, overlay=True) as provider:
         yield provider
 
 

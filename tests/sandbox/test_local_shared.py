@@ -16,7 +16,7 @@ import pytest
 
 from t1.sandbox.bwrap import ROOT_CAPS
 from t1.sandbox.local import LocalProvider
-from t1.sandbox.types import SandboxRequest
+from t1.sandbox.types import SandboxRequest, Shell
 
 from .conftest import provider_with
 
@@ -121,9 +121,13 @@ _CAP_BITS = {"chown": 0, "dac_override": 1, "fowner": 3, "fsetid": 4, "kill": 5,
 _SYS_PTRACE, _SYS_ADMIN = 19, 21
 
 
-async def test_entered_sessions_hold_only_the_container_capabilities(local_provider: LocalProvider) -> None:
-    box = await local_provider.create(SandboxRequest())
-    shell = await box.open_shell()
+async def test_entered_sessions_hold_only_the_container_capabilities() -> None:
+    async with provider_with(overlay=True) as provider:
+        box = await provider.create(SandboxRequest())
+        await _check_container_capabilities(await box.open_shell())
+
+
+async def _check_container_capabilities(shell: Shell) -> None:
     status = await shell.run("grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status")
     fields = dict(line.split(":\t") for line in status.output.splitlines())
     expected = f"{sum(1 << _CAP_BITS[name] for name in ROOT_CAPS):016x}"
