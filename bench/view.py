@@ -32,8 +32,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
 
-from t1.trajectory.codec import encode_trajectory
-
 from bench.machine_info import cpu_name
 from t1.agent.transcript import Transcript
 from t1.coordinator.jobs import JobState, JobStore
@@ -41,6 +39,7 @@ from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.spool import Spool
 from t1.metrics.runlog import RunLog
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
+from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan, VerifierSummary
 
 LONG_ID = "sqlite-train-1000-long-a0"

@@ -24,7 +24,7 @@ from typing import Any
 
 from t1.coordinator.results import AttemptOutcome
 from t1.trainer.buffer import StepRecord
-from t1.trajectory.codec import CodecError, decode_trajectory
+from t1.trajectory.serialization import CodecError, decode_trajectory
 from t1.view import sources as src
 from t1.view.episodes import EpisodeRow, Source, summarize, task_family
 from t1.view.sources import JobRow, Locator

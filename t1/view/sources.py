@@ -4,7 +4,7 @@ Nothing here writes, locks or repairs: SQLite files are opened `mode=ro`, spool 
 frame by frame (a torn tail of a file still being written is simply not read yet), and every
 reader can start where the last one stopped, so a live run is followed by reading only what is new.
 Record formats are the writers' own: `t1.coordinator.spool_files` frames, `t1.trainer.buffer`
-tables, `t1.coordinator.jobs` tables, `t1.trajectory.codec` records.
+tables, `t1.coordinator.jobs` tables, `t1.trajectory.serialization` records.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgpack
 from t1.coordinator import spool_files as sf
 from t1.coordinator.results import AttemptOutcome
 from t1.trainer.buffer import StepRecord
-from t1.trajectory.codec import decode_trajectory
+from t1.trajectory.serialization import decode_trajectory
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 RUN_LOG = "run.jsonl"
@@ -83,7 +83,7 @@ def spool_frames_from(path: Path, offset: int) -> tuple[list[tuple[str, Locator]
         f.seek(offset)
         data = f.read()
     pos = 0
-    head = sf._HEADER
+    head = sf.HEADER
     while pos + head.size <= len(data):
         length, crc = head.unpack_from(data, pos)
         end = pos + head.size + length

@@ -25,8 +25,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from smoke_run import SMOKE_TIMEOUT, SmokeRun
-from t1.trajectory.codec import decode_trajectory
 
+from t1.trajectory.serialization import decode_trajectory
 from t1.trajectory.types import Trajectory
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

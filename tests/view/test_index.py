@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from smoke_run import SMOKE_TIMEOUT, SmokeRun
 from starlette.testclient import TestClient
-from t1.trajectory.codec import encode_trajectory
 
 from t1.agent.transcript import Transcript
 from t1.coordinator.spool import Spool
+from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan, VerifierSummary
 from t1.view.episodes import EpisodeQuery, SortKey, group_advantages, run_query, task_family
 from t1.view.index import RunIndex, RunPaths
