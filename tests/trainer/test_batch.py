@@ -48,7 +48,7 @@ def test_buffer_is_durable_idempotent_and_consumes_only_on_commit(tmp_path: Path
     assert buf.add("a", "g1", b"x") and buf.add("b", "g1", b"y") and buf.add("c", "g2", b"z")
     assert not buf.add("a", "g1", b"x")
     assert [g for g, _ in buf.complete_groups(2, 10)] == ["g1"]
-    assert buf.counts(2) == {"accepted": 3, "pending": 3, "groups": 1}
+    assert buf.counts(2) == {"accepted": 3, "pending": 3, "groups": 1, "quarantined": 0}
     buf.close()
     buf = TrajectoryBuffer(db)  # reopen: everything acknowledged is still there
     groups = buf.complete_groups(2, 10)
@@ -58,5 +58,5 @@ def test_buffer_is_durable_idempotent_and_consumes_only_on_commit(tmp_path: Path
     assert not buf.add("a", "g1", b"x")  # trained ids stay known
     assert buf.meta() == {"step": 1}
     assert buf.steps()[0].trajectory_ids == ("a", "b")
-    assert buf.counts(1) == {"accepted": 3, "pending": 1, "groups": 1}
+    assert buf.counts(1) == {"accepted": 3, "pending": 1, "groups": 1, "quarantined": 0}
     buf.close()
