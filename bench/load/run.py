@@ -142,14 +142,25 @@ async def start_sim(args: argparse.Namespace, workdir: Path) -> tuple[asyncio.su
     return proc, int(ready.read_text())
 
 
-def rollout_config(args: argparse.Namespace) -> Any:
-    """The coordinator's config for these episodes (rollout limits and sampling; everything else default)."""
+def load_config(args: argparse.Namespace, episodes: int) -> Any:
+    """The coordinator's config for `episodes` concurrent episodes: rollout limits and sampling, a
+    sandbox pool and a concurrency limit of that size, the inference transport under test, a spool
+    that never holds rollouts back (an acker drains it), and no policy-lag or step gating."""
     from t1.config.loader import validate
 
-    return validate({"rollout": {
-        "max_turns": args.turns, "max_context_tokens": args.max_context_tokens, "group_size": args.group_size,
-        "sampling": {"max_tokens": args.max_tokens + 16}, "transcripts": not args.no_transcripts,
-        **({"steps_per_loop_tick": args.steps_per_tick} if args.steps_per_tick is not None else {})}})
+    return validate({
+        "rollout": {
+            "max_turns": args.turns, "max_context_tokens": args.max_context_tokens, "group_size": args.group_size,
+            "max_concurrent_episodes": episodes,
+            "sampling": {"max_tokens": args.max_tokens + 16}, "transcripts": not args.no_transcripts,
+            **({"steps_per_loop_tick": args.steps_per_tick} if args.steps_per_tick is not None else {})},
+        "sandbox": {"pool": {"max_sandboxes": episodes, "max_creates_per_s": args.creates_per_s,
+                             "acquire_timeout_s": 3600}},
+        "inference": {"pool": {"request_timeout_s": 600.0, "batched_stream": args.transport == "batched",
+                               "batch_linger_ms": args.linger_ms, "prompt_deltas": not args.no_prompt_deltas}},
+        "coordinator": {"spool": {"max_mb": 1 << 20}},
+        "trainer": {"rl": {"max_policy_lag": 0, "groups_per_step": 1 << 40}},
+    })
 
 
 async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> dict[str, Any]:
@@ -164,13 +175,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         write_task,
     )
     from bench.sandbox_host import HostedProvider
-    from t1.config.inference import InferencePoolConfig
-    from t1.config.sandbox import PoolConfig, ShellConfig
+    from t1.config.sandbox import ShellConfig
     from t1.coordinator.gc_policy import GcSchedule
     from t1.coordinator.model_setup import make_renderers
-    from t1.coordinator.rollout import RolloutRunner, new_group_id
-    from t1.coordinator.scheduler import Scheduler
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.parts import make_scheduler, open_spool
+    from t1.coordinator.rollout import RolloutRunner
     from t1.inference.pool import InferencePool
     from t1.rpc.loop import freeze_long_lived
     from t1.sandbox.pool import SandboxPool
@@ -180,22 +189,20 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     host = HostedProvider(workdir / "sandboxes", ShellConfig(), bubblewrap=not args.no_bubblewrap,
                           log_file=workdir / "sandbox_host.log", nice=args.peer_nice)
     await host.start()
-    spool = Spool.open(workdir / "spool", max_bytes=1 << 40, segment_bytes=64 << 20, fsync=True)
-    pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0, batched_stream=args.transport == "batched", batch_linger_ms=args.linger_ms, prompt_deltas=not args.no_prompt_deltas), [f"127.0.0.1:{port}"])
+    cfg = load_config(args, episodes)
+    spool = open_spool(cfg, workdir)
+    pool = InferencePool(cfg.inference.pool, [f"127.0.0.1:{port}"])
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3)
     clock, live, stop = TurnClock(), LiveState(), asyncio.Event()
     gate = None if args.quick else asyncio.Event()
     generate = MeasuredGenerate(pool, latency, clock, live, stop, gate)
-    sandboxes = SandboxPool(MeasuredProvider(host, clock), PoolConfig(
-        max_sandboxes=episodes, max_creates_per_s=args.creates_per_s, acquire_timeout_s=3600))
-    cfg = rollout_config(args)
+    sandboxes = SandboxPool(MeasuredProvider(host, clock), cfg.sandbox.pool)
     renderers = make_renderers(args.model)
     context = listing(args.context_tokens, next(iter(renderers.values())).encode)
     runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, task, fmt: generate,
                            None if args.no_transcripts else workdir / "transcripts")
     task = load_task(write_task(workdir / "task", context))
-    scheduler = Scheduler(cfg.rollout.group_size, asyncio.Semaphore(episodes), spool, max_policy_lag=0,
-                          groups_per_step=1 << 40, new_group_id=new_group_id)
+    scheduler = make_scheduler(cfg, asyncio.Semaphore(cfg.rollout.max_concurrent_episodes), spool)
     finite = args.quick or args.once
     run = LoadRun(runner, TimedSpool(spool), live, clock, stop_after=episodes if finite else None,
                   on_stop_after=scheduler.stop)

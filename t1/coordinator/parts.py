@@ -64,6 +64,18 @@ class Background:
             await cancel_and_wait(self._tasks.pop())
 
 
+def open_spool(cfg: T1Config, run_dir: Path) -> Spool:
+    """The run's trajectory spool in <run_dir>/spool, sized and synced as `coordinator.spool` says."""
+    sp = cfg.coordinator.spool
+    return Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync, sp.hold_mb * MB)
+
+
+def make_scheduler(cfg: T1Config, limiter: asyncio.Semaphore, spool: Spool) -> Scheduler:
+    """The one Scheduler of a run: groups of `rollout.group_size` under `limiter`, paced by `trainer.rl`."""
+    rl = cfg.trainer.rl
+    return Scheduler(cfg.rollout.group_size, limiter, spool, rl.max_policy_lag, rl.groups_per_step, new_group_id)
+
+
 @dataclass(frozen=True, eq=False)
 class Parts:
     cfg: T1Config
@@ -100,14 +112,11 @@ class Parts:
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
                                sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider))
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
-        sp = cfg.coordinator.spool
-        spool = Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync, sp.hold_mb * MB)
+        spool = open_spool(cfg, run_dir)
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
                          limiter, cfg.limits)
-        rl = cfg.trainer.rl
-        scheduler = Scheduler(cfg.rollout.group_size, limiter, spool, rl.max_policy_lag, rl.groups_per_step,
-                              new_group_id)
+        scheduler = make_scheduler(cfg, limiter, spool)
         turn_rate = TurnRate(lambda: runner.stats.turns)
         status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate)
         server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)

@@ -1,6 +1,6 @@
 """What the trainer admits: a trajectory checked against the model it will train, before it is acknowledged.
 
-`validate_trajectory` (t1/trainer/batch.py) checks a record's own consistency; this adds what
+`validate_trajectory` (t1/trainer/validation.py) checks a record's own consistency; this adds what
 only the model knows and what a hostile or broken sampler could send: token ids inside the
 embedding table, behaviour logprobs finite and <= 0, policy versions that exist, rewards finite
 and bounded, routing ids below the expert count. A record refused here gets ACK_STATUS_REJECTED
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from t1.trainer.batch import RoutingSpec, validate_trajectory
+from t1.trainer.validation import RoutingSpec, validate_trajectory
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 # float32 log-softmax of the most likely token can round a hair above 0.

@@ -23,10 +23,12 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from t1.config.schema import T1Config
+from t1.rpc.loop import wait_or_stop
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.trainer import engine as ds
 from t1.trainer.core import Stage, StepOutcome, TrainerCore
@@ -41,11 +43,20 @@ IDLE_POLL_S = 1.0
 HEARTBEAT_S = 60.0
 
 
+class OrderKind(StrEnum):
+    """What an order tells every rank to do."""
+
+    STEP = "step"              # a training step on rank 0's groups
+    CHECKPOINT = "checkpoint"  # a manual checkpoint under the order's tag
+    NOOP = "noop"              # the idle heartbeat: keeps the waiting collective inside its timeout
+    STOP = "stop"              # commit what is pending and end
+
+
 @dataclass(frozen=True, slots=True)
 class Order:
     """What every rank does next: a training step (with rank 0's groups), a checkpoint, or stop."""
 
-    kind: str  # "step" | "checkpoint" | "noop" | "stop"
+    kind: OrderKind
     groups: list[tuple[str, list[tuple[str, bytes]]]] | None = None
     tag: str = ""
 
@@ -54,11 +65,11 @@ def execute(core: TrainerCore, order: Order | None) -> tuple[Order, Any]:
     """Broadcast rank 0's order and run it here; returns the order and its result."""
     order = ds.broadcast_object(order)
     assert order is not None
-    if order.kind == "step":
+    if order.kind == OrderKind.STEP:
         return order, core.step(order.groups)
-    if order.kind == "checkpoint":
+    if order.kind == OrderKind.CHECKPOINT:
         return order, core.save_manual(order.tag)
-    if order.kind == "noop":
+    if order.kind == OrderKind.NOOP:
         return order, None
     core.commit_pending()
     return order, None
@@ -68,7 +79,7 @@ def follow(core: TrainerCore) -> None:
     """Ranks > 0: run rank 0's orders until it says stop."""
     while True:
         order, _ = execute(core, None)
-        if order.kind == "stop":
+        if order.kind == OrderKind.STOP:
             return
 
 
@@ -79,7 +90,7 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
         while not checkpoints.empty():
             req = checkpoints.get_nowait()
             try:
-                _, path = await asyncio.to_thread(execute, core, Order("checkpoint", tag=req.tag))
+                _, path = await asyncio.to_thread(execute, core, Order(OrderKind.CHECKPOINT, tag=req.tag))
                 req.done.set_result((path, core.state))
             except Exception as exc:  # the RPC caller gets the error; training goes on
                 log.exception("checkpoint %s failed", req.tag)
@@ -90,14 +101,14 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
             groups = await asyncio.to_thread(core.take_groups)
         if stage == Stage.DONE or (stage != Stage.SFT and groups is None):
             if ds.world_size() > 1 and time.monotonic() - last_order > HEARTBEAT_S:
-                await asyncio.to_thread(execute, core, Order("noop"))
+                await asyncio.to_thread(execute, core, Order(OrderKind.NOOP))
                 last_order = time.monotonic()
             wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), IDLE_POLL_S)
             continue
         try:
-            _, outcome = await asyncio.to_thread(execute, core, Order("step", groups=groups))
+            _, outcome = await asyncio.to_thread(execute, core, Order(OrderKind.STEP, groups=groups))
         except Exception as exc:
             if not groups:
                 raise  # an SFT step on demonstrations: nothing to set aside
@@ -152,16 +163,13 @@ async def serve(cfg: T1Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     trainer = asyncio.create_task(train_loop(core, board, wake, checkpoints, stop))
-    stopper = asyncio.create_task(stop.wait())
     try:
-        done, _ = await asyncio.wait({trainer, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if trainer in done:
-            trainer.result()  # a training error ends the process with it
+        # A training error ends the process with it; on stop the loop finishes its step in flight.
+        await wait_or_stop(trainer, stop)
         await trainer
     finally:
-        stopper.cancel()
         log.info("trainer stopping at step %d, policy version %d", core.state.step, core.state.policy_version)
-        await asyncio.to_thread(execute, core, Order("stop"))
+        await asyncio.to_thread(execute, core, Order(OrderKind.STOP))
         await server.stop()
         core.close()
         ds.shutdown_distributed()

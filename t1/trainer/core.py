@@ -27,13 +27,14 @@ from t1.config.schema import T1Config
 from t1.routing.adapters import find_routers
 from t1.trainer import engine as ds
 from t1.trainer.admission import ModelBounds
-from t1.trainer.batch import BatchStats, RoutingSpec, TrainSequence, build_sequences
+from t1.trainer.batch import BatchStats, TrainSequence, build_sequences
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 from t1.trainer.checkpoint import Checkpointer
 from t1.trainer.demos import load_demos
 from t1.trainer.learner import Learner
 from t1.trainer.models import load_critic, load_policy
 from t1.trainer.publish import PublishedVersion, Publisher
+from t1.trainer.validation import RoutingSpec
 from t1.trajectory.serialization import decode_trajectory
 
 log = logging.getLogger(__name__)

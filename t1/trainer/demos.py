@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from t1.trainer.batch import TrainSequence, validate_trajectory
+from t1.trainer.batch import TrainSequence
+from t1.trainer.validation import validate_trajectory
 from t1.trajectory.serialization import iter_trajectories
 from t1.trajectory.types import EpisodeStatus
 

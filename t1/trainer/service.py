@@ -17,10 +17,10 @@ import grpc
 
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.trainer.admission import ModelBounds, check_admissible
-from t1.trainer.batch import validate_trajectory
 from t1.trainer.buffer import TrajectoryBuffer
 from t1.trainer.core import Stage, TrainState
 from t1.trainer.publish import PublishedVersion
+from t1.trainer.validation import validate_trajectory
 from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Trajectory
 from t1.v1 import trainer_pb2 as pb

@@ -14,8 +14,8 @@ from test_service import Trainer, _config, _group
 from trainer_synth import segment, trajectory
 
 from t1.trainer.admission import ModelBounds, check_admissible
-from t1.trainer.batch import RoutingSpec
 from t1.trainer.buffer import TrajectoryBuffer
+from t1.trainer.validation import RoutingSpec
 from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import Segment, TurnSpan
 from t1.v1 import trainer_pb2 as pb
