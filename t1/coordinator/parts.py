@@ -39,6 +39,7 @@ from t1.metrics.trackers import open_trackers
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
+from t1.sandbox.local import LocalProvider
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import SandboxProvider
 
@@ -125,7 +126,10 @@ class Parts:
 
     async def start_services(self) -> str:
         """gRPC server up (address written to <run_dir>/coordinator.json), unfinished eval jobs resumed;
-        returns the server's address."""
+        returns the server's address. A local provider starts first, so the trees a dead run left are
+        swept before this run serves anything."""
+        if isinstance(self.provider, LocalProvider):
+            await self.provider.start()
         await self.server.start()
         address = self.server.address
         (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": address, "pid": os.getpid()}) + "\n")
