@@ -44,7 +44,7 @@ _.__class__
 
 
 # pydantic validators, StrEnum members chosen by value from config, selenium option attributes.
-_._pages_fit, WANDB, _.binary_location
+_._pages_fit, _._storage_fits, WANDB, _.binary_location
 # transformers' attention-function signature (t1/trainer/attention.py ignores the dense mask by design).
 attention_mask
 # Public surface read by docs and callers outside the package (SshSandbox.separates_verifier).
