@@ -208,8 +208,9 @@ class EvalJobs:
         finally:
             live.watchers.discard(q)
 
-    def _emit(self, live: _Live, **kw: object) -> None:
-        update = JobUpdate(live.record, live.running, live.finished, **kw)  # type: ignore[arg-type]
+    def _emit(self, live: _Live, *, started: tuple[str, int] | None = None, outcome: AttemptOutcome | None = None,
+              summary: JobSummaryValues | None = None) -> None:
+        update = JobUpdate(live.record, live.running, live.finished, started, outcome, summary)
         for q in live.watchers:
             q.put_nowait(update)
 

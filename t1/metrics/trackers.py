@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -35,6 +35,10 @@ TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 STEP_KEY = "trainer/step"
 _POINT_EVENTS = frozenset({"status", "trainer", "eval"})
+
+WANDB_MODES: dict[str, Literal["online", "offline", "disabled"]] = {
+    "online": "online", "offline": "offline", "disabled": "disabled"}
+"""The W&B modes T1 accepts from WANDB_MODE (offline by default: no network)."""
 
 
 class TrackerName(StrEnum):
@@ -124,8 +128,12 @@ class WandbSink:
                                "(pip install 't1[trackers]')") from exc
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
+        env_mode = os.environ.get("WANDB_MODE", "offline")
+        mode = WANDB_MODES.get(env_mode)
+        if mode is None:
+            raise RuntimeError(f"WANDB_MODE={env_mode!r}: expected one of {', '.join(WANDB_MODES)}")
         self._run = wandb.init(project="t1", name=name, tags=tags, config=dict(config), dir=str(directory),
-                               mode=os.environ.get("WANDB_MODE", "offline"))  # type: ignore[arg-type]
+                               mode=mode)
         self._run.define_metric(STEP_KEY)
         self._run.define_metric("*", step_metric=STEP_KEY)
 

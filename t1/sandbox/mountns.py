@@ -21,7 +21,7 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import TypeVar, cast
 
 T = TypeVar("T")
 
@@ -121,7 +121,7 @@ class MountThread:
     def _call(self, fn: Callable[[], T]) -> T:
         result: Future[object] = Future()
         self._jobs.put((fn, result))
-        return result.result()  # type: ignore[return-value]
+        return cast(T, result.result())
 
     def new_namespace(self, setup: Callable[[], None]) -> int:
         """Run `setup` in a new mount namespace (a private copy of the host's); a descriptor of it.

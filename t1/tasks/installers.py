@@ -45,7 +45,8 @@ def _commands(text: str) -> list[list[str]]:
     def walk(node: object) -> None:
         kind = getattr(node, "kind", "")
         if kind == "command":
-            out.append([p.word for p in node.parts if getattr(p, "kind", "") == "word"])  # type: ignore[attr-defined]
+            parts = getattr(node, "parts", None) or []
+            out.append([p.word for p in parts if getattr(p, "kind", "") == "word"])
         for child in (getattr(node, "parts", None) or []) + (getattr(node, "list", None) or []):
             walk(child)
         inner = getattr(node, "command", None)

@@ -24,7 +24,7 @@ from t1.config.loader import load_config
 from t1.config.sandbox import LimitsConfig, LocalProviderConfig, ShellConfig
 from t1.coordinator.results import summarize
 from t1.coordinator.rollout import outcome_of
-from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
+from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
 from t1.sandbox.local import LocalProvider
 from t1.tasks.dataset import load_task
 from t1.tasks.report import FailureMode
@@ -73,7 +73,7 @@ async def test_policy_made_failures_are_counted(tmp_path: Path, small_provider: 
         task = load_task(_task(tmp_path, name, solution))
         policy = ScriptedPolicy(renderer).for_episode(task, fmt)
         episode_id = f"ep-{name}"
-        generate = policy
+        generate: GenerateFn = policy
 
         if name == "dies_after_acting":
             async def kill_sandbox_then_reply(req: GenerateRequest, policy: ScriptedEpisode = policy) -> GenerateResult:
@@ -81,7 +81,7 @@ async def test_policy_made_failures_are_counted(tmp_path: Path, small_provider: 
                     for init in small_provider.server._inits.values():
                         os.kill(init.target.pid, signal.SIGKILL)
                 return await policy(req)
-            generate = kill_sandbox_then_reply  # type: ignore[assignment]
+            generate = kill_sandbox_then_reply
 
         spec = EpisodeSpec(episode_id, task, "g", i, fmt, SamplingParams(max_tokens=400), limits)
         result = await Episode(spec, generate, acquire_from(small_provider), renderer,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import grpc
@@ -63,9 +63,9 @@ async def _served(tmp_path: Path, runner: CountingRunner, limits: RequestLimits 
         await server.stop(0)
 
 
-async def _invalid(call: object, needle: str) -> None:
+async def _invalid(call: Awaitable[object], needle: str) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        await call  # type: ignore[misc]
+        await call
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
     assert needle in (info.value.details() or ""), info.value.details()
 

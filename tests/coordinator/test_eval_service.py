@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -40,10 +41,10 @@ class ParityRunner:
         if a.task.id == "task-2" and a.attempt == 1:
             return AttemptOutcome(a.task.id, a.attempt, 0.0, 0, 0, EpisodeStatus.INFRA_ERROR, failure_mode="sandbox_lost")
         ok = a.attempt % 2 == 0
-        why = {} if ok else {"why": "1 of 1 tests failed: t.py::test_x (assert 1 == 2)",
+        why: dict[str, Any] = {} if ok else {"why": "1 of 1 tests failed: t.py::test_x (assert 1 == 2)",
                              "failed_tests": (("t.py::test_x", "assert 1 == 2"),), "verifier_output_tail": "E   assert"}
         return AttemptOutcome(a.task.id, a.attempt, float(ok), int(ok), 1, EpisodeStatus.OK, turns=3, tokens=40,
-                              resolved=ok, **why)  # type: ignore[arg-type]
+                              resolved=ok, **why)
 
 
 async def _serve(tmp_path: Path, runner: ParityRunner) -> tuple[GrpcServer, EvalJobs]:

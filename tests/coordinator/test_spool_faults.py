@@ -20,6 +20,10 @@ from t1.metrics import registry as m
 N = 11
 
 
+def _sample(name: str) -> float:
+    return m.REGISTRY.get_sample_value(name) or 0.0
+
+
 async def _segment_of(directory: Path, n: int = N) -> tuple[Path, list[int]]:
     """One segment of n records t0..t{n-1}; returns it and each frame's start offset."""
     spool = Spool.open(directory, max_bytes=1 << 30, segment_bytes=1 << 30)
@@ -63,14 +67,14 @@ async def test_damage_costs_only_the_frames_it_touches(tmp_path: Path, caplog: p
     offset = starts[record] + (0 if where.startswith("length") else 40)
     original = _damage(seg, offset, value)
     caplog.set_level(logging.WARNING, logger="t1.coordinator.spool_recovery")
-    damaged_before = m.SPOOL_DAMAGED_RANGES._value.get()
+    damaged_before = _sample("t1_spool_damaged_ranges_total")
     assert _pending(tmp_path) == [f"t{i}" for i in range(N) if f"t{i}" not in lost]
     side = seg.with_name(seg.name + ".corrupt")
     assert side.read_bytes() == original[:offset] + value + original[offset + len(value):], "damage kept aside"
     [warning] = [r.getMessage() for r in caplog.records if "spool recovery" in r.getMessage()]
     assert str(seg) in warning and f"bytes {starts[record]}-" in warning and str(side) in warning
     assert "1 damaged ranges" in warning and f"{N - len(lost)} intact records kept" in warning
-    assert m.SPOOL_DAMAGED_RANGES._value.get() == damaged_before + 1
+    assert _sample("t1_spool_damaged_ranges_total") == damaged_before + 1
     # The repaired file is clean: a second open finds nothing more to set aside.
     caplog.clear()
     assert _pending(tmp_path) == [f"t{i}" for i in range(N) if f"t{i}" not in lost]
@@ -116,7 +120,7 @@ async def test_unwritable_spool_holds_stops_admission_and_recovers(tmp_path: Pat
     assert spool.has_room
     assert await spool.append("b", b"2" * 100), "a finished trajectory is accepted into memory"
     assert not spool.has_room and str(directory) in spool.write_error
-    assert m.SPOOL_WRITE_FAILING._value.get() == 1 and spool.held_count == 1
+    assert _sample("t1_spool_write_failing") == 1 and spool.held_count == 1
     assert await spool.append("c", b"3" * 100)
     assert not await spool.append("b", b"2" * 100), "a held id is not taken twice"
     third = asyncio.create_task(spool.append("d", b"4" * 100))  # over hold_bytes: waits, never dropped
@@ -131,7 +135,7 @@ async def test_unwritable_spool_holds_stops_admission_and_recovers(tmp_path: Pat
             if spool.has_room and spool.held_count == 0:
                 break
             await asyncio.sleep(0.05)
-        assert spool.has_room and spool.write_error == "" and m.SPOOL_WRITE_FAILING._value.get() == 0
+        assert spool.has_room and spool.write_error == "" and _sample("t1_spool_write_failing") == 0
         assert [r.trajectory_id for r in iter(cur.next_nowait, None)] == ["b", "c", "d"]
     spool.close()
     assert _pending(directory) == ["a", "b", "c", "d"]

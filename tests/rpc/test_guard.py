@@ -5,7 +5,8 @@ never parsed, and every kind of method still works through the guard."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
 import grpc
 import pytest
@@ -49,13 +50,13 @@ async def _server(token: str | None = None) -> GrpcServer:
     return server
 
 
-def _raw(ch: grpc.aio.Channel, method: str, stream: bool = False) -> grpc.aio.UnaryUnaryMultiCallable:
-    return ch.unary_stream(method) if stream else ch.unary_unary(method)  # type: ignore[return-value]
+def _raw(ch: grpc.aio.Channel, method: str, stream: bool = False) -> Any:
+    return ch.unary_stream(method) if stream else ch.unary_unary(method)
 
 
-async def _code(call: object) -> tuple[grpc.StatusCode, str]:
+async def _code(call: Awaitable[object]) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.aio.AioRpcError) as info:
-        result = await call  # type: ignore[misc]
+        result = await call
         assert result is None
     return info.value.code(), info.value.details() or ""
 

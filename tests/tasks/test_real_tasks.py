@@ -76,7 +76,8 @@ async def test_untouched_real_tasks_say_why(provider: LocalProvider) -> None:
     harbor = await run_task(provider, load_task(REAL / "harbor" / "simple-task"), RunMode.VERIFY)
     body = harbor.as_json()
     assert body["why"] == harbor.why and harbor.why.startswith("2 of 2 tests failed")
-    assert all(t["message"] for t in body["failed_tests"]), body  # type: ignore[union-attr]
+    failed = body["failed_tests"]
+    assert isinstance(failed, list) and all(t["message"] for t in failed), body
     assert "test_state.py" in str(body["verifier_output_tail"])
 
 
