@@ -16,12 +16,11 @@ import logging
 import os
 import random
 import secrets
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
+from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree, sweep_tree
 from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
@@ -62,7 +61,7 @@ def sweep_trees(root: Path) -> int:
     """Remove every sandbox tree under root (call only while no live provider uses it); returns how many."""
     left = [d for d in root.iterdir() if d.name.startswith("sb-") and d.is_dir() and not d.is_symlink()]
     for d in left:
-        shutil.rmtree(d, ignore_errors=True)
+        sweep_tree(d)  # unmounts what a dead overlay run left in this namespace, then deletes
     if left:
         log.warning("removed %d sandbox trees left in %s by a run that did not stop cleanly", len(left), root)
     return len(left)
