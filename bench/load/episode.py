@@ -133,6 +133,9 @@ class TimedSandbox:
     async def open_shell(self, *, terminal: bool = False, role: ShellRole = ShellRole.AGENT) -> Shell:
         return TimedShell(await self.inner.open_shell(terminal=terminal, role=role), self.clock)
 
+    async def end_setup(self) -> None:
+        await self.inner.end_setup()
+
     async def upload(self, local_path: str, remote_path: str) -> None:
         await self.inner.upload(local_path, remote_path)
 

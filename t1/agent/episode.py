@@ -285,6 +285,7 @@ class Episode:
             shell = await sandbox.open_shell()
             try:
                 provisioned = await provision(shell, task, local=self._sandboxes.no_images)
+                await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the agent writes
                 await shell.run(provisioned.prefix(), 30)
                 return await self._phases(sandbox, shell, provisioned, deadline)
             finally:

@@ -37,7 +37,7 @@ class LocalProviderConfig(Section):
     host: str = Field("127.0.0.1", description="Loopback address of the embedded SSH server.")
     port: int = Field(0, ge=0, le=65535, description="Port of the embedded SSH server; 0 picks one.")
     bubblewrap: bool = Field(True, description="Isolate sessions with bubblewrap (off only for debugging: no overlay, no isolation).")
-    overlay: bool = Field(False, description="A copy-on-write root over the host's per sandbox, writable anywhere (needs root); off: the system is read-only. On, a policy can plant code the verifier runs (docs/security.md): for trusted runs only.")
+    overlay: bool = Field(True, description="A copy-on-write root over the host's per sandbox, writable anywhere, as in a container (needs T1 running as root; otherwise the system is read-only); the verifier runs the system as the task's setup left it (docs/security.md). Off: the host's system, read-only.")
     storage_mb: int = Field(10240, ge=16, description="A sandbox's writable storage (tmpfs, used as written) when its task names none; overlay only.")
     max_storage_mb: int = Field(102400, ge=16, description="The most storage a task may ask for; a larger request is refused.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Resource limits.")

@@ -155,7 +155,7 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
-    argv += verifier_binds(tree.root) + network_binds(tree.root, tree.allow_network) + supervisor_binds(tree.root)
+    argv += verifier_binds(tree.root, tree.overlay) + network_binds(tree.root, tree.allow_network) + supervisor_binds(tree.root)
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if userns_block_fd is not None:
@@ -304,7 +304,7 @@ def session_launch(
         if target is None:
             raise ValueError(f"sandbox {tree.sandbox_id}: a bubblewrap session needs the sandbox's init to enter")
         if separate:
-            inner = verifier_enter_argv(target.pid, target.namespaces, inner)
+            inner = verifier_enter_argv(target.pid, target.namespaces, inner, pristine=tree.overlay)
             env = verifier_env(env)
         else:
             inner = enter_argv(target, inner)

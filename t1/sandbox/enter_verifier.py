@@ -1,9 +1,10 @@
-"""Enter a local sandbox as its verifier, never passing through the agent's uid: `python -I -S enter_verifier.py PID NS,... -- ARGV`.
+"""Enter a local sandbox as its verifier, never passing through the agent's uid: `python -I -S enter_verifier.py [--pristine] PID NS,... CAPS -- ARGV`.
 
 Started by T1 as host root (from the host's python, before anything of the sandbox runs), it
 joins the namespaces of sandbox init PID (the user namespace first), becomes the verifier uid
 at once (keeping its capabilities across the change), gives itself a private copy of the mount
-namespace with a passwd entry for the verifier, drops every capability but
+namespace with a passwd entry for the verifier (with `--pristine`, an overlay sandbox: a root of
+its own over the pristine system, `pristine_root`), drops every capability but
 `t1.sandbox.verifier_role.VERIFIER_CAPS`, sets no_new_privs, and runs ARGV in the sandbox's
 PID namespace, waiting for it and exiting with its status (as nsenter does). At no point is a
 process of the session the agent's uid, so the agent can neither signal it nor count against it.
@@ -24,10 +25,19 @@ NS_FLAGS = {"user": CLONE_NEWUSER, "mnt": CLONE_NEWNS, "pid": 0x20000000, "net":
 PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 8, 24, 38, 47
 PR_CAP_AMBIENT_RAISE = 2
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_RDONLY, MS_REMOUNT = 1, 32
 CAP_NUMBERS = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3}
 VERIFIER_UID = 64999
 VERIFIER_HOME = "/tmp/.t1-verifier"
 ETC_DIR = "/run/t1-etc"
+PRISTINE_DIR = "/run/t1-pristine"
+PRISTINE_TOP = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt")
+"""Where programs, libraries, interpreters' modules and the shells' and loader's configuration live:
+from the pristine system. Every other top-level directory is the agent's."""
+AGENT_HOSTS = "/etc/hosts"
+"""Data in /etc that tests of the agent's work read: names it added, and (`_name_the_verifier`) users it made."""
+FIRST = ("run", "proc", "dev")
+"""Bound before the rest: /run holds the session's own tmpfs (ETC_DIR), which the new root lives in."""
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -66,21 +76,97 @@ def _read_plain(path: str) -> bytes:
         os.close(fd)
 
 
-def _name_the_verifier() -> None:
-    """A private tmpfs with the sandbox's passwd and group plus the verifier, bound over them (this session only)."""
-    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
-    _check(libc.mount(b"t1-etc", ETC_DIR.encode(), b"tmpfs", 0, b"size=1m,mode=755"), f"mount {ETC_DIR}")
+def _bind(source: str, target: str, recursive: bool = True) -> None:
+    _check(libc.mount(source.encode(), target.encode(), None, MS_BIND | (MS_REC if recursive else 0), None),
+           f"bind {source} on {target}")
+
+
+def _without_verifier(text: bytes) -> bytes:
+    """passwd or group lines, less any that name the verifier or its id (the agent may have written them)."""
+    keep = [line for line in text.split(b"\n") if line
+            and line.split(b":")[0] != b"t1-verifier" and line.split(b":")[2:3] != [str(VERIFIER_UID).encode()]]
+    return b"".join(line + b"\n" for line in keep)
+
+
+def _name_the_verifier(etc: str) -> None:
+    """The sandbox's passwd and group with the verifier's own entries, bound over those under `etc` (this session only)."""
     entries = {"passwd": f"t1-verifier:x:{VERIFIER_UID}:{VERIFIER_UID}::{VERIFIER_HOME}:/bin/bash\n",
                "group": f"t1-verifier:x:{VERIFIER_UID}:\n"}
     for name, entry in entries.items():
-        current = _read_plain(f"/etc/{name}")
         with open(f"{ETC_DIR}/{name}", "wb") as f:
-            f.write(current + (b"" if current.endswith(b"\n") or not current else b"\n") + entry.encode())
-        _check(libc.mount(f"{ETC_DIR}/{name}".encode(), f"/etc/{name}".encode(), None, MS_BIND, None),
-               f"bind /etc/{name}")
+            f.write(_without_verifier(_read_plain(f"/etc/{name}")) + entry.encode())
+        _bind(f"{ETC_DIR}/{name}", f"{etc}/{name}", recursive=False)
 
 
-def enter(pid: int, namespaces: list[str], keep_caps: list[str]) -> None:
+def _mounts() -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of the sandbox's mount namespace (the one this session copied), in mount order.
+
+    This process joined the sandbox's PID namespace for its children only, so the sandbox's /proc
+    has no `self` for it: it reads the init's table (PID 1 there), the same root, the same mounts.
+    """
+    with open("/proc/1/mountinfo") as mountinfo:
+        return [(line.split()[4].replace("\\040", " "), line.split(" - ", 1)[1].split()[0]) for line in mountinfo]
+
+
+def _system_mounts() -> list[str]:
+    """Mount points under the system dirs of the sandbox's root: T1's own (resolv.conf, a system dir on a
+    filesystem of its own), since only host root mounts there; shallowest first."""
+    points = {point for point, _ in _mounts() if point.split("/")[1] in PRISTINE_TOP}
+    return sorted(points, key=lambda p: p.count("/"))
+
+
+def pristine_root() -> str:
+    """A root for this session: the system dirs from the pristine system, everything else from the agent's root.
+
+    Top-level entries of the agent's root: directories are bound (the work areas, /data, /var,
+    with what is mounted in them: /logs/verifier, the toolchain), symbolic links copied (they
+    resolve in this root); plain files are left out (a /conftest.py, /setup.py or /pytest.ini at
+    the top would steer pytest). /etc's passwd, group and hosts are the agent's (copied; the
+    verifier's own entries replaced).
+    """
+    root = f"{ETC_DIR}/root"
+    os.mkdir(root, 0o755)
+    names = sorted(set(os.listdir("/")) | set(os.listdir(PRISTINE_DIR)), key=lambda n: (n not in FIRST, n))
+    for name in names:
+        source = f"{PRISTINE_DIR if name in PRISTINE_TOP else ''}/{name}"
+        try:
+            st = os.lstat(source)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(source), f"{root}/{name}")
+        elif stat.S_ISDIR(st.st_mode):
+            os.mkdir(f"{root}/{name}", 0o755)
+            _bind(source, f"{root}/{name}")
+    for point in _system_mounts():
+        if os.path.lexists(root + point):
+            _bind(point, root + point)
+    try:
+        hosts = _read_plain(AGENT_HOSTS)
+    except OSError:
+        hosts = None
+    if hosts is not None and os.path.isfile(root + AGENT_HOSTS):
+        with open(f"{ETC_DIR}/hosts", "wb") as f:
+            f.write(hosts)
+        _bind(f"{ETC_DIR}/hosts", root + AGENT_HOSTS, recursive=False)
+    _name_the_verifier(f"{root}/etc")
+    return root
+
+
+def _private_mounts(pristine: bool) -> None:
+    """A private tmpfs for the session's files; with `pristine`, a root of its own (`pristine_root`) entered."""
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    _check(libc.mount(b"t1-etc", ETC_DIR.encode(), b"tmpfs", 0, b"size=1m,mode=755"), f"mount {ETC_DIR}")
+    if not pristine:
+        _name_the_verifier("/etc")
+        return
+    on_top = [fstype for point, fstype in _mounts() if point == PRISTINE_DIR][-1:]
+    if on_top != ["overlay"]:
+        raise OSError(f"the sandbox's pristine system is not attached at {PRISTINE_DIR} (found {on_top or 'nothing'})")
+    os.chroot(pristine_root())
+
+
+def enter(pid: int, namespaces: list[str], keep_caps: list[str], pristine: bool = False) -> None:
     """Become the verifier inside sandbox init `pid`'s namespaces (see the module docstring)."""
     cwd = os.readlink(f"/proc/{pid}/cwd")
     with open("/proc/sys/kernel/cap_last_cap") as f:
@@ -97,7 +183,7 @@ def enter(pid: int, namespaces: list[str], keep_caps: list[str]) -> None:
     everything = (1 << (last_cap + 1)) - 1
     _capset(everything, everything, 0)
     _check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
-    _name_the_verifier()
+    _private_mounts(pristine)
     keep = sum(1 << CAP_NUMBERS[c] for c in keep_caps)
     for cap in range(last_cap + 1):
         if not keep >> cap & 1:
@@ -110,11 +196,13 @@ def enter(pid: int, namespaces: list[str], keep_caps: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    pristine = argv[:1] == ["--pristine"]
+    argv = argv[1:] if pristine else argv
     sep = argv.index("--")
     pid, namespaces, keep_caps = int(argv[0]), argv[1].split(","), argv[2].split(",")
     command = argv[sep + 1:]
     try:
-        enter(pid, namespaces, keep_caps)
+        enter(pid, namespaces, keep_caps, pristine)
     except OSError as exc:
         print(f"t1 enter_verifier: {exc}", file=sys.stderr)
         return 125

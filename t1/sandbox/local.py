@@ -133,7 +133,8 @@ class LocalProvider:
         try:
             await self.server.start_sandbox(tree)
             sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
-                                               verifier=replace(endpoint, user=verifier_user(sandbox_id)))
+                                               verifier=replace(endpoint, user=verifier_user(sandbox_id)),
+                                               on_end_setup=lambda: self.server.end_setup(sandbox_id))
         except BaseException:
             await self._forget(tree)
             raise

@@ -28,6 +28,7 @@ import asyncssh
 from t1.sandbox.bwrap import NamespaceTarget, SandboxTree, session_launch
 from t1.sandbox.forker import Child
 from t1.sandbox.nsinit import SandboxInit, hang_up, kill_group, spawn, wait_exit
+from t1.sandbox.pristine import PristineState
 from t1.sandbox.types import ShellRole
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
 
     def __init__(
         self, tree: SandboxTree, track: Callable[[_SandboxSession, bool], None],
-        ns_target: Callable[[SandboxTree], Awaitable[NamespaceTarget | None]], role: ShellRole = ShellRole.AGENT,
+        ns_target: Callable[[SandboxTree, ShellRole], Awaitable[NamespaceTarget | None]],
+        role: ShellRole = ShellRole.AGENT,
     ) -> None:
         self._tree = tree
         self._role = role
@@ -194,7 +196,7 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
         self._track(self, False)
 
     async def _spawn_and_pump(self, chan: asyncssh.SSHServerChannel[bytes]) -> int:
-        target = await self._ns_target(self._tree)
+        target = await self._ns_target(self._tree, self._role)
         launch = session_launch(self._tree, self._command, self._subsystem, self._pty, target, self._role)
         loop = asyncio.get_running_loop()
         popen: dict[str, Any] = {"env": launch.env, "cwd": launch.cwd, "start_new_session": launch.new_session}
@@ -323,10 +325,31 @@ class LocalSshServer:
         self.trees[tree.sandbox_id] = tree
         await self.ns_target(tree)
 
-    async def ns_target(self, tree: SandboxTree) -> NamespaceTarget | None:
-        """The namespaces of `tree`'s init, started on first use; None without bubblewrap."""
+    async def ns_target(self, tree: SandboxTree, role: ShellRole = ShellRole.AGENT) -> NamespaceTarget | None:
+        """The namespaces of `tree`'s init, started on first use; None without bubblewrap.
+
+        For a verifier session of an overlay sandbox, its pristine system is attached first (`t1.sandbox.pristine`).
+        """
         if not tree.bubblewrap:
             return None
+        init = await self._init(tree)
+        if role is ShellRole.VERIFIER and tree.overlay and init.pristine is PristineState.NONE:
+            async with self._init_locks.setdefault(tree.sandbox_id, asyncio.Lock()):
+                await asyncio.to_thread(init.ensure_pristine)
+        return init.target
+
+    async def end_setup(self, sandbox_id: str) -> None:
+        """The task's setup in sandbox `sandbox_id` is done: fix the system its verifier runs (`SandboxInit.end_setup`)."""
+        tree = self.trees.get(sandbox_id)
+        if tree is None:
+            raise RuntimeError(f"sandbox {sandbox_id} is not registered (destroyed?)")
+        if not tree.bubblewrap:
+            return
+        init = await self._init(tree)
+        async with self._init_locks.setdefault(tree.sandbox_id, asyncio.Lock()):
+            await asyncio.to_thread(init.end_setup)
+
+    async def _init(self, tree: SandboxTree) -> SandboxInit:
         lock = self._init_locks.setdefault(tree.sandbox_id, asyncio.Lock())
         async with lock:
             init = self._inits.get(tree.sandbox_id)
@@ -338,7 +361,7 @@ class LocalSshServer:
                     await init.stop(log.warning)
                     raise RuntimeError(f"sandbox {tree.sandbox_id} was destroyed while starting")
                 self._inits[tree.sandbox_id] = init
-            return init.target
+            return init
 
     def host_path(self, sandbox_id: str, name: str) -> Path:
         """Where T1 reaches tree dir `name` of a live sandbox (through its namespace with an overlay root)."""

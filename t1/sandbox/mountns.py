@@ -35,8 +35,13 @@ AT_EMPTY_PATH = 0x1000
 OPEN_TREE_CLONE = 0x1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 MOUNT_ATTR_IDMAP = 0x00100000
-SYS_OPEN_TREE = 428  # the same number on every architecture (the unified syscall table)
+SYS_OPEN_TREE = 428  # the same numbers on every architecture (the unified syscall table)
+SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 429, 430, 431, 432
 SYS_MOUNT_SETATTR = 442
+FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 0x1
+FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -89,6 +94,28 @@ def idmapped_clone(path: str, userns_fd: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def detached_mount(fstype: str, options: dict[str, str], attrs: int) -> int:
+    """A new mount of `fstype` with `options`, attached nowhere yet (`attach` puts it in place); its descriptor.
+
+    Paths in `options` are resolved now, in the caller's mount namespace.
+    """
+    fs = _check(_libc.syscall(SYS_FSOPEN, fstype.encode(), FSOPEN_CLOEXEC), f"fsopen {fstype}")
+    try:
+        for key, value in options.items():
+            _check(_libc.syscall(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0),
+                   f"fsconfig {fstype} {key}={value}")
+        _check(_libc.syscall(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0), f"create a {fstype} superblock")
+        return _check(_libc.syscall(SYS_FSMOUNT, fs, FSMOUNT_CLOEXEC, attrs), f"fsmount {fstype}")
+    finally:
+        os.close(fs)
+
+
+def attach(mount_fd: int, target: str) -> None:
+    """Attach a detached mount (`detached_mount`) at `target` in the caller's mount namespace."""
+    _check(_libc.syscall(SYS_MOVE_MOUNT, mount_fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+           f"move_mount onto {target}")
 
 
 class MountThread:

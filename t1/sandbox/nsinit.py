@@ -36,6 +36,7 @@ from t1.sandbox.bwrap import (
 from t1.sandbox.forker import Child, popen
 from t1.sandbox.mountns import mount_thread
 from t1.sandbox.netns import start_slirp, stop_slirp, write_resolv_conf
+from t1.sandbox.pristine import PristineState, mount_pristine, snapshot_setup
 from t1.sandbox.rootfs import Mask, host_masks, mount_overlay, mount_storage
 from t1.sandbox.verifier_role import make_verifier_dirs, write_userns_map
 
@@ -184,6 +185,29 @@ class SandboxInit:
         """The sandbox's slirp4netns when it allows internet."""
         self.agent_userns = agent_userns
         """With an overlay root, a descriptor of the agent's inner user namespace (`t1.sandbox.agent_userns`)."""
+        self.pristine = PristineState.NONE
+        """With an overlay root, what its verifier's system is (`t1.sandbox.pristine`)."""
+
+    def ensure_pristine(self) -> None:
+        """With an overlay root, attach its pristine system if nothing is attached yet (blocking; before a verifier session)."""
+        if self.tree.overlay and self.pristine is PristineState.NONE:
+            mount_pristine(self.tree.root, self.proc.pid, self.target.pid, PristineState.HOST, replace=False)
+            self.pristine = PristineState.HOST
+
+    def end_setup(self) -> None:
+        """The task's setup is done: from now on the verifier runs the system as it is now (blocking; once).
+
+        Without an overlay root the system is the host's, read-only: nothing to do.
+        """
+        if not self.tree.overlay:
+            return
+        if self.pristine is PristineState.SETUP:
+            raise RuntimeError(f"sandbox {self.tree.sandbox_id}: its setup has already ended; the system its verifier "
+                               "runs is fixed then, never later (the agent may have written it since)")
+        snapshot_setup(self.tree.sandbox_id, self.tree.root, self.proc.pid)
+        mount_pristine(self.tree.root, self.proc.pid, self.target.pid, PristineState.SETUP,
+                       replace=self.pristine is PristineState.HOST)
+        self.pristine = PristineState.SETUP
 
     def host_path(self, name: str) -> Path:
         """Where T1 reaches the tree dir `name`: with an overlay root, through the namespace holding its tmpfs."""

@@ -30,13 +30,26 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from t1.sandbox.mountns import MS_NODEV, MS_NOSUID, MS_SHARED, idmapped_clone, mount
+from t1.sandbox.mountns import (
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_SHARED,
+    detached_mount,
+    idmapped_clone,
+    mount,
+)
 
 log = logging.getLogger(__name__)
 
 ID_COUNT = 65536
 """Uids (and gids) per sandbox: sandbox ids 0..65535 are host ids base..base+65535."""
 UPPER, WORK, ROOTFS = ".upper", ".work", "rootfs"
+BASE, SETUP = ".base", ".setup"
+"""The pristine system's top layer (`pristine_mount`): the masks alone, until setup ends; then a copy
+of the upper layer as setup left it (`snapshot_setup`)."""
 SYSTEM_TOP = ("usr", "etc", "opt", "var", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 MOUNTED_TOP = ("proc", "dev", "run", "sys")
 """Kept as the (empty) mount points they are on the host's root filesystem."""
@@ -201,11 +214,37 @@ def mount_storage(root: Path, base: int, storage_mb: int, masks: tuple[Mask, ...
         (root / name).mkdir()
         os.chown(root / name, base, base)
     os.chmod(root / "tmp", 0o1777)
-    (root / UPPER).mkdir(mode=0o755)
-    os.chown(root / UPPER, base, base)
     (root / WORK).mkdir(mode=0o700)
     (root / ROOTFS).mkdir(mode=0o755)
-    write_masks(root / UPPER, base, masks)
+    for layer in (UPPER, BASE):
+        (root / layer).mkdir(mode=0o755)
+        os.chown(root / layer, base, base)
+        write_masks(root / layer, base, masks)
+
+
+def snapshot_argv(root: Path) -> list[str]:
+    """Copy the upper layer as setup left it to `SETUP` (pure; run in the sandbox's outer mount namespace).
+
+    `cp -a` keeps owners, modes, whiteouts (character devices 0/0) and the overlay's `trusted.*`
+    xattrs (opaque directories, redirects), so the copy is a valid lower layer over the same host.
+    """
+    return ["cp", "-a", "--no-target-directory", "--", str(root / UPPER), str(root / SETUP)]
+
+
+def pristine_mount(root: Path, userns_fd: int, sealed: bool) -> int:
+    """A read-only overlay of the sandbox's pristine system, attached nowhere yet; its descriptor.
+
+    Lower layers: the setup snapshot (`sealed`) or the masks alone, over the host's root idmapped
+    by `userns_fd`, exactly as the agent's root was before the agent acted. Call it in the
+    sandbox's outer mount namespace (where `root` is its tmpfs).
+    """
+    lower = idmapped_clone("/", userns_fd)
+    try:
+        top = root / (SETUP if sealed else BASE)
+        return detached_mount("overlay", {"lowerdir": f"{top}:/proc/self/fd/{lower}"},
+                              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    finally:
+        os.close(lower)
 
 
 def mount_overlay(root: Path, userns_fd: int) -> None:

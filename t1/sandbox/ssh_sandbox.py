@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,8 +114,10 @@ class SshSandbox:
         shell_cfg: ShellConfig,
         endpoint: SshEndpoint,
         verifier: SshEndpoint | None = None,
+        on_end_setup: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._id = sandbox_id
+        self._on_end_setup = on_end_setup
         self.conn = conn
         self._watcher = watcher
         self._shell_cfg = shell_cfg
@@ -125,9 +128,17 @@ class SshSandbox:
 
     @classmethod
     async def connect(cls, sandbox_id: str, endpoint: SshEndpoint, shell_cfg: ShellConfig,
-                      verifier: SshEndpoint | None = None) -> SshSandbox:
+                      verifier: SshEndpoint | None = None,
+                      on_end_setup: Callable[[], Awaitable[None]] | None = None) -> SshSandbox:
         conn, watcher = await connect(endpoint, shell_cfg)
-        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier)
+        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier, on_end_setup)
+
+    async def end_setup(self) -> None:
+        """The task's setup is done (`Sandbox.end_setup`): the local provider fixes the system its verifier runs;
+        a remote machine has no pristine system to keep (docs/security.md), so there it does nothing."""
+        self._check()
+        if self._on_end_setup is not None:
+            await self._on_end_setup()
 
     @property
     def separates_verifier(self) -> bool:

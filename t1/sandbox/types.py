@@ -90,6 +90,14 @@ class Sandbox(Protocol):
 
     async def open_shell(self, *, terminal: bool = False, role: ShellRole = ShellRole.AGENT) -> Shell: ...
 
+    async def end_setup(self) -> None:
+        """The task's setup is done and the agent has not acted yet: call once, between the two.
+
+        Where the provider can (local overlay sandboxes), the system that verifier shells run is
+        fixed as it is now: later writes by the agent to system dirs never reach the verifier.
+        """
+        ...
+
     async def upload(self, local_path: str, remote_path: str) -> None: ...
 
     async def download(self, remote_path: str, local_path: str) -> None: ...

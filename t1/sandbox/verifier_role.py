@@ -28,6 +28,8 @@ VERIFIER_DIRS = {"tests": "/tests", "verifier-logs": "/logs/verifier", "verifier
 """Tree directory -> sandbox path, owned by the verifier uid (`tests` is a tree directory already)."""
 VERIFIER_CAPS = ("dac_override", "dac_read_search", "fowner", "chown")
 """Capabilities a verifier session keeps, in the sandbox's user namespace only (files mapped in it)."""
+PRISTINE_DIR = "/run/t1-pristine"
+"""Where an overlay sandbox's pristine system is attached (`t1.sandbox.pristine`), on a mount point of bubblewrap's."""
 ETC_DIR = "/run/t1-etc"
 """Where a verifier session mounts its private tmpfs for the passwd and group files that name its uid
 (`t1.sandbox.enter_verifier` keeps its own copies of these constants: it runs with the standard library only)."""
@@ -60,9 +62,14 @@ def make_verifier_dirs(root: Path, verifier_uid: int | None) -> None:
             os.chmod(path, 0o700)
 
 
-def verifier_binds(root: Path) -> list[str]:
-    """bubblewrap arguments mounting the verifier's directories (after the tree's own binds; pure)."""
+def verifier_binds(root: Path, overlay: bool = False) -> list[str]:
+    """bubblewrap arguments mounting the verifier's directories (after the tree's own binds; pure).
+
+    With an `overlay` root, also the mount point of its pristine system (`PRISTINE_DIR`).
+    """
     argv: list[str] = ["--tmpfs", ETC_DIR]  # a mount point: the agent cannot swap it for a symlink
+    if overlay:
+        argv += ["--tmpfs", PRISTINE_DIR]
     for name, target in VERIFIER_DIRS.items():
         if name != "tests":  # /tests is bound with the tree's directories
             argv += ["--bind", str(root / name), target]
@@ -72,13 +79,16 @@ def verifier_binds(root: Path) -> list[str]:
 HELPER = str(Path(__file__).with_name("enter_verifier.py"))
 
 
-def verifier_enter_argv(pid: int, namespaces: tuple[str, ...], inner: list[str]) -> list[str]:
+def verifier_enter_argv(pid: int, namespaces: tuple[str, ...], inner: list[str], pristine: bool = False) -> list[str]:
     """Run `inner` as the verifier in the namespaces of sandbox init `pid` (pure; see `t1.sandbox.enter_verifier`).
 
     The helper runs from the host's python as host root and becomes `VERIFIER_UID` right after
-    joining the user namespace, so no process of the session is ever the agent's uid.
+    joining the user namespace, so no process of the session is ever the agent's uid. With
+    `pristine` (an overlay root) the session's root is built over the pristine system (`t1.sandbox.pristine`).
     """
-    return [sys.executable, "-I", "-S", HELPER, str(pid), ",".join(namespaces), ",".join(VERIFIER_CAPS), "--", *inner]
+    flags = ["--pristine"] if pristine else []
+    return [sys.executable, "-I", "-S", HELPER, *flags, str(pid), ",".join(namespaces), ",".join(VERIFIER_CAPS),
+            "--", *inner]
 
 
 def verifier_env(env: dict[str, str]) -> dict[str, str]:

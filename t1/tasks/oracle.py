@@ -163,6 +163,7 @@ async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpe
     acted = False
     try:
         provisioned = await provision(shell, spec, local=local)
+        await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the solution writes
         offline = local or not spec.environment.allow_internet
         done: list[tuple[StepSpec, VerifierReport]] = []
         solution_problem = ""

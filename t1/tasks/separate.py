@@ -76,6 +76,7 @@ async def run_separate_verifier(
         shell = await sandbox.open_shell()
         try:
             provisioned = await provision(shell, vspec, local=local)
+            await sandbox.end_setup()  # the artifacts are the agent's: data for the tests, never their system
             await upload_archive(shell, artifacts, "/", "verifier artifacts")
         finally:
             await shell.close()

@@ -58,13 +58,18 @@ case "$1" in
   *) exit 0;;
 esac
 """
+PYTEST_MAIN = ("python3 -c 'import os, runpy, sys; sys.path[:1] = [] if sys.path[:1] == [\"\"] else sys.path[:1]; "
+               "sys.path.append(os.getcwd()); runpy.run_module(\"pytest\", run_name=\"__main__\", alter_sys=True)'")
+"""`python3 -m pytest` with the working directory last on sys.path, not first: tests still import the
+agent's modules from it, but a `pytest.py`, `_pytest/` or `pluggy.py` planted there cannot stand in for
+T1's pytest or the system's modules (`python -m` puts the directory first)."""
 _UV = f"""#!/bin/bash
 {_LOG}
 strip_opts() {{ while [ $# -gt 0 ]; do case "$1" in
   -p|--python|-w|--with|--from|--with-requirements|--project|--directory|--index|--index-url) shift 2;;
   --*=*|-q|--quiet|--no-project|--isolated|--frozen|--locked|--no-sync|-v|--active) shift;;
   *) break;; esac; done; printf '%s\\0' "$@"; }}
-run_tool() {{ if [ "$1" = pytest ] || [ "$1" = py.test ]; then shift; exec python3 -m pytest "$@"; fi
+run_tool() {{ if [ "$1" = pytest ] || [ "$1" = py.test ]; then shift; exec {PYTEST_MAIN} "$@"; fi
   if [ "$1" = python ] || [ "$1" = python3 ]; then shift; exec python3 "$@"; fi; exec "$@"; }}
 name=$(basename "$0")
 if [ "$name" = uvx ]; then {_OFFLINE} uvx "$@" || exit 1
@@ -80,7 +85,13 @@ esac
 """
 _PYTEST = f"""#!/bin/bash
 {_LOG}
-exec python3 -m pytest "$@"
+exec {PYTEST_MAIN} "$@"
+"""
+_PYTHON3 = f"""#!/bin/bash
+if [ "$1" = -m ] && {{ [ "$2" = pytest ] || [ "$2" = py.test ]; }}; then shift 2; exec {PYTEST_MAIN} "$@"; fi
+IFS=: read -ra dirs <<< "$PATH"
+for d in "${{dirs[@]}}"; do [ "$d" != {TOOLCHAIN_DIR}/bin ] && [ -x "$d/python3" ] && exec "$d/python3" "$@"; done
+exec /usr/bin/python3 "$@"
 """
 _PYTHON = """#!/bin/bash
 exec python3 "$@"
@@ -139,7 +150,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 '''
 _CTRF_DIST = {"METADATA": "Metadata-Version: 2.1\nName: t1-ctrf\nVersion: 0.0\n",
               "entry_points.txt": "[pytest11]\nt1_ctrf = t1_ctrf_plugin\n"}
-SHIMS = {"pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON,
+SHIMS = {"pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON, "python3": _PYTHON3,
          "curl": _fetcher("curl"), "wget": _fetcher("wget"), "apt-get": _APT, "apt": _APT}
 
 

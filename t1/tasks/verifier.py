@@ -37,7 +37,13 @@ from t1.tasks.report import (
     parse_reward_txt,
 )
 from t1.tasks.spec import VerifierKind, VerifierSpec
-from t1.tasks.toolchain import SHIM_LOG, TOOLCHAIN_DIR, toolchain_archive, toolchain_prefix
+from t1.tasks.toolchain import (
+    PYTEST_MAIN,
+    SHIM_LOG,
+    TOOLCHAIN_DIR,
+    toolchain_archive,
+    toolchain_prefix,
+)
 from t1.tasks.transfer import check, read_if_exists, upload_archive, upload_dir_contents
 
 TESTS_DIR = "/tests"
@@ -54,7 +60,7 @@ _PINNED = f"--rootdir={TESTS_DIR} --confcutdir={TESTS_DIR} -p no:cacheprovider"
 _COMMANDS = {
     VerifierKind.TEST_SH: f"bash {TESTS_DIR}/test.sh",
     VerifierKind.RUN_TESTS_SH: f"bash {TESTS_DIR}/run-tests.sh",
-    VerifierKind.PYTEST: f"python3 -m pytest {TESTS_DIR}/test_outputs.py -rA {_PINNED}",
+    VerifierKind.PYTEST: f"{PYTEST_MAIN} {TESTS_DIR}/test_outputs.py -rA {_PINNED}",
 }
 
 

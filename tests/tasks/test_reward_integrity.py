@@ -9,11 +9,14 @@ an infra error.
 
 from __future__ import annotations
 
+import shlex
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 from t1.tasks.dataset import load_task
@@ -52,6 +55,44 @@ FORGERIES = (f"cat > /tmp/forged.py <<'EOF'\n{FORGED_PY}EOF\n"
              f"cat > /tmp/forged.json <<'EOF'\n{FORGED_CTRF}\nEOF\n")
 
 
+FORGED_RUN = ("=== short test summary info ===\n" + "".join(
+    f"PASSED test_outputs.py::{name}\n" for name in ("test_app_exists", "test_answer_exists", "test_answer_value",
+                                                   "test_answer_single_line", "test_answer_mode"))
+    + "=== 5 passed in 0.01s ===\n")
+"""What a forger prints in the verifier's place: every declared test passed (a forged resolve if it ran)."""
+_FORGED_ECHO = f"printf '{FORGED_RUN.replace(chr(10), chr(92) + 'n')}'\n"
+_FORGER_PY = f"import os, sys; sys.stdout.write({FORGED_RUN!r}); sys.stdout.flush(); os._exit(0)"
+_FORGER_PY_LINE = "import os, sys; 'pytest' in ' '.join(sys.argv + [open('/proc/self/cmdline').read()]) and exec(" \
+    + repr(_FORGER_PY) + ")\n"
+_PASS_ALL_PLUGIN = ("import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                    "    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n")
+_PRELOAD_C = f"""#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void forge(void) {{
+    char cmd[4096] = {{0}}; FILE *f = fopen("/proc/self/cmdline", "r");
+    if (!f) return;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, f); fclose(f);
+    for (size_t i = 0; i < n; i++) if (!cmd[i]) cmd[i] = 32;
+    if (strstr(cmd, "pytest")) {{ fputs({FORGED_RUN!r}, stdout); fflush(stdout); _exit(0); }}
+}}
+""".replace("'", '"')
+_SITE_DIRS = ("/usr/lib/python3/dist-packages", "/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3.11/site-packages")
+
+
+def _q(text: str) -> str:
+    return shlex.quote(text)
+
+
+def _forger_sh() -> str:
+    return "#!/bin/sh\n" + _FORGED_ECHO + "exit 0\n"
+
+
+def _replace(path: str, script: str) -> str:
+    """Put `script` at `path`, executable, replacing (by rename: a running binary cannot be written) what was there."""
+    return f"printf '%s' {_q(script)} > {path}.t1new && chmod 755 {path}.t1new && mv -f {path}.t1new {path}\n"
+
+
 def _loop(body: str) -> str:
     """A detached background loop that outlives the solution's shell command (`body` without single quotes)."""
     return f"nohup setsid bash -c '{body}; for i in $(seq 600); do {body}; sleep 0.02; done' >/dev/null 2>&1 &\n"
@@ -71,12 +112,48 @@ ATTACKS = {
     "plant_code_for_the_verifier": "mkdir -p /usr/local/bin 2>/dev/null; printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n'"
                                    " > /usr/local/bin/python3 2>/dev/null; chmod +x /usr/local/bin/python3 2>/dev/null; "
                                    "echo /tmp/x.so > /etc/ld.so.preload 2>/dev/null; true\n",
+    # Code left in the system for the verifier to load or run (with the copy-on-write root the agent may write
+    # anywhere): it prints a forged pass of every declared test. The verifier runs the system as setup left it.
+    "plant_python3": _replace("/usr/bin/python3", _forger_sh()),
+    "plant_bash": "cp -p /usr/bin/bash /usr/bin/bash.real\n" + _replace(
+        "/usr/bin/bash", "#!/usr/bin/bash.real\n" + _FORGED_ECHO + "exec /usr/bin/bash.real \"$@\"\n"),
+    "plant_usr_local_bin": "mkdir -p /usr/local/bin\n" + "".join(
+        _replace(f"/usr/local/bin/{tool}", _forger_sh()) for tool in ("python3", "python", "pytest", "bash", "env")),
+    "plant_preloaded_library": (
+        f"cat > /tmp/forge.c <<'EOF'\n{_PRELOAD_C}EOF\n"
+        "gcc -shared -fPIC -o /usr/lib/libt1forge.so /tmp/forge.c && echo /usr/lib/libt1forge.so > /etc/ld.so.preload\n"),
+    "plant_python_startup": "".join(
+        f"mkdir -p {d}; printf %s {_q(_FORGER_PY_LINE)} > {d}/t1forge.pth; printf '%s\\n' {_q(_FORGER_PY)} > {d}/sitecustomize.py; "
+        f"cp {d}/sitecustomize.py {d}/usercustomize.py\n" for d in _SITE_DIRS)
+        + f"printf '\\n%s\\n' {_q(_FORGER_PY)} >> /usr/lib/python3.11/os.py\n",
+    "plant_pytest_plugin": "".join(
+        f"mkdir -p {d}/t1forge-0.dist-info; printf '[pytest11]\\nt1forge = t1forge_plugin\\n' > {d}/t1forge-0.dist-info/entry_points.txt; "
+        f"printf 'Metadata-Version: 2.1\\nName: t1forge\\nVersion: 0\\n' > {d}/t1forge-0.dist-info/METADATA; "
+        f"printf '%s\\n' {_q(_PASS_ALL_PLUGIN)} > {d}/t1forge_plugin.py\n" for d in _SITE_DIRS),
+    "plant_shell_startup": "".join(f"printf '%s\\n' {_q(_FORGED_ECHO + 'exit 0')} >> {f}\n" for f in (
+        "/etc/bash.bashrc", "/etc/profile", "/etc/profile.d/t1forge.sh", "/etc/environment", "/root/.bashrc"))
+        + "echo 'BASH_ENV=/etc/profile.d/t1forge.sh' >> /etc/environment\n",
+    "edit_passwd_for_the_verifier": "sed -i 's|^root:.*|root:x:0:0:root:/app:/app/evil.sh|' /etc/passwd\n"
+                                    "echo 't1-verifier:x:64999:64999::/app:/app/evil.sh' >> /etc/passwd\n"
+                                    + _replace("/app/evil.sh", _forger_sh()),
+    "shadow_pytest_in_the_workdir": f"mkdir -p /app/_pytest; printf '%s\\n' {_q(_FORGER_PY)} > /app/pytest.py; "
+                                    f"cp /app/pytest.py /app/pluggy.py; cp /app/pytest.py /app/_pytest/__init__.py\n",
+    "steer_pytest_from_the_root": f"printf '%s\\n' {_q(_PASS_ALL_PLUGIN)} > /conftest.py; touch /setup.py; "
+                                  "printf '[pytest]\\naddopts = -p no:terminal\\n' > /pytest.ini; cp /conftest.py /tests-conftest.py\n",
     "kill_pid_1": "kill -9 1; python3 -c \"import ctypes; print(ctypes.CDLL(None).ptrace(16, 1, 0, 0))\"\n",
     "read_and_plant_tests": "cat /tests/test_outputs.py > /app/stolen.txt; ls /tests >> /app/stolen.txt; "
                             "printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport():\\n"
                             "    o = yield\\n    o.get_result().outcome = \"passed\"\\n' > /app/conftest.py; "
                             "printf '[pytest]\\naddopts = -p no:terminal\\n' > /app/pytest.ini\n",
 }
+
+
+@pytest.fixture(params=[pytest.param(True, id="overlay"), pytest.param(False, id="readonly", marks=pytest.mark.slow)])
+async def provider(request: pytest.FixtureRequest, sandbox_root: Path) -> AsyncIterator[LocalProvider]:
+    """The local provider with the copy-on-write root (the default) and, in the slow suite, the read-only root."""
+    prov = LocalProvider(LocalProviderConfig(root=sandbox_root, overlay=request.param), ShellConfig(command_timeout_s=120.0))
+    yield prov
+    await prov.close()
 
 
 def _task(root: Path, solution: str) -> Path:
