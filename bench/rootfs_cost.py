@@ -5,7 +5,10 @@
 noisy and shared, so only medians of the same run are compared). Per round and setting: `creates`
 sandbox starts (create, the pool's health check, one framed shell: what an episode pays), then
 `commands` framed round trips of each command in `COMMANDS` (a no-op, a lookup through the
-overlay, and a write that copies a system file up into the sandbox's layer).
+overlay, and a write that copies a system file up into the sandbox's layer). Then, once per round
+on the first sandbox, what the verifier pays: `end_setup` (with the overlay: snapshot of the upper
+layer and the pristine overlay attached; a no-op without) and opening a verifier shell with one
+command (with the overlay: its own root over the pristine system, `t1.sandbox.enter_verifier`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.ssh_sandbox import SshSandbox
-from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.sandbox.types import Sandbox, SandboxRequest, ShellRole
 
 SETTINGS = {"overlay": True, "readonly": False}
 COMMANDS = {"true": "true", "lookup": "ls /usr/bin | wc -l",
@@ -37,6 +40,18 @@ async def _start(provider: LocalProvider) -> tuple[float, Sandbox]:
     assert "t1-ok" in str(result.stdout), result
     await box.open_shell()
     return time.perf_counter() - t, box
+
+
+async def _verifier(box: Sandbox) -> tuple[float, float]:
+    """Seconds for `end_setup` and for a verifier shell's start plus one command."""
+    t = time.perf_counter()
+    await box.end_setup()
+    sealed = time.perf_counter()
+    shell = await box.open_shell(role=ShellRole.VERIFIER)
+    assert (await shell.run("id -u")).output.strip() == "64999"
+    opened = time.perf_counter()
+    await shell.close()
+    return sealed - t, opened - sealed
 
 
 async def _commands(box: Sandbox, command: str, n: int) -> list[float]:
@@ -57,7 +72,7 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
     os.chmod(root, 0o711)
     providers = {name: LocalProvider(LocalProviderConfig(root=root / name, overlay=on), shell_cfg)
                  for name, on in SETTINGS.items()}
-    samples: dict[str, dict[str, list[float]]] = {name: {"start": [], **{c: [] for c in COMMANDS}} for name in SETTINGS}
+    samples: dict[str, dict[str, list[float]]] = {name: {"start": [], **{c: [] for c in COMMANDS}, "end_setup": [], "verifier_open": []} for name in SETTINGS}
     load_start = os.getloadavg()[0]
     try:
         for provider in providers.values():
@@ -69,6 +84,9 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
                     took, box = await _start(provider)
                     samples[name]["start"].append(took)
                     boxes.append(box)
+                sealed, opened = await _verifier(boxes[0])
+                samples[name]["end_setup"].append(sealed)
+                samples[name]["verifier_open"].append(opened)
                 for label, command in COMMANDS.items():
                     samples[name][label] += await _commands(boxes[0], command, commands)
                 for box in boxes:
@@ -78,7 +96,7 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
             await provider.close()
     medians = {name: {key: round(1000 * statistics.median(values), 3) for key, values in by_key.items()}
                for name, by_key in samples.items()}
-    ratios = {key: round(medians["overlay"][key] / medians["readonly"][key], 2) for key in medians["overlay"]}
+    ratios = {key: round(medians["overlay"][key] / max(medians["readonly"][key], 1e-3), 2) for key in medians["overlay"]}
     return {"ms_median": medians, "overlay_vs_readonly": ratios,
             "settings": {"rounds": rounds, "creates": creates, "commands": commands},
             "load_avg_1m": {"start": load_start, "end": os.getloadavg()[0]}}
