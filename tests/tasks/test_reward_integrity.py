@@ -231,3 +231,41 @@ def test_reports_beyond_the_declared_tests_are_tampered() -> None:
     assert report.failure_mode is FailureMode.VERIFIER_TAMPERED and report.passed == 50
     for mode in RewardMode:
         assert episode_reward(report, mode) == 0.0
+
+
+HARBOR_RUNNERS = {
+    "python_m_pytest": "python3 -m pytest /tests/test_outputs.py -rA",
+    "uvx_pytest": "uvx -p 3.13 -w pytest==8.4.1 pytest /tests/test_outputs.py -rA",
+}
+"""How Harbor test.sh files start pytest, from the task's workdir (where the agent may plant a pytest)."""
+WORKDIR_PLANTS = ATTACKS["shadow_pytest_in_the_workdir"] + ATTACKS["read_and_plant_tests"]
+
+
+def _harbor_task(root: Path, runner: str, solution: str) -> Path:
+    (root / "environment").mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text("FROM python:3.13-slim-bookworm\nWORKDIR /app\n")
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[environment]\nallow_internet = false\n')
+    (root / "instruction.md").write_text("Write 42 into /app/answer.txt.\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_outputs.py").write_text(TESTS)
+    (root / "tests" / "test.sh").write_text(f"#!/bin/bash\ncd /app\n{runner}\n"
+                                            "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; "
+                                            "else echo 0 > /logs/verifier/reward.txt; fi\n")
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solution)
+    return root
+
+
+@pytest.mark.parametrize("runner", sorted(HARBOR_RUNNERS))
+async def test_harbor_tests_ignore_a_pytest_planted_in_the_workdir(provider: LocalProvider, tmp_path: Path,
+                                                                   runner: str) -> None:
+    """A Harbor test.sh that runs pytest from /app: the agent's /app/pytest.py, _pytest/, pluggy.py and
+    conftest.py change nothing; the attempt scores as an honest failure of the same task."""
+    runs = {}
+    for name, solution in (("honest", "true\n"), ("planted", WORKDIR_PLANTS)):
+        task = load_task(_harbor_task(tmp_path / name, HARBOR_RUNNERS[runner], solution))
+        runs[name] = await run_task(provider, task, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    honest, planted = runs["honest"], runs["planted"]
+    assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
+        (honest.reward, honest.report.passed, honest.report.total, False), planted.as_json()
