@@ -25,7 +25,6 @@ NS_FLAGS = {"user": CLONE_NEWUSER, "mnt": CLONE_NEWNS, "pid": 0x20000000, "net":
 PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 8, 24, 38, 47
 PR_CAP_AMBIENT_RAISE = 2
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-MS_RDONLY, MS_REMOUNT = 1, 32
 CAP_NUMBERS = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3}
 VERIFIER_UID = 64999
 VERIFIER_HOME = "/tmp/.t1-verifier"
