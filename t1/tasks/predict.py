@@ -5,7 +5,7 @@ function, so validate and a run agree): compose services, Dockerfile lines a
 local sandbox cannot replay, images without a Dockerfile, and task.toml features
 T1 does not provide. `package_needs` reads the installer lines of the Dockerfile's
 RUN steps and of the test scripts (t1.tasks.installers) and names the packages
-this host lacks; at run time the installer stand-ins say the same thing.
+this host lacks, in the very sentence the run reports when the stand-ins say it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from t1.tasks import offline_pkgs
 from t1.tasks.dockerplan import build_plan, plan_or_none
 from t1.tasks.installers import find_installs, missing_on_host
 from t1.tasks.needs import Need, NeedKind, NeedsError
@@ -72,31 +73,46 @@ def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
     return list(dict.fromkeys(needs))  # a separate verifier that copies the task environment repeats its needs
 
 
-def _script_texts(spec: TaskSpec) -> list[tuple[str, str]]:
-    texts: list[tuple[str, str]] = []
+def _setup_texts(spec: TaskSpec) -> list[tuple[str, str]]:
+    """Each Dockerfile RUN line, named as a setup report names it (`Dockerfile line N: RUN ...`)."""
     plan = plan_or_none(spec.environment.dockerfile)
-    for step in plan.run_lines() if plan else ():
-        texts.append((f"Dockerfile line {step.line}", step.args[0]))
+    return [(step.label(), step.args[0]) for step in plan.run_lines()] if plan else []
+
+
+def _test_texts(spec: TaskSpec) -> list[str]:
+    texts: list[str] = []
     for phase in spec.phases():
         v = phase.verifier
         scripts = [v.run_tests_sh] if v.run_tests_sh else []
         scripts += [d / name for d in (*v.extra_tests_dirs, v.tests_dir) for name in _TEST_SCRIPTS]
-        for path in scripts:
+        for path in dict.fromkeys(scripts):
             if path is not None and path.is_file():
-                texts.append((str(path.relative_to(spec.root)), path.read_text(encoding="utf-8", errors="replace")))
+                texts.append(path.read_text(encoding="utf-8", errors="replace"))
     return texts
 
 
+def _missing(text: str) -> list[str]:
+    """What the stand-ins would say for this shell text, one sentence per installer that misses something."""
+    out = []
+    for install in find_installs(text):
+        missing = missing_on_host(install)
+        if missing and install.kind == "fetch":
+            out.append(f"downloads and runs {missing[0]} (the sandbox is offline)")
+        elif missing:
+            out.append(offline_pkgs.missing_sentence(install.kind, missing))
+    return list(dict.fromkeys(out))
+
+
 def package_needs(spec: TaskSpec) -> list[Need]:
-    """Packages the task's setup and test scripts install that this host lacks, one Need per script line."""
-    needs: list[Need] = []
-    for where, text in _script_texts(spec):
-        for install in find_installs(text):
-            missing = missing_on_host(install)
-            if missing and install.kind == "fetch":
-                needs.append(Need(NeedKind.NETWORK, f"{where}: downloads and runs {missing[0]} "
-                                                    "(the sandbox is offline)"))
-            elif missing:
-                needs.append(Need(NeedKind.NETWORK, f"{where}: {install.kind} packages not on this host: "
-                                                    f"{' '.join(missing)}"))
-    return list(dict.fromkeys(needs))
+    """Packages the task's setup and test scripts install that this host lacks, in the run's own words.
+
+    A RUN line is one Need named as replay names it (`Dockerfile line N: RUN ...: apt packages not on this
+    host: coq (the sandbox is offline)`); the test scripts together are one `verifier: ...` Need, as the run
+    reports what its stand-ins said during the verifier.
+    """
+    needs = [Need(NeedKind.NETWORK, f"{where}: {'; '.join(said)}")
+             for where, text in _setup_texts(spec) if (said := _missing(text))]
+    verifier = list(dict.fromkeys(s for text in _test_texts(spec) for s in _missing(text)))
+    if verifier:
+        needs.append(Need(NeedKind.NETWORK, f"verifier: {'; '.join(verifier)}"))
+    return needs
