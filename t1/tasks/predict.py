@@ -15,8 +15,9 @@ from pathlib import Path
 import yaml
 
 from t1.tasks import offline_pkgs
-from t1.tasks.dockerplan import build_plan, plan_or_none
-from t1.tasks.installers import find_installs, missing_on_host
+from t1.tasks.context_files import host_copy
+from t1.tasks.dockerplan import DockerPlan, build_plan, plan_or_none
+from t1.tasks.installers import RequirementFile, find_installs, missing_on_host
 from t1.tasks.needs import Need, NeedKind, NeedsError
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
 
@@ -73,10 +74,17 @@ def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
     return list(dict.fromkeys(needs))  # a separate verifier that copies the task environment repeats its needs
 
 
-def _setup_texts(spec: TaskSpec) -> list[tuple[str, str]]:
+def _resolver(spec: TaskSpec, plan: DockerPlan | None, cwd: str) -> RequirementFile:
+    """Requirement files named in a line run in `cwd`: read from the task folder's copy (t1.tasks.context_files)."""
+    dockerfile = spec.environment.dockerfile
+    if plan is None or dockerfile is None:
+        return lambda path: None
+    return lambda path: host_copy(plan, dockerfile.parent, path, cwd)
+
+
+def _setup_texts(spec: TaskSpec, plan: DockerPlan | None) -> list[tuple[str, str, RequirementFile]]:
     """Each Dockerfile RUN line, named as a setup report names it (`Dockerfile line N: RUN ...`)."""
-    plan = plan_or_none(spec.environment.dockerfile)
-    return [(step.label(), step.args[0]) for step in plan.run_lines()] if plan else []
+    return [(step.label(), step.args[0], _resolver(spec, plan, step.cwd)) for step in plan.run_lines()] if plan else []
 
 
 def _test_texts(spec: TaskSpec) -> list[str]:
@@ -91,10 +99,10 @@ def _test_texts(spec: TaskSpec) -> list[str]:
     return texts
 
 
-def _missing(text: str) -> list[str]:
+def _missing(text: str, resolve: RequirementFile) -> list[str]:
     """What the stand-ins would say for this shell text, one sentence per installer that misses something."""
     out = []
-    for install in find_installs(text):
+    for install in find_installs(text, resolve):
         missing = missing_on_host(install)
         if missing and install.kind == "fetch":
             out.append(f"downloads and runs {missing[0]} (the sandbox is offline)")
@@ -108,11 +116,13 @@ def package_needs(spec: TaskSpec) -> list[Need]:
 
     A RUN line is one Need named as replay names it (`Dockerfile line N: RUN ...: apt packages not on this
     host: coq (the sandbox is offline)`); the test scripts together are one `verifier: ...` Need, as the run
-    reports what its stand-ins said during the verifier.
+    reports what its stand-ins said during the verifier (they run in the workdir).
     """
+    plan = plan_or_none(spec.environment.dockerfile)
     needs = [Need(NeedKind.NETWORK, f"{where}: {'; '.join(said)}")
-             for where, text in _setup_texts(spec) if (said := _missing(text))]
-    verifier = list(dict.fromkeys(s for text in _test_texts(spec) for s in _missing(text)))
+             for where, text, resolve in _setup_texts(spec, plan) if (said := _missing(text, resolve))]
+    in_workdir = _resolver(spec, plan, plan.workdir if plan else "/app")
+    verifier = list(dict.fromkeys(s for text in _test_texts(spec) for s in _missing(text, in_workdir)))
     if verifier:
         needs.append(Need(NeedKind.NETWORK, f"verifier: {'; '.join(verifier)}"))
     return needs
