@@ -136,3 +136,23 @@ async def test_test_and_solution_installers_predicted_and_reported(provider: Loc
     run = await run_task(provider, load_task(root), RunMode.ORACLE)
     assert run.status is RunStatus.NEEDS_NETWORK and run.detail.startswith(
         "solution: pip packages not on this host: absent-solver-dep"), run.as_json()
+
+
+async def test_pytest_stand_in_survives_a_test_script_that_sets_pythonpath(provider: LocalProvider,
+                                                                            tmp_path: Path) -> None:
+    """DevEval's run-tests.sh does `export PYTHONPATH=$(pwd)` before `pytest` and `uv run pytest`: the pytest T1
+    ships (when the sandbox's python3 has none) must still be found, and the tests' verdict must still count."""
+    root = _task(tmp_path / "pp", "FROM ubuntu:24.04\nWORKDIR /app\n",
+                 test_sh="cd /app && export PYTHONPATH=$(pwd)\nuv add pytest\n"
+                         "pytest /tests/test_outputs.py -rA && uv run pytest /tests/test_outputs.py -rA "
+                         "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+    (root / "tests" / "test_outputs.py").write_text(
+        "from pathlib import Path\n\n\ndef test_done():\n    assert Path('/app/done').read_text() == 'yes\\n'\n")
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text("echo yes > /app/done\n")
+    spec = load_task(root)
+    oracle = await run_task(provider, spec, RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.report.output_tail[-1500:])
+    assert "No module named pytest" not in oracle.report.output_tail
+    untouched = await run_task(provider, spec, RunMode.VERIFY)
+    assert untouched.status is RunStatus.OK and not untouched.resolved, untouched.as_json()
