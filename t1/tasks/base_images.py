@@ -3,7 +3,11 @@
 A local sandbox has no image store: the host's system is the base image. What
 differs between base images and matters to a task is what the image itself
 sets: its WORKDIR (the Terminal-Bench base images set /app, and most
-Terminal-Bench 1 Dockerfiles rely on it), its USER and its ENV. This table is
+Terminal-Bench 1 Dockerfiles rely on it), its USER and its ENV. Some images carry
+content of their own that the task's tests depend on (SWE-bench's evaluation
+images hold the repository under test in a conda environment; DevEval's holds the
+test tools its run-tests.sh calls); the host cannot stand in for those, so their
+entry has a `refusal` and a FROM naming one is a needs_image report. This table is
 T1's own; docs/tasks.md lists it. An image that is not in the table is still
 replayed on the host (with WORKDIR /, as a plain distribution image would be),
 and `t1 tasks validate` says so.
@@ -25,9 +29,16 @@ class BaseImage:
     user: str | None = None
     env: Env = ()
     note: str = ""
+    refusal: str = ""  # non-empty: the image's own content is what the task needs; a local sandbox refuses it
 
 
-BASE_IMAGES: tuple[BaseImage, ...] = (
+BASE_IMAGES: tuple[BaseImage, ...] = (  # first match wins: exact repositories before the prefixes they fall under
+    BaseImage("ghcr.io/laude-institute/t-bench/deveval", workdir="/app", note="DevEval (Terminal-Bench adapter)",
+              refusal="DevEval's image carries the test tools its run-tests.sh calls (pytest-cov, pytest-json-report, "
+                      "googletest, ...), which the host does not stand in for"),
+    BaseImage("swebench/", workdir="/testbed", note="SWE-bench evaluation images",
+              refusal="a SWE-bench evaluation image holds the repository under test in /testbed with its own conda "
+                      "environment, which the host does not stand in for"),
     BaseImage("ghcr.io/laude-institute/t-bench/", workdir="/app",
               note="Terminal-Bench base images (ubuntu-24-04, python-3-13, ...): WORKDIR /app, tmux and asciinema"),
     BaseImage("ubuntu", note="Ubuntu"),

@@ -2,7 +2,8 @@
 
 Container semantics, as `docker build` applies them:
 - FROM: the base image sets the starting WORKDIR/USER/ENV (t1.tasks.base_images);
-  a second FROM (multi-stage build) needs an image.
+  an image whose own content the task needs (SWE-bench, DevEval) and a second FROM
+  (multi-stage build) need an image.
 - ARG (before or after FROM, with defaults) and ENV are expanded in FROM, WORKDIR,
   ENV, COPY/ADD, USER ($VAR, ${VAR}, ${VAR:-default}, ${VAR:+alt}); RUN sees both as
   environment variables (ENV wins), and only ENV survives into the agent's shells.
@@ -53,6 +54,11 @@ class ReplayStep:
     chown: str | None = None
     chmod: str | None = None
     text: str = ""  # the instruction as written, for reports
+
+    def label(self) -> str:
+        """How reports name this step: `Dockerfile line N: <its first line>` (setup failures, needs, validate)."""
+        first = self.text.splitlines()[0] if self.text else self.action
+        return f"Dockerfile line {self.line}: {first[:120]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,8 @@ def _from(st: _State, step: DockerStep, where: str) -> None:
     image = expand(step.args[0], st.args) if step.args else "scratch"
     st.base = image
     entry = lookup(image)
+    if entry is not None and entry.refusal:
+        raise NeedsImageError(f"{where}: FROM {image}: {entry.refusal}; this task needs that image")
     st.base_known = entry is not None
     if entry is not None:
         st.cwd, st.user = entry.workdir, entry.user

@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,28 @@ def _strip_prefix(words: list[str]) -> list[str]:
     return words
 
 
-def _classify(words: list[str]) -> Install | None:
+RequirementFile = Callable[[str], Path | None]
+"""Maps a requirement file as a command names it to its copy in the task folder (None: no copy to read)."""
+
+
+def _requirement_files(args: list[str], resolve: RequirementFile | None) -> list[str]:
+    """`-r FILE` pointed at the task folder's copy; a file with no copy there is dropped, not called missing
+    (a RUN line may write it; the stand-in reads it in the sandbox at run time)."""
+    if resolve is None:
+        return args
+    out, i = [], 0
+    while i < len(args):
+        if args[i] in ("-r", "--requirement") and i + 1 < len(args):
+            host = resolve(args[i + 1])
+            out += ["-r", str(host)] if host is not None else []
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def _classify(words: list[str], resolve: RequirementFile | None = None) -> Install | None:
     words = _strip_prefix(words)
     if not words:
         return None
@@ -89,9 +111,9 @@ def _classify(words: list[str]) -> Install | None:
     if tool == "uv" and rest[:1] == ["pip"]:
         tool, rest = "pip", rest[1:]
     if re.fullmatch(r"pip3?(\.\d+)?", tool) and rest[:1] == ["install"]:
-        return Install("pip", tuple(offline_pkgs.pip_requirements(rest[1:])), text)
+        return Install("pip", tuple(offline_pkgs.pip_requirements(_requirement_files(rest[1:], resolve))), text)
     if tool == "uv" and rest[:1] == ["add"]:
-        return Install("pip", tuple(offline_pkgs.pip_requirements(rest[1:])), text)
+        return Install("pip", tuple(offline_pkgs.pip_requirements(_requirement_files(rest[1:], resolve))), text)
     if tool == "uv" and rest[:1] in (["run"], ["tool"]):
         return Install("pip", tuple(offline_pkgs.uv_with(rest)), text) if offline_pkgs.uv_with(rest) else None
     if tool == "uvx":
@@ -110,9 +132,12 @@ def _fetch_pipes(text: str) -> list[Install]:
     return out
 
 
-def find_installs(text: str) -> list[Install]:
-    """Every installer command in a shell script or RUN line, in order (downloads piped to a shell last)."""
-    found = [i for words in _commands(text) if (i := _classify(words)) is not None and i.packages]
+def find_installs(text: str, resolve: RequirementFile | None = None) -> list[Install]:
+    """Every installer command in a shell script or RUN line, in order (downloads piped to a shell last).
+
+    With `resolve`, requirement files (`pip install -r FILE`) are read from the task folder's copy of FILE.
+    """
+    found = [i for words in _commands(text) if (i := _classify(words, resolve)) is not None and i.packages]
     return found + _fetch_pipes(text)
 
 

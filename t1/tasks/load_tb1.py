@@ -3,8 +3,11 @@
 Field names and defaults follow terminal-bench's `Task` model: `instruction`,
 `author_name`, `author_email`, `difficulty`, `category`, `tags`, `parser_name`
 (pytest), `max_agent_timeout_sec` (360), `max_test_timeout_sec` (60),
-`run_tests_in_same_shell` (false). Early task.yaml files carried the instruction
-as `descriptions: [{key: base, description: ...}]`; that form is read too.
+`run_tests_in_same_shell` (false). A `parser_name` other than pytest (Terminal-Bench
+also has swebench, mlebench, ...) makes a task T1 refuses by name (needs_feature),
+not a malformed one: its verifier output needs a parser T1 does not have. Early
+task.yaml files carried the instruction as `descriptions: [{key: base,
+description: ...}]`; that form is read too.
 The Docker build context is the task folder, so environment files reach the
 image only through the Dockerfile's COPY/ADD lines.
 """
@@ -87,8 +90,8 @@ def load_tb1(root: Path) -> TaskSpec:
     f = Fields(task_file, _read_yaml(task_file) or {})
     instruction = _instruction(f)
     parser_name = f.text("parser_name", "pytest")
-    if parser_name not in TB1_PARSERS:
-        raise f.error("parser_name", f"unsupported parser {parser_name!r} (known: {', '.join(TB1_PARSERS)})")
+    refused = () if parser_name in TB1_PARSERS else (
+        f"task.yaml parser_name = {parser_name!r}: T1 reads the results of {', '.join(TB1_PARSERS)} only",)
     tests_dir = root / "tests"
     run_tests = root / "run-tests.sh"
     if not run_tests.is_file() and not (tests_dir / "test_outputs.py").is_file():
@@ -116,6 +119,7 @@ def load_tb1(root: Path) -> TaskSpec:
             dockerfile=dockerfile if dockerfile.is_file() else None,
             compose_file=compose if compose.is_file() else None,
             env=(("TEST_DIR", TB1_TEST_DIR),),
+            refused=refused,
         ),
         verifier=verifier,
         solution=_solution(root),

@@ -125,9 +125,13 @@ def pip_missing(requirements: list[str]) -> list[str]:
     return missing
 
 
+def missing_sentence(kind: str, missing: list[str]) -> str:
+    """What a stand-in says after MARKER, and what validate predicts: one sentence for both."""
+    return f"{kind} packages not on this host: {' '.join(dict.fromkeys(missing))} (the sandbox is offline)"
+
+
 def _fail(kind: str, missing: list[str], code: int) -> int:
-    sys.stderr.write(f"{MARKER} {kind} packages not on this host: {' '.join(dict.fromkeys(missing))} "
-                     "(the sandbox is offline)\n")
+    sys.stderr.write(f"{MARKER} {missing_sentence(kind, missing)}\n")
     return code
 
 

@@ -5,7 +5,7 @@ function, so validate and a run agree): compose services, Dockerfile lines a
 local sandbox cannot replay, images without a Dockerfile, and task.toml features
 T1 does not provide. `package_needs` reads the installer lines of the Dockerfile's
 RUN steps and of the test scripts (t1.tasks.installers) and names the packages
-this host lacks; at run time the installer stand-ins say the same thing.
+this host lacks, in the very sentence the run reports when the stand-ins say it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from t1.tasks.dockerplan import build_plan, plan_or_none
-from t1.tasks.installers import find_installs, missing_on_host
+from t1.tasks import offline_pkgs
+from t1.tasks.context_files import host_copy
+from t1.tasks.dockerplan import DockerPlan, build_plan, plan_or_none
+from t1.tasks.installers import RequirementFile, find_installs, missing_on_host
 from t1.tasks.needs import Need, NeedKind, NeedsError
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
 
@@ -72,31 +74,55 @@ def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
     return list(dict.fromkeys(needs))  # a separate verifier that copies the task environment repeats its needs
 
 
-def _script_texts(spec: TaskSpec) -> list[tuple[str, str]]:
-    texts: list[tuple[str, str]] = []
-    plan = plan_or_none(spec.environment.dockerfile)
-    for step in plan.run_lines() if plan else ():
-        texts.append((f"Dockerfile line {step.line}", step.args[0]))
+def _resolver(spec: TaskSpec, plan: DockerPlan | None, cwd: str) -> RequirementFile:
+    """Requirement files named in a line run in `cwd`: read from the task folder's copy (t1.tasks.context_files)."""
+    dockerfile = spec.environment.dockerfile
+    if plan is None or dockerfile is None:
+        return lambda path: None
+    return lambda path: host_copy(plan, dockerfile.parent, path, cwd)
+
+
+def _setup_texts(spec: TaskSpec, plan: DockerPlan | None) -> list[tuple[str, str, RequirementFile]]:
+    """Each Dockerfile RUN line, named as a setup report names it (`Dockerfile line N: RUN ...`)."""
+    return [(step.label(), step.args[0], _resolver(spec, plan, step.cwd)) for step in plan.run_lines()] if plan else []
+
+
+def _test_texts(spec: TaskSpec) -> list[str]:
+    texts: list[str] = []
     for phase in spec.phases():
         v = phase.verifier
         scripts = [v.run_tests_sh] if v.run_tests_sh else []
         scripts += [d / name for d in (*v.extra_tests_dirs, v.tests_dir) for name in _TEST_SCRIPTS]
-        for path in scripts:
+        for path in dict.fromkeys(scripts):
             if path is not None and path.is_file():
-                texts.append((str(path.relative_to(spec.root)), path.read_text(encoding="utf-8", errors="replace")))
+                texts.append(path.read_text(encoding="utf-8", errors="replace"))
     return texts
 
 
+def _missing(text: str, resolve: RequirementFile) -> list[str]:
+    """What the stand-ins would say for this shell text, one sentence per installer that misses something."""
+    out = []
+    for install in find_installs(text, resolve):
+        missing = missing_on_host(install)
+        if missing and install.kind == "fetch":
+            out.append(f"downloads and runs {missing[0]} (the sandbox is offline)")
+        elif missing:
+            out.append(offline_pkgs.missing_sentence(install.kind, missing))
+    return list(dict.fromkeys(out))
+
+
 def package_needs(spec: TaskSpec) -> list[Need]:
-    """Packages the task's setup and test scripts install that this host lacks, one Need per script line."""
-    needs: list[Need] = []
-    for where, text in _script_texts(spec):
-        for install in find_installs(text):
-            missing = missing_on_host(install)
-            if missing and install.kind == "fetch":
-                needs.append(Need(NeedKind.NETWORK, f"{where}: downloads and runs {missing[0]} "
-                                                    "(the sandbox is offline)"))
-            elif missing:
-                needs.append(Need(NeedKind.NETWORK, f"{where}: {install.kind} packages not on this host: "
-                                                    f"{' '.join(missing)}"))
-    return list(dict.fromkeys(needs))
+    """Packages the task's setup and test scripts install that this host lacks, in the run's own words.
+
+    A RUN line is one Need named as replay names it (`Dockerfile line N: RUN ...: apt packages not on this
+    host: coq (the sandbox is offline)`); the test scripts together are one `verifier: ...` Need, as the run
+    reports what its stand-ins said during the verifier (they run in the workdir).
+    """
+    plan = plan_or_none(spec.environment.dockerfile)
+    needs = [Need(NeedKind.NETWORK, f"{where}: {'; '.join(said)}")
+             for where, text, resolve in _setup_texts(spec, plan) if (said := _missing(text, resolve))]
+    in_workdir = _resolver(spec, plan, plan.workdir if plan else "/app")
+    verifier = list(dict.fromkeys(s for text in _test_texts(spec) for s in _missing(text, in_workdir)))
+    if verifier:
+        needs.append(Need(NeedKind.NETWORK, f"verifier: {'; '.join(verifier)}"))
+    return needs

@@ -49,17 +49,12 @@ def as_user(command: str, user: str | None) -> str:
             f"else runuser -u {q} -- bash -c {shlex.quote(command)}; fi")
 
 
-def _label(step: ReplayStep) -> str:
-    first = step.text.splitlines()[0] if step.text else step.action
-    return f"Dockerfile line {step.line}: {first[:120]}"
-
-
 async def _own(shell: Shell, step: ReplayStep, targets: list[str], timeout: float) -> None:
     quoted = " ".join(shlex.quote(t) for t in targets)
     if step.chown and targets:
-        await check(shell, f"chown -R {shlex.quote(step.chown)} {quoted}", f"{_label(step)} (--chown)", timeout)
+        await check(shell, f"chown -R {shlex.quote(step.chown)} {quoted}", f"{step.label()} (--chown)", timeout)
     if step.chmod and targets:
-        await check(shell, f"chmod -R {shlex.quote(step.chmod)} {quoted}", f"{_label(step)} (--chmod)", timeout)
+        await check(shell, f"chmod -R {shlex.quote(step.chmod)} {quoted}", f"{step.label()} (--chmod)", timeout)
 
 
 async def _copy(shell: Shell, step: ReplayStep, context: Path, timeout: float) -> None:
@@ -69,7 +64,7 @@ async def _copy(shell: Shell, step: ReplayStep, context: Path, timeout: float) -
         found = sorted(context.glob(src)) if any(c in src for c in "*?[") else [context / src]
         found = [p for p in found if p.exists() and p.resolve().is_relative_to(context.resolve())]
         if not found:
-            raise SetupError(f"{_label(step)}: source {src!r} not found in {context}")
+            raise SetupError(f"{step.label()}: source {src!r} not found in {context}")
         matches += found
     to_dir = dest.endswith("/") or len(matches) > 1 or await path_kind(shell, dest) == "dir"
     entries: list[tuple[Path, str]] = []
@@ -78,9 +73,9 @@ async def _copy(shell: Shell, step: ReplayStep, context: Path, timeout: float) -
         if step.action == "ADD" and src_path.is_file() and src_path.name.endswith(_ARCHIVES):
             await upload_archive(shell, tar_entries([(src_path, src_path.name)]), _STAGE, "ADD archive")
             members = await check(shell, f"tar -tf {_STAGE}/{shlex.quote(src_path.name)} | cut -d/ -f1 | sort -u",
-                                  _label(step), timeout)
+                                  step.label(), timeout)
             await check(shell, f"mkdir -p {shlex.quote(dest)} && tar -xf {_STAGE}/{shlex.quote(src_path.name)} "
-                        f"-C {shlex.quote(dest)} && rm -rf {_STAGE}", _label(step), timeout)
+                        f"-C {shlex.quote(dest)} && rm -rf {_STAGE}", step.label(), timeout)
             targets += [posixpath.join(dest, m) for m in members.output.split() if m not in (".", "")]
         elif src_path.is_dir():
             for child in sorted(src_path.iterdir()):
@@ -91,7 +86,7 @@ async def _copy(shell: Shell, step: ReplayStep, context: Path, timeout: float) -
             entries.append((src_path, target.lstrip("/")))
             targets.append(target)
     if entries:
-        await upload_archive(shell, tar_entries(entries), "/", _label(step))
+        await upload_archive(shell, tar_entries(entries), "/", step.label())
     await _own(shell, step, targets, timeout)
 
 
@@ -100,13 +95,13 @@ async def _run(shell: Shell, step: ReplayStep, offline: bool, timeout: float) ->
             f"{shlex.join([*step.shell, step.args[0]])}"
     result = await shell.run(f"( {as_user(inner, step.user)} ) < /dev/null 2>&1", timeout_s=timeout)
     if result.timed_out:
-        raise SetupError(f"{_label(step)}: timed out after {timeout:.0f}s", output_tail=result.output[-2000:])
+        raise SetupError(f"{step.label()}: timed out after {timeout:.0f}s", output_tail=result.output[-2000:])
     if result.exit_code == 0:
         return
     needs = needs_network_lines(result.output)
     if needs:
-        raise NeedsNetworkError(f"{_label(step)}: {'; '.join(needs)}")
-    raise SetupError(f"{_label(step)}: exit code {result.exit_code}: {one_line_cause(result.output)}",
+        raise NeedsNetworkError(f"{step.label()}: {'; '.join(needs)}")
+    raise SetupError(f"{step.label()}: exit code {result.exit_code}: {one_line_cause(result.output)}",
                      output_tail=result.output[-2000:])
 
 
@@ -114,14 +109,14 @@ async def replay(shell: Shell, plan: DockerPlan, context: Path, timeout: float, 
     """Apply every step of the plan in the sandbox, in order."""
     for step in plan.steps:
         if step.action == "WORKDIR":
-            await check(shell, f"mkdir -p {shlex.quote(step.args[0])}", _label(step), timeout)
+            await check(shell, f"mkdir -p {shlex.quote(step.args[0])}", step.label(), timeout)
             if step.user:
-                await check(shell, f"chown {shlex.quote(step.user)} {shlex.quote(step.args[0])}", _label(step), timeout)
+                await check(shell, f"chown {shlex.quote(step.user)} {shlex.quote(step.args[0])}", step.label(), timeout)
         elif step.action in ("COPY", "ADD"):
             await _copy(shell, step, context, timeout)
         elif step.action == "WRITE":
             dest, content = step.args
-            await check(shell, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '/')}", _label(step), timeout)
+            await check(shell, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '/')}", step.label(), timeout)
             await shell.write_file(dest, content.encode(), 0o644)
             await _own(shell, step, [dest], timeout)
         else:

@@ -45,6 +45,9 @@ KNOWN_INSTALLERS = ("astral.sh/uv", "get-pip.py", "install.python-poetry", "pyth
 _LOG = f'echo "$(basename "$0") $*" >> {SHIM_LOG} 2>/dev/null'
 _OFFLINE = f"python3 {TOOLCHAIN_DIR}/site/t1_offline.py"
 _REAL_PATH = f'PATH="${{PATH#{TOOLCHAIN_DIR}/bin:}}"'
+# pytest runs with site/ first on its path even where a test script set PYTHONPATH itself (DevEval's
+# run-tests.sh does `export PYTHONPATH=$(pwd)`), or the pytest shipped into site/ is not found
+_SITE_FIRST = f'PYTHONPATH="{TOOLCHAIN_DIR}/site${{PYTHONPATH:+:$PYTHONPATH}}"'
 _APT = f"""#!/bin/bash
 {_LOG}
 exec {_OFFLINE} apt "$@"
@@ -69,7 +72,7 @@ strip_opts() {{ while [ $# -gt 0 ]; do case "$1" in
   -p|--python|-w|--with|--from|--with-requirements|--project|--directory|--index|--index-url) shift 2;;
   --*=*|-q|--quiet|--no-project|--isolated|--frozen|--locked|--no-sync|-v|--active) shift;;
   *) break;; esac; done; printf '%s\\0' "$@"; }}
-run_tool() {{ if [ "$1" = pytest ] || [ "$1" = py.test ]; then shift; exec {PYTEST_MAIN} "$@"; fi
+run_tool() {{ if [ "$1" = pytest ] || [ "$1" = py.test ]; then shift; {_SITE_FIRST} exec {PYTEST_MAIN} "$@"; fi
   if [ "$1" = python ] || [ "$1" = python3 ]; then shift; exec python3 "$@"; fi; exec "$@"; }}
 name=$(basename "$0")
 if [ "$name" = uvx ]; then {_OFFLINE} uvx "$@" || exit 1
@@ -85,10 +88,10 @@ esac
 """
 _PYTEST = f"""#!/bin/bash
 {_LOG}
-exec {PYTEST_MAIN} "$@"
+{_SITE_FIRST} exec {PYTEST_MAIN} "$@"
 """
 _PYTHON3 = f"""#!/bin/bash
-if [ "$1" = -m ] && {{ [ "$2" = pytest ] || [ "$2" = py.test ]; }}; then shift 2; exec {PYTEST_MAIN} "$@"; fi
+if [ "$1" = -m ] && {{ [ "$2" = pytest ] || [ "$2" = py.test ]; }}; then shift 2; {_SITE_FIRST} exec {PYTEST_MAIN} "$@"; fi
 IFS=: read -ra dirs <<< "$PATH"
 for d in "${{dirs[@]}}"; do [ "$d" != {TOOLCHAIN_DIR}/bin ] && [ -x "$d/python3" ] && exec "$d/python3" "$@"; done
 exec /usr/bin/python3 "$@"

@@ -38,3 +38,38 @@ def test_find_installs_in_real_scripts() -> None:
     assert missing_on_host(found[3]) == []  # T1 ships pytest; the stand-ins count it as present
     assert missing_on_host(Install("fetch", ("https://get.example.org/x.sh",), "")) == ["https://get.example.org/x.sh"]
     assert find_installs("echo 'unterminated") == []  # shell bashlex cannot parse falls back to plain splitting
+
+
+def test_requirement_files_named_in_the_container_are_read_from_the_task_folder(tmp_path: Path) -> None:
+    """`pip install -r requirements.txt` names a file in the built image: validate reads the copy a COPY line put
+    there (Docker's rules for directory sources and trailing-slash destinations), never a file in its own cwd, and
+    predicts nothing for a file no COPY wrote (a RUN line may make it; the run says what it lacked)."""
+    from t1.tasks.context_files import host_copy
+    from t1.tasks.dataset import load_task
+    from t1.tasks.dockerplan import build_plan
+    from t1.tasks.predict import package_needs
+
+    root = tmp_path / "t"
+    (root / "src" / "docs").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "src" / "requirements.txt").write_text("surely-absent-from-src\npytest\n")
+    (root / "src" / "docs" / "requirements.txt").write_text("surely-absent-from-docs\n")
+    (root / "extra.txt").write_text("surely-absent-extra\n")
+    (root / "task.yaml").write_text("instruction: x\n")
+    (root / "tests" / "test_outputs.py").write_text("def test_x():\n    assert True\n")
+    (root / "run-tests.sh").write_text("pip install -r docs/requirements.txt\npip install -r made-by-run.txt\n")
+    (root / "Dockerfile").write_text("FROM python:3.13\nWORKDIR /app\nCOPY src/ ./\nCOPY extra.txt /opt/reqs/\n"
+                                     "RUN pip install -r requirements.txt\nRUN pip install -r /opt/reqs/extra.txt\n")
+    plan = build_plan(root / "Dockerfile")
+    assert host_copy(plan, root, "requirements.txt", "/app") == root / "src" / "requirements.txt"
+    assert host_copy(plan, root, "/opt/reqs/extra.txt", "/") == root / "extra.txt"
+    assert host_copy(plan, root, "/opt/reqs/other.txt", "/") is None and host_copy(plan, root, "x", "/app") is None
+    (tmp_path / "requirements.txt").write_text("never-read\n")  # validate's own cwd holds nothing of the task
+    needs = [n.what for n in package_needs(load_task(root))]
+    offline = "(the sandbox is offline)"
+    assert needs == [
+        f"Dockerfile line 5: RUN pip install -r requirements.txt: pip packages not on this host: "
+        f"surely-absent-from-src {offline}",
+        f"Dockerfile line 6: RUN pip install -r /opt/reqs/extra.txt: pip packages not on this host: "
+        f"surely-absent-extra {offline}",
+        f"verifier: pip packages not on this host: surely-absent-from-docs {offline}"]

@@ -168,3 +168,32 @@ def test_dockerfile_plan_container_semantics(tmp_path: Path) -> None:
         with pytest.raises(err, match=why) as info:
             build_plan(df)
         assert "line 2" in str(info.value)
+
+
+def test_images_whose_content_the_task_needs_are_refused_by_name(tmp_path: Path) -> None:
+    """SWE-bench's and DevEval's images carry what their tests run (a repo in a conda env, test tools): the host
+    cannot stand in for them, so FROM names the line and the image; the plain t-bench images still replay."""
+    df = tmp_path / "Dockerfile"
+    for image, why in (("swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest", "SWE-bench evaluation image"),
+                       ("ghcr.io/laude-institute/t-bench/deveval:latest", "DevEval's image"),
+                       ("docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099", "SWE-bench")):
+        df.write_text(f"# a comment\nFROM {image}\nRUN true\n")
+        with pytest.raises(NeedsImageError, match=why) as info:
+            build_plan(df)
+        assert str(info.value).startswith(f"Dockerfile line 2: FROM {image}: ")
+    df.write_text("FROM ghcr.io/laude-institute/t-bench/deveval-like:1\nRUN true\n")  # a prefix is not the image
+    assert build_plan(df).workdir == "/app"
+
+
+def test_tb1_parser_t1_lacks_is_refused_not_malformed(fixtures: Path, tmp_path: Path) -> None:
+    """A Terminal-Bench parser other than pytest (swebench, ...) is a needs_feature naming the field (validate exit 1),
+    not a parse error (exit 2): the task is well formed, T1 cannot read its verifier's output."""
+    from t1.tasks.validate import EXIT_CODES, CheckStatus, check_task
+
+    root = _copy(fixtures, "tb1-word-count", tmp_path)
+    text = (root / "task.yaml").read_text()
+    (root / "task.yaml").write_text(text.replace("parser_name: pytest", "") + "parser_name: swebench\n")
+    check = check_task(load_task(root), str(root))
+    assert check.status is CheckStatus.WILL_NOT_RUN and EXIT_CODES[check.status] == 1
+    assert [str(n) for n in check.needs][:1] == [
+        "needs_feature: task.yaml parser_name = 'swebench': T1 reads the results of pytest only"]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import tomllib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest
 from t1.tasks.dataset import load_task
@@ -32,6 +34,14 @@ def test_every_vendored_task_has_an_expectation_and_attribution() -> None:
     assert "Apache License" in (REAL / "LICENSE").read_text()
 
 
+@pytest.fixture
+async def provider(sandbox_root: Path) -> AsyncIterator[LocalProvider]:
+    """The copy-on-write root set explicitly (real tasks write anywhere, as in their containers), not by default."""
+    prov = LocalProvider(LocalProviderConfig(root=sandbox_root, overlay=True), ShellConfig(command_timeout_s=120.0))
+    yield prov
+    await prov.close()
+
+
 async def _root_is_writable(provider: LocalProvider) -> bool:
     sandbox = await provider.create(SandboxRequest())
     try:
@@ -44,7 +54,8 @@ async def _root_is_writable(provider: LocalProvider) -> bool:
         await provider.destroy(sandbox)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if EXPECTED[name].get("slow") else [])
+                                  for name in sorted(EXPECTED)])
 async def test_real_task(provider: LocalProvider, name: str) -> None:
     want = EXPECTED[name]
     spec = load_task(REAL / name)
@@ -84,7 +95,7 @@ async def test_untouched_real_tasks_say_why(provider: LocalProvider) -> None:
 def test_cli_table_says_why(sandbox_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from t1.cli.main import main
 
-    root = ["--set", f"sandbox.local.root={sandbox_root}"]
+    root = ["--set", f"sandbox.local.root={sandbox_root}", "--set", "sandbox.local.overlay=true"]
     assert main(["tasks", "verify", str(REAL / "tb1" / "hello-world"), *root]) == 0
     assert "why:" not in capsys.readouterr().out  # verify: an unresolved untouched task is the good outcome
     assert main(["tasks", "oracle", str(REAL / "harbor" / "mcp-tools"), *root]) == 1
