@@ -388,8 +388,18 @@ class InferencePool:
 
     async def _load(self, replica: _Replica, path: str, version: int, timeout_s: float) -> None:
         async with replica.sync_lock:
-            reply = await replica.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version),
-                                                     **self._opts.kw(timeout_s))
+            try:
+                reply = await replica.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version),
+                                                         **self._opts.kw(timeout_s))
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                # Already past `version` (another coordinator, or this one before a restart, moved it on): fine.
+                info = await replica.stub.GetModelInfo(pb.GetModelInfoRequest(), **self._opts.kw(self.probe_timeout_s))
+                if int(info.policy_version) < version:
+                    raise
+                replica.version = int(info.policy_version)
+                return
             replica.version = int(reply.policy_version)
 
     async def close(self) -> None:
