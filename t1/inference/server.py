@@ -102,23 +102,28 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             raise RequestError("path: required")
         if request.version < 0:
             raise RequestError(f"version: must be >= 0, got {request.version}")
+        return await self.load_version(request.path, request.version, request.rollback)
+
+    async def load_version(self, path: str, version: int, rollback: bool = False) -> pb.UpdateWeightsResponse:
+        """Serve `version` from `path`, loading it only when it is not served yet (UpdateWeights, and the
+        trainer follower of `t1.inference.follow`)."""
         async with self._weights_lock:  # a second caller of the same version waits, then finds it served
             current = self.backend.model_info().policy_version
-            if request.version == current:
+            if version == current:
                 return pb.UpdateWeightsResponse(policy_version=current, load_seconds=0.0, loaded=False)
-            if request.version < current and not request.rollback:
-                raise FailedPrecondition(f"version: {request.version} is older than the served version {current}; "
+            if version < current and not rollback:
+                raise FailedPrecondition(f"version: {version} is older than the served version {current}; "
                                          "set rollback to go back")
-            if request.version < current:
-                log.warning("UpdateWeights rolls back from version %d to %d (%s)", current, request.version,
-                            request.path)
-            seconds = await self.backend.update_weights(request.path, request.version)
+            if version < current:
+                log.warning("UpdateWeights rolls back from version %d to %d (%s)", current, version, path)
+            seconds = await self.backend.update_weights(path, version)
             self.weight_loads += 1
-            log.info("loaded weights v%d from %s in %.2fs", request.version, request.path, seconds)
+            log.info("loaded weights v%d from %s in %.2fs", version, path, seconds)
         return pb.UpdateWeightsResponse(policy_version=self.backend.model_info().policy_version,
                                         load_seconds=seconds, loaded=True)
 
 
-def inference_binding(backend: Backend, batch_linger_s: float = 0.0) -> ServiceBinding:
+def inference_binding(backend: Backend, batch_linger_s: float = 0.0,
+                      servicer: InferenceServicer | None = None) -> ServiceBinding:
     return ServiceBinding(SERVICE_NAME, inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                          InferenceServicer(backend, batch_linger_s))
+                          servicer or InferenceServicer(backend, batch_linger_s))
