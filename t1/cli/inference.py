@@ -2,7 +2,9 @@
 
 The config is validated (exit 2 on a bad one) before torch or vLLM is imported. The server prints
 `t1-inference listening on HOST:PORT` on stdout once it accepts calls, and stops gracefully on
-SIGTERM or SIGINT (in-flight calls get the configured grace period).
+SIGTERM or SIGINT (in-flight calls get the configured grace period). With
+`inference.server.follow_trainer` it loads each new weight version the trainer announces itself
+(`t1.inference.follow`).
 """
 
 from __future__ import annotations
@@ -58,19 +60,28 @@ def _ensure_model(cfg: T1Config) -> None:
 
 async def serve(cfg: T1Config) -> None:
     from t1.inference.factory import make_backend
-    from t1.inference.server import inference_binding
+    from t1.inference.follow import TrainerFollower
+    from t1.inference.server import InferenceServicer, inference_binding
+    from t1.rpc.loop import cancel_and_wait
     from t1.rpc.server import GrpcServer
 
     backend = make_backend(cfg.inference)
-    server = GrpcServer([inference_binding(backend, cfg.inference.server.batch_linger_ms / 1e3)],
-                        cfg.inference.server.server, cfg.auth)
+    servicer = InferenceServicer(backend, cfg.inference.server.batch_linger_ms / 1e3)
+    server = GrpcServer([inference_binding(backend, servicer=servicer)], cfg.inference.server.server, cfg.auth)
     await server.start()
     print(f"t1-inference listening on {server.address}", flush=True)
+    follow = None
+    if cfg.inference.server.follow_trainer:
+        follower = TrainerFollower(cfg.inference.server.follow_trainer, servicer.load_version,
+                                   lambda: backend.model_info().policy_version, cfg.auth)
+        follow = asyncio.ensure_future(follower.run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if follow is not None:
+        await cancel_and_wait(follow)
     await server.stop()
     await backend.close()
 

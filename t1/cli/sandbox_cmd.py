@@ -2,7 +2,8 @@
 
 `exec` prints the command's (capped) output and exits with its exit code (124 on timeout, 255
 when the sandbox was lost). `shell` bridges the local terminal to a PTY shell in the sandbox
-(raw mode; the session ends when the remote shell exits); without a local TTY it reads commands
+(raw mode; the session ends when the remote shell exits, even while a background job still holds the
+terminal: the sandbox's server kills such jobs and says so); without a local TTY it reads commands
 line by line and runs each in the framed shell.
 """
 
@@ -113,9 +114,7 @@ async def _bridge_tty(sandbox: Any) -> int:
     loop.add_reader(fd, lambda: process.stdin.write(os.read(fd, 4096)))
     try:
         tty.setraw(fd)
-        while data := await process.stdout.read(65536):
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+        await asyncio.gather(_copy(process.stdout, sys.stdout.buffer), _copy(process.stderr, sys.stderr.buffer))
         await process.wait()
     finally:
         loop.remove_reader(fd)
@@ -123,3 +122,9 @@ async def _bridge_tty(sandbox: Any) -> int:
     with contextlib.suppress(Exception):
         process.close()
     return int(process.exit_status or 0)
+
+
+async def _copy(source: Any, sink: Any) -> None:
+    while data := await source.read(65536):
+        sink.write(data)
+        sink.flush()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t1.config.base import Section
 from t1.config.service import ServerConfig
@@ -27,6 +27,19 @@ class EvalConfig(Section):
     before_training: bool = Field(True, description="Also evaluate before training for a before/after report.")
 
 
+class ShardConfig(Section):
+    """Which part of the training task stream this coordinator owns (several coordinators, one trainer)."""
+
+    index: int = Field(0, ge=0, description="This coordinator's shard, 0 .. count-1 (a StatefulSet's pod ordinal).")
+    count: int = Field(1, ge=1, le=4096, description="How many coordinators share the training tasks.")
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> ShardConfig:
+        if self.index >= self.count:
+            raise ValueError(f"index {self.index} must be below count {self.count}")
+        return self
+
+
 class CoordinatorConfig(Section):
     """The t1-coordinator process."""
 
@@ -41,3 +54,4 @@ class CoordinatorConfig(Section):
     shutdown_timeout_s: float = Field(
         60.0, gt=0, description="Bound on the whole teardown after the episodes (server, jobs, pools, sandboxes).")
     train: bool = Field(True, description="Run training; false serves eval jobs only.")
+    shard: ShardConfig = Field(default_factory=ShardConfig, description="This coordinator's part of the training tasks.")

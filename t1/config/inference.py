@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +22,13 @@ class ModelConfig(Section):
     init_seed: int = Field(0, description="Seed for model creation.")
 
 
+class WeightsMode(StrEnum):
+    """Who makes an inference server load a new weight version."""
+
+    PUSH = "push"
+    FOLLOW = "follow"
+
+
 class InferenceServerConfig(Section):
     """One t1-inference process (the server side)."""
 
@@ -36,6 +44,9 @@ class InferenceServerConfig(Section):
     batch_linger_ms: float = Field(
         0.0, ge=0, le=1000, description="GenerateBatched: wait this long before replying, so more results share a message.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="Where the server listens.")
+    follow_trainer: str = Field(
+        "", description="host:port of the trainer whose new weight versions this server loads itself (empty: "
+                        "versions are pushed to it with UpdateWeights).")
     vllm_args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra vLLM engine arguments (vllm backend only)."
     )
@@ -58,6 +69,10 @@ class InferencePoolConfig(Section):
         True, description="A turn that continues its session's last answered context sends only its new ids.")
     weights_timeout_s: float = Field(600.0, gt=0, description="Deadline of loading new weights on one replica.")
     probe_timeout_s: float = Field(5.0, gt=0, description="Deadline of asking a replica of unknown state its version.")
+    weights: WeightsMode = Field(
+        WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "
+                                      "follow: the servers follow the trainer (inference.server.follow_trainer) and "
+                                      "the coordinator waits until they serve it (several coordinators).")
 
 
 class InferenceConfig(Section):

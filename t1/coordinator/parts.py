@@ -74,7 +74,9 @@ def open_spool(cfg: T1Config, run_dir: Path) -> Spool:
 def make_scheduler(cfg: T1Config, limiter: asyncio.Semaphore, spool: Spool) -> Scheduler:
     """The one Scheduler of a run: groups of `rollout.group_size` under `limiter`, paced by `trainer.rl`."""
     rl = cfg.trainer.rl
-    return Scheduler(cfg.rollout.group_size, limiter, spool, rl.max_policy_lag, rl.groups_per_step, new_group_id)
+    shard = cfg.coordinator.shard
+    return Scheduler(cfg.rollout.group_size, limiter, spool, rl.max_policy_lag, rl.groups_per_step,
+                     lambda task: new_group_id(task, shard))
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,6 +26,7 @@ from t1.agent.episode import (
 )
 from t1.agent.formats import AgentFormat, FormatName, get_format
 from t1.agent.transcript import Transcript
+from t1.config.coordinator import ShardConfig
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalAttempt
 from t1.coordinator.results import AttemptOutcome
@@ -166,6 +167,8 @@ def outcome_of(task_id: str, attempt: int, r: EpisodeResult) -> AttemptOutcome:
                           verifier_output_tail=r.report.output_tail[-2000:])
 
 
-def new_group_id(task: TaskSpec) -> str:
-    """Unique across coordinator restarts: the trainer deduplicates by trajectory id."""
-    return f"{task.id}-{uuid.uuid4().hex[:10]}"
+def new_group_id(task: TaskSpec, shard: ShardConfig | None = None) -> str:
+    """Unique across coordinator restarts (the trainer deduplicates by trajectory id) and, with several
+    coordinators, across shards: the shard index is part of the id (`TASK-s1-...`)."""
+    where = "" if shard is None or shard.count == 1 else f"s{shard.index}-"
+    return f"{task.id}-{where}{uuid.uuid4().hex[:10]}"

@@ -19,7 +19,7 @@ from t1.coordinator.jobs import JobRecord
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import new_group_id
 from t1.coordinator.run_state import TrainerSide
-from t1.coordinator.tasksource import training_stream
+from t1.coordinator.tasksource import shard_tasks, training_stream
 from t1.metrics import registry as m
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
@@ -89,7 +89,7 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
     async def attempt(task: TaskSpec, group_id: str, i: int) -> None:
         await parts.runner.train_episode(task, group_id, i, parts.spool)
 
-    admit = asyncio.ensure_future(sched.run(training_stream(tasks, parts.cfg.seed), trainer.weights, attempt))
+    admit = asyncio.ensure_future(sched.run(training_stream(shard_tasks(tasks, parts.cfg.coordinator.shard), parts.cfg.seed), trainer.weights, attempt))
     try:
         trainer_done = await wait_or_stop(trainer.poller.done.wait(), sched.stopped)
     finally:

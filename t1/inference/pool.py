@@ -16,7 +16,8 @@
   broken stream fails its requests with UNAVAILABLE (retried as above); a server without
   GenerateBatched (UNIMPLEMENTED) is served one Generate call per request from then on.
 - Weights: `update_weights` loads the new version on the healthy replicas and skips the avoided ones
-  (it fails only when no replica loaded it). The pool remembers the latest (path, version); a
+  (it fails only when no replica loaded it); with `weights: follow` the servers load versions
+  themselves (t1.inference.follow) and it waits until they serve it instead. The pool remembers the latest (path, version); a
   replica whose state is unknown (new, or failed since) is asked its version before anything is
   routed to it and brought up to the latest first, so a restarted server (which starts on the base
   model) never serves a stale policy. A result from an older version than the replica was known to
@@ -39,7 +40,7 @@ import grpc
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from t1.config.inference import InferencePoolConfig
+from t1.config.inference import InferencePoolConfig, WeightsMode
 from t1.config.service import AuthConfig
 from t1.inference.convert import (
     event_from_proto,
@@ -47,6 +48,7 @@ from t1.inference.convert import (
     request_to_proto,
     result_from_proto,
 )
+from t1.inference.follow import await_served
 from t1.inference.multiplex import BatchedStream
 from t1.inference.prompt_delta import SentContexts
 from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo, collect
@@ -134,6 +136,7 @@ class InferencePool:
         self.weights_timeout_s, self.probe_timeout_s = cfg.weights_timeout_s, cfg.probe_timeout_s
         self._timeout_s = cfg.request_timeout_s
         self._batched, self._linger_s = cfg.batched_stream, cfg.batch_linger_ms / 1e3
+        self._follow = cfg.weights == WeightsMode.FOLLOW  # the servers load versions themselves
         self._weights: tuple[str, int] | None = None  # the latest (path, version) update_weights was told
         self._replicas = [self._connect(a) for a in endpoints]
         self._affinity: OrderedDict[str, int] = OrderedDict()
@@ -269,6 +272,15 @@ class InferencePool:
             if replica.version is not None or self._weights is None:
                 return True  # another request caught it up meanwhile
             path, version = self._weights
+            if self._follow:  # it loads versions itself: wait until it serves this one
+                try:
+                    replica.version = await await_served(replica.stub, version, self.weights_timeout_s,
+                                                         self._opts.kw, min(self.probe_timeout_s, self._timeout_s))
+                except TimeoutError as exc:
+                    log.warning("%s: %s; avoided for now", replica.address, exc)
+                    self._mark_unhealthy(replica)
+                    return False
+                return True
             # wait_for_ready: a channel whose server died stays failed until a call asks it to reconnect.
             info = await replica.stub.GetModelInfo(pb.GetModelInfoRequest(), wait_for_ready=True,
                                                    **self._opts.kw(min(self.probe_timeout_s, self._timeout_s)))
@@ -354,7 +366,9 @@ class InferencePool:
         raise InferenceUnavailable(f"no replica answered GetModelInfo: {last}")
 
     async def update_weights(self, path: str, version: int, timeout_s: float | None = None) -> WeightsUpdate:
-        """Load a weights folder on the healthy replicas; the others catch up when they come back.
+        """Make the healthy replicas serve a version: load its folder on them (`weights: push`), or wait
+        until they have loaded it themselves (`weights: follow`, t1.inference.follow; one that does not
+        within the timeout counts as failed); the others catch up when they come back.
 
         A replica that fails with UNAVAILABLE or DEADLINE_EXCEEDED is marked unhealthy and skipped;
         other errors propagate (and the pool forgets this version: recovering replicas must not load a
@@ -370,9 +384,11 @@ class InferencePool:
                                          for r in targets), return_exceptions=True)
         updated = []
         for replica, res in zip(targets, results, strict=True):
-            if isinstance(res, grpc.aio.AioRpcError) and res.code() in RETRYABLE:
-                log.warning("UpdateWeights v%d on %s failed (%s: %s); it catches up when it is back", version,
-                            replica.address, res.code().name, res.details())
+            retryable = isinstance(res, grpc.aio.AioRpcError) and res.code() in RETRYABLE
+            if retryable or isinstance(res, TimeoutError):
+                why = f"{res.code().name}: {res.details()}" if isinstance(res, grpc.aio.AioRpcError) else str(res)
+                log.warning("weights v%d on %s failed (%s); it catches up when it is back", version,
+                            replica.address, why)
                 self._mark_unhealthy(replica)
                 skipped.append(replica.address)
             elif isinstance(res, BaseException):
@@ -388,8 +404,22 @@ class InferencePool:
 
     async def _load(self, replica: _Replica, path: str, version: int, timeout_s: float) -> None:
         async with replica.sync_lock:
-            reply = await replica.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version),
-                                                     **self._opts.kw(timeout_s))
+            if self._follow:
+                replica.version = await await_served(replica.stub, version, timeout_s, self._opts.kw,
+                                                     self.probe_timeout_s)
+                return
+            try:
+                reply = await replica.stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=version),
+                                                         **self._opts.kw(timeout_s))
+            except grpc.aio.AioRpcError as err:
+                if err.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+                # Already past `version` (another coordinator, or this one before a restart, moved it on): fine.
+                info = await replica.stub.GetModelInfo(pb.GetModelInfoRequest(), **self._opts.kw(self.probe_timeout_s))
+                if int(info.policy_version) < version:
+                    raise
+                replica.version = int(info.policy_version)
+                return
             replica.version = int(reply.policy_version)
 
     async def close(self) -> None:

@@ -1,5 +1,8 @@
 """InferenceService servicer: streams a backend's chunks, reports model info, loads new weights.
 
+UpdateWeights loads a version at most once: the version already served is a no-op (several
+callers, or one retrying, load it once), an older one is refused unless the request says rollback.
+
 Generate streams one request's chunks; GenerateBatched (t1.inference.multiplex) answers many
 requests over one stream with whole results, folded from the same backend streams.
 
@@ -23,7 +26,7 @@ from t1.inference.convert import event_to_proto, info_to_proto, request_from_pro
 from t1.inference.multiplex import BatchedSession
 from t1.inference.prompt_delta import SERVED_CONTEXT_TOKENS, ServedContexts
 from t1.inference.types import Backend, GenerateRequest, TokenChunk, collect
-from t1.rpc.errors import RequestError, rpc_errors
+from t1.rpc.errors import FailedPrecondition, RequestError, rpc_errors
 from t1.rpc.server import ServiceBinding
 from t1.v1 import inference_pb2 as pb
 from t1.v1 import inference_pb2_grpc
@@ -40,6 +43,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self.cancelled = 0
         self.contexts = ServedContexts(served_context_tokens)  # the bases of prompt deltas
         self.prompt_deltas = 0  # requests that came as a delta
+        self.weight_loads = 0  # UpdateWeights calls that loaded weights (no-ops not counted)
+        self._weights_lock = asyncio.Lock()
 
     def _request(self, request: pb.GenerateRequest) -> GenerateRequest:
         req = request_from_proto(request, self.contexts)
@@ -86,7 +91,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     @rpc_errors
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext
                            ) -> pb.ModelInfo:
-        return info_to_proto(self.backend.model_info())
+        info = info_to_proto(self.backend.model_info())
+        info.weight_loads = self.weight_loads
+        return info
 
     @rpc_errors
     async def UpdateWeights(self, request: pb.UpdateWeightsRequest, context: grpc.aio.ServicerContext
@@ -95,14 +102,28 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             raise RequestError("path: required")
         if request.version < 0:
             raise RequestError(f"version: must be >= 0, got {request.version}")
-        current = self.backend.model_info().policy_version
-        if request.version < current:  # legitimate only as a rollback: a trainer resumed from an older checkpoint
-            log.warning("UpdateWeights goes back from version %d to %d (%s)", current, request.version, request.path)
-        seconds = await self.backend.update_weights(request.path, request.version)
+        return await self.load_version(request.path, request.version, request.rollback)
+
+    async def load_version(self, path: str, version: int, rollback: bool = False) -> pb.UpdateWeightsResponse:
+        """Serve `version` from `path`, loading it only when it is not served yet (UpdateWeights, and the
+        trainer follower of `t1.inference.follow`)."""
+        async with self._weights_lock:  # a second caller of the same version waits, then finds it served
+            current = self.backend.model_info().policy_version
+            if version == current:
+                return pb.UpdateWeightsResponse(policy_version=current, load_seconds=0.0, loaded=False)
+            if version < current and not rollback:
+                raise FailedPrecondition(f"version: {version} is older than the served version {current}; "
+                                         "set rollback to go back")
+            if version < current:
+                log.warning("UpdateWeights rolls back from version %d to %d (%s)", current, version, path)
+            seconds = await self.backend.update_weights(path, version)
+            self.weight_loads += 1
+            log.info("loaded weights v%d from %s in %.2fs", version, path, seconds)
         return pb.UpdateWeightsResponse(policy_version=self.backend.model_info().policy_version,
-                                        load_seconds=seconds)
+                                        load_seconds=seconds, loaded=True)
 
 
-def inference_binding(backend: Backend, batch_linger_s: float = 0.0) -> ServiceBinding:
+def inference_binding(backend: Backend, batch_linger_s: float = 0.0,
+                      servicer: InferenceServicer | None = None) -> ServiceBinding:
     return ServiceBinding(SERVICE_NAME, inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                          InferenceServicer(backend, batch_linger_s))
+                          servicer or InferenceServicer(backend, batch_linger_s))

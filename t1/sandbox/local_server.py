@@ -4,7 +4,8 @@ The SSH user name is the sandbox id (`verifier_user(id)` for its verifier sessio
 (`t1.sandbox.nsinit.SandboxInit`, started by `start_sandbox`, or on the first session of a tree
 registered directly in `trees`); every session (exec, shell, PTY shell, the SFTP subsystem)
 enters them, so all sessions of a sandbox see the same files, processes and loopback network.
-Closing the channel or losing the connection kills the session's process group; `end_sandbox`
+Closing the channel or losing the connection kills the session's process group; a PTY session ends
+when its shell exits (background jobs left on the terminal are killed); `end_sandbox`
 kills the init and with it every process of the sandbox. Sessions are spawned from a worker
 thread and reaped through pidfds, so starting one never stalls the event loop.
 """
@@ -16,6 +17,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import struct
 import subprocess
 import termios
@@ -34,6 +36,7 @@ from t1.sandbox.types import ShellRole
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 65536
+PTY_DRAIN_S = 0.5  # how long a PTY is read after its shell exited, before what holds it open is killed
 
 
 def transport_pipe(loop: asyncio.AbstractEventLoop, source: IO[bytes] | int, mode: str) -> IO[bytes]:
@@ -67,6 +70,32 @@ def parse_user(username: str) -> tuple[str, ShellRole]:
     if username.endswith(VERIFIER_SUFFIX):
         return username[: -len(VERIFIER_SUFFIX)], ShellRole.VERIFIER
     return username, ShellRole.AGENT
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the processes whose session id is `sid`, as this process's /proc shows them."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if len(fields) > 3 and int(fields[3]) == sid:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_session(sid: int) -> int:
+    """SIGKILL every process left in session `sid` (a PTY shell's, after the shell exited); how many."""
+    killed = 0
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
 
 
 def _set_winsize(fd: int, cols: int, rows: int) -> None:
@@ -209,8 +238,9 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
             finally:
                 os.close(slave)
             reader = asyncio.StreamReader()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), transport_pipe(loop, master, "rb"))
-            pumps = [self._pump(reader, chan.write)]
+            pty_out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                      transport_pipe(loop, master, "rb"))
+            pumps = [self._pump_terminal(reader, chan, pty_out)]
         else:
             proc = self._proc = await spawn(
                 launch.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen,
@@ -237,6 +267,36 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
             os.close(self._master)
             self._master = None
         return code if code >= 0 else 128 - code
+
+    async def _pump_terminal(self, reader: asyncio.StreamReader, chan: asyncssh.SSHServerChannel[bytes],
+                             transport: asyncio.BaseTransport) -> None:
+        """Pump the PTY until the shell exits. A background job still holding the terminal (`sleep 1000 &`,
+        then `exit`) would keep the master open forever: once the shell is gone, what is left of its
+        terminal session is killed (and the client told so), so the session ends as the shell did."""
+        assert self._proc is not None
+        pump = asyncio.ensure_future(self._pump(reader, chan.write))
+        exited = asyncio.ensure_future(wait_exit(self._proc))
+        try:
+            await asyncio.wait({pump, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if pump.done():
+                return
+            with contextlib.suppress(TimeoutError):  # the shell's last output is still in the PTY
+                await asyncio.wait_for(asyncio.shield(pump), PTY_DRAIN_S)
+            if pump.done():
+                return
+            killed = kill_session(self._proc.pid)
+            log.info("sandbox %s: the shell exited; killed %d process(es) left on its terminal",
+                     self._tree.sandbox_id, killed)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pump), PTY_DRAIN_S)
+            if killed:
+                with contextlib.suppress(OSError, asyncssh.Error):
+                    chan.write_stderr(f"\r\nt1: the shell exited; killed {killed} background process(es) "
+                                      "still holding its terminal\r\n".encode())
+        finally:
+            pump.cancel()
+            transport.close()
+            await asyncio.gather(pump, exited, return_exceptions=True)
 
     async def _pump(self, reader: asyncio.StreamReader, write: Callable[[bytes], None]) -> None:
         while True:

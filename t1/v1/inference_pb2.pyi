@@ -133,7 +133,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_name", "backend", "policy_version", "vocab_size", "max_context_tokens", "num_moe_layers", "num_experts", "top_k", "routing_dtype", "eos_token_ids", "logprob_distribution", "dtype")
+    __slots__ = ("model_name", "backend", "policy_version", "vocab_size", "max_context_tokens", "num_moe_layers", "num_experts", "top_k", "routing_dtype", "eos_token_ids", "logprob_distribution", "dtype", "weight_loads")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class ModelInfo(_message.Message):
     EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROB_DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_LOADS_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     backend: str
     policy_version: int
@@ -158,20 +159,25 @@ class ModelInfo(_message.Message):
     eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
     logprob_distribution: str
     dtype: str
-    def __init__(self, model_name: _Optional[str] = ..., backend: _Optional[str] = ..., policy_version: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., num_moe_layers: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., routing_dtype: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., logprob_distribution: _Optional[str] = ..., dtype: _Optional[str] = ...) -> None: ...
+    weight_loads: int
+    def __init__(self, model_name: _Optional[str] = ..., backend: _Optional[str] = ..., policy_version: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., num_moe_layers: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., routing_dtype: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., logprob_distribution: _Optional[str] = ..., dtype: _Optional[str] = ..., weight_loads: _Optional[int] = ...) -> None: ...
 
 class UpdateWeightsRequest(_message.Message):
-    __slots__ = ("path", "version")
+    __slots__ = ("path", "version", "rollback")
     PATH_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_FIELD_NUMBER: _ClassVar[int]
     path: str
     version: int
-    def __init__(self, path: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
+    rollback: bool
+    def __init__(self, path: _Optional[str] = ..., version: _Optional[int] = ..., rollback: _Optional[bool] = ...) -> None: ...
 
 class UpdateWeightsResponse(_message.Message):
-    __slots__ = ("policy_version", "load_seconds")
+    __slots__ = ("policy_version", "load_seconds", "loaded")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     LOAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LOADED_FIELD_NUMBER: _ClassVar[int]
     policy_version: int
     load_seconds: float
-    def __init__(self, policy_version: _Optional[int] = ..., load_seconds: _Optional[float] = ...) -> None: ...
+    loaded: bool
+    def __init__(self, policy_version: _Optional[int] = ..., load_seconds: _Optional[float] = ..., loaded: _Optional[bool] = ...) -> None: ...

@@ -60,3 +60,15 @@ def test_scale_result_divides_by_turns_live_episodes_and_tokens() -> None:
     assert finished["targets"]["rss_per_live_episode_under_200kb"] is None
     assert finished["targets"]["coordinator_cpu_per_turn_under_1ms"] is False
     assert finished["targets"]["loop_lag_p99_under_100ms"] is False
+
+
+def test_shard_totals_weigh_cpu_by_turns() -> None:
+    from bench.load.shards import combine
+
+    def shard(turns: int, cpu: float, lag: float) -> dict:
+        return {"episodes": 100, "turns": turns, "turns_per_s": turns / 10, "cpu_ms_per_turn": {"coordinator": cpu},
+                "cpu_cores_used": {"coordinator": cpu * turns / 1e4}, "loop_lag_ms": {"p99": lag}, "num_errors": 0}
+
+    total = combine(2, [shard(100, 1.0, 5.0), shard(300, 2.0, 9.0)])
+    assert total["coordinator_cpu_ms_per_turn"] == 1.75 and total["turns_per_s"] == 40.0
+    assert (total["episodes"], total["loop_lag_p99_ms_worst"], total["coordinator_cores"]) == (200, 9.0, 0.07)

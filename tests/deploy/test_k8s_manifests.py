@@ -76,8 +76,8 @@ def test_every_object_matches_the_kubernetes_schema(version: str, k8s_objects: l
 
 
 def test_schema_check_rejects_a_misspelled_field() -> None:
-    deployment = next(o for o in manifest_objects(load_kustomization()) if o.kind == "Deployment")
-    body = copy.deepcopy(deployment.body)
+    workload = next(o for o in manifest_objects(load_kustomization()) if o.kind == "StatefulSet")
+    body = copy.deepcopy(workload.body)
     body["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpc"]["servce"] = "x"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(body, K8S_VERSIONS[0], strict=True)
@@ -101,6 +101,7 @@ def test_references_resolve(k8s_objects: list[K8sObject]) -> None:
         if "serviceAccountName" in spec:
             assert ("ServiceAccount", spec["serviceAccountName"]) in names, obj.label
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        templates = {t["metadata"]["name"] for t in obj.body["spec"].get("volumeClaimTemplates", [])}
         for vol in volumes.values():
             if "configMap" in vol:
                 assert ("ConfigMap", vol["configMap"]["name"]) in names, f"{obj.label}: volume {vol['name']}"
@@ -112,7 +113,8 @@ def test_references_resolve(k8s_objects: list[K8sObject]) -> None:
             assert ("Service", spec["subdomain"]) in names, f"{obj.label}: subdomain has no headless Service"
         for container in spec["containers"]:
             for mount in container.get("volumeMounts", []):
-                assert mount["name"] in volumes, f"{obj.label}: mount {mount['name']} has no volume"
+                assert mount["name"] in volumes or mount["name"] in templates, (
+                    f"{obj.label}: mount {mount['name']} has no volume")
             for env in container.get("env", []):
                 ref = env.get("valueFrom", {}).get("secretKeyRef")
                 if ref:
@@ -168,18 +170,25 @@ def test_every_workload_is_scraped_by_prometheus(k8s_objects: list[K8sObject], p
         assert named.get("metrics") == metrics_port, f"{obj.label}: no 'metrics' port {metrics_port}"
 
 
-def test_coordinator_is_a_single_writer_with_enough_grace(k8s_objects: list[K8sObject], prod: dict[str, Any]) -> None:
-    deployment = find(k8s_objects, "Deployment", "t1-coordinator")
-    assert deployment.body["spec"]["replicas"] == 1
-    assert deployment.body["spec"]["strategy"]["type"] == "Recreate"
-    spec = pod_spec(deployment)
+def test_coordinators_are_shards_with_a_volume_each_and_enough_grace(k8s_objects: list[K8sObject],
+                                                                     prod: dict[str, Any]) -> None:
+    sts = find(k8s_objects, "StatefulSet", "t1-coordinator")
     coordinator = prod["coordinator"]
+    assert sts.body["spec"]["replicas"] == coordinator["shard"]["count"], "one pod per shard"
+    spec = pod_spec(sts)
+    (container,) = spec["containers"]
+    assert "coordinator.shard.index=$(T1_SHARD_INDEX)" in container["args"]
+    (index_env,) = [e for e in container["env"] if e["name"] == "T1_SHARD_INDEX"]
+    assert index_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
     # The episodes' grace, the 5 s the driver adds before it abandons a stage, then the teardown's bound.
     assert spec["terminationGracePeriodSeconds"] > coordinator["shutdown_grace_s"] + 5 + coordinator["shutdown_timeout_s"]
-    mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
-    assert any(prod["coordinator"]["run_dir"].startswith(path + "/") for path in mounts), "run_dir is not on a volume"
-    claim = find(k8s_objects, "PersistentVolumeClaim", "t1-coordinator-data")
-    assert claim.body["spec"]["accessModes"] == ["ReadWriteOnce"]
+    (claim,) = sts.body["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], "one writer per shard's volume"
+    assert claim["metadata"]["name"] not in {v["name"] for v in spec["volumes"]}, "the template, not a shared claim"
+    data = next(m for m in container["volumeMounts"] if m["name"] == claim["metadata"]["name"])
+    assert coordinator["run_dir"].startswith(data["mountPath"] + "/"), "run_dir is not on the shard's volume"
+    assert sts.body["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == "Retain", (
+        "a shard scaled away keeps its unacknowledged spool")
 
 
 def test_gpu_workloads_request_whole_nodes(k8s_objects: list[K8sObject], prod: dict[str, Any]) -> None:

@@ -54,6 +54,9 @@ def test_prod_is_a_production_setup() -> None:
     assert len(cfg.inference.pool.endpoints) >= 2 and cfg.inference.pool.num_local_servers == 0
     assert cfg.inference.model.init_preset is None, "production must never create a random model"
     assert cfg.trainer.endpoint, "the trainer runs as its own Job, not inside the coordinator"
+    assert cfg.coordinator.shard.count > 1, "coordinators run as shards"
+    assert cfg.inference.pool.weights == "follow" and cfg.inference.server.follow_trainer == cfg.trainer.endpoint, (
+        "with several coordinators the servers load each version themselves, from the trainer")
     assert cfg.auth.token is None and cfg.auth.token_env, "the token comes from the environment, not the file"
     assert cfg.metrics.port and cfg.metrics.host == "0.0.0.0"
     for server in (cfg.coordinator.server, cfg.inference.server.server, cfg.trainer.server):
@@ -154,7 +157,7 @@ def _entry_argv(container: dict[str, Any]) -> list[str]:
     return argv
 
 
-WORKLOADS = (("Deployment", "t1-coordinator"), ("StatefulSet", "t1-inference"), ("Job", "t1-trainer"))
+WORKLOADS = (("StatefulSet", "t1-coordinator"), ("StatefulSet", "t1-inference"), ("Job", "t1-trainer"))
 
 
 @pytest.mark.parametrize(("kind", "name"), WORKLOADS)

@@ -1,4 +1,5 @@
-"""Issue 19 case 8: UpdateWeights refuses a negative version by name; a garbage body is INVALID_ARGUMENT."""
+"""Issue 19 case 8: UpdateWeights refuses a negative version by name, a garbage body is INVALID_ARGUMENT,
+the served version is a no-op and an older one needs `rollback`."""
 
 from __future__ import annotations
 
@@ -21,3 +22,48 @@ async def test_update_weights_refuses_negative_versions(served: str, tiny_model_
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         info_now = await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
         assert info_now.policy_version == 0, "nothing was loaded"
+
+
+async def test_same_version_is_a_no_op_and_older_needs_rollback(served: str, tiny_model_dir: object) -> None:
+    """Issue 19 case 8 / issue 22: a version is loaded once however many callers send it; going back is refused
+    by name unless the request says rollback."""
+    import asyncio
+
+    async with make_channel(served) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        path = str(tiny_model_dir)
+        first, second = await asyncio.gather(  # two coordinators racing to load v3: one load
+            stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=3), timeout=60),
+            stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=3), timeout=60))
+        assert sorted([first.loaded, second.loaded]) == [False, True]
+        assert first.policy_version == second.policy_version == 3
+        again = await stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=3), timeout=60)
+        assert (again.loaded, again.load_seconds, again.policy_version) == (False, 0.0, 3)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=2), timeout=60)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "2 is older than the served version 3" in info.value.details()
+        assert (await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)).weight_loads == 1
+        back = await stub.UpdateWeights(pb.UpdateWeightsRequest(path=path, version=2, rollback=True), timeout=60)
+        assert (back.loaded, back.policy_version) == (True, 2)
+        info_now = await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+        assert (info_now.policy_version, info_now.weight_loads) == (2, 2)
+
+
+async def test_pool_counts_a_server_already_past_the_version_as_updated(served: str, tiny_model_dir: object) -> None:
+    """A coordinator that restarted replays old versions; a server another party moved on is not an error."""
+    from t1.config.inference import InferencePoolConfig
+    from t1.inference.pool import InferencePool
+
+    async with make_channel(served) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        await stub.UpdateWeights(pb.UpdateWeightsRequest(path=str(tiny_model_dir), version=5), timeout=60)
+    pool = InferencePool(InferencePoolConfig(), [served])
+    try:
+        update = await pool.update_weights(str(tiny_model_dir), 4)
+        assert update.updated == (served,) and pool.latest_weights == (str(tiny_model_dir), 4)
+        with pytest.raises(grpc.aio.AioRpcError) as info:  # a refused folder still fails by name
+            await pool.update_weights("/nonexistent", 6)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await pool.close()
