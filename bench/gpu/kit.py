@@ -193,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in [x for x in PARTS if x in wanted]:
         print(f"[kit] {name} (limit {shape.limits_s[name]:.0f} s) ...", flush=True)
         parts[name] = run_part(name, cmds[name], shape.limits_s[name], out)
-        parts[name]["headline"] = headline(name, out) if parts[name]["status"] == "ok" else ""
+        # a part cut off by its limit may have written what it measured so far (long_context writes per row)
+        parts[name]["headline"] = headline(name, out) if parts[name]["status"] == "ok" or (
+            out / f"{name}.json").exists() else ""
         print(f"[kit] {name}: {parts[name]['status']} in {parts[name]['seconds']} s", flush=True)
     summary = {"machine": machine(), "dry_run": args.cpu, "shape": {k: getattr(shape, k) for k in
                                                                     ("layers", "experts", "top_k", "hidden", "device",
