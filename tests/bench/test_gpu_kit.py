@@ -65,3 +65,18 @@ def test_wheels_unpack_unless_the_machine_has_them(tmp_path: Path) -> None:
     assert not (site / "numpy_mod").exists()
     assert any(ln.startswith("kept    numpy") for ln in lines)
     assert wheel_name(Path("deepspeed-0.19.8-py3-none-any.whl")) == ("deepspeed", "0.19.8")
+
+
+def test_gpu_command_lines_use_flags_the_scripts_define(tmp_path: Path) -> None:
+    """The GPU shape's arguments never run here: each flag must still be one its script defines."""
+    from bench.fidelity.cli import parser
+
+    cmds = kit.commands(kit.GPU, tmp_path)
+    fid = parser().parse_args(cmds["fidelity_shape"][3:])
+    assert (fid.layers, fid.experts, fid.top_k, fid.device) == (kit.GPU.layers, kit.GPU.experts, kit.GPU.top_k, "cuda")
+    for name in ("model", "inference", "trainer", "long_context"):
+        script = ROOT / cmds[name][1]
+        source = script.read_text()
+        unknown = [a for a in cmds[name] if a.startswith("--") and f'"{a}"' not in source]
+        assert not unknown, (name, unknown)
+    assert sum(kit.GPU.limits_s.values()) <= 7.5 * 60  # the whole run under 8 minutes
