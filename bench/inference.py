@@ -68,7 +68,8 @@ async def run(args: argparse.Namespace) -> dict:
     from t1.inference.torch_backend import TorchBackend
     from t1.inference.types import GenerateRequest, SamplingParams
 
-    backend = TorchBackend(args.model, capture_routing=True, max_batch=args.sessions)
+    backend = TorchBackend(args.model, capture_routing=True, max_batch=args.sessions, dtype=args.dtype,
+                           device=args.device)
     vocab = backend.vocab_size
     # No EOS stop for the decode runs: every request generates exactly max_tokens.
     backend.eos_ids = ()
@@ -104,7 +105,7 @@ async def run(args: argparse.Namespace) -> dict:
     med = statistics.median
     return {
         "machine": {**machine(), "torch_threads": args.threads, "load_avg_1m_at_end": os.getloadavg()[0]},
-        "model": str(args.model), "repeats": args.repeats,
+        "model": str(args.model), "repeats": args.repeats, "device": args.device, "dtype": args.dtype,
         "prefill_tokens_per_s": med(prefill), "prefill_tokens": args.prefill_tokens,
         "decode_tokens_per_s_routing_on": med(decode_on), "decode_tokens_per_s_routing_off": med(decode_off),
         # Paired: each repeat runs on and off back to back, so load drift cancels within a pair.
@@ -154,6 +155,8 @@ def main() -> int:
     parser.add_argument("--session-start", type=int, default=1024)
     parser.add_argument("--turn-tokens", type=int, default=16)
     parser.add_argument("--turn-delta", type=int, default=256)
+    parser.add_argument("--device", default="cpu", help="torch device of the backend (cuda on a GPU).")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--out", type=Path, help="Write the results as JSON here.")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -33,14 +34,15 @@ def _sequences(model_dir: Path, seqs: int, tokens: int, seed: int) -> list:
     from t1.routing.capture import capture_routing
     from t1.trainer.batch import TrainSequence
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(dev).eval()
     vocab = int(model.config.vocab_size)
     rng = np.random.default_rng(seed)
     out = []
     for i in range(seqs):
         ids = rng.integers(16, vocab, size=tokens).astype(np.int32)
         with torch.no_grad(), capture_routing(model) as cap:
-            logits = model(input_ids=torch.from_numpy(ids[None, :-1].astype(np.int64))).logits[0]
+            logits = model(input_ids=torch.from_numpy(ids[None, :-1].astype(np.int64)).to(dev)).logits[0].cpu()
         routing = cap.concatenated()
         routing = np.concatenate([routing, np.full((1, *routing.shape[1:]), np.iinfo(routing.dtype).max, routing.dtype)])
         logp = torch.log_softmax(logits.float(), -1).gather(-1, torch.from_numpy(ids[1:, None].astype(np.int64)))
@@ -103,11 +105,17 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
         return time.perf_counter() - t0, time.process_time() - c0
 
+    if torch.cuda.is_available():  # the routing-recording copy of the model is gone: count the steps only
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     step(rl_on), step(rl_off)  # warm-up
     on, off = [], []
     for _ in range(args.reps):
         on.append(step(rl_on))
         off.append(step(rl_off))
+    # peak of the steps with the engines and optimizer state resident (GPU allocated); on CPU the process's max RSS
+    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else \
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     total = args.seqs * args.tokens
     clock = 0 if torch.cuda.is_available() else 1  # GPU: wall time; CPU: process CPU time
     med_on, med_off = statistics.median(t[clock] for t in on), statistics.median(t[clock] for t in off)
@@ -122,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_wall_s": {"replay_on": wall_on, "replay_off": wall_off},
         "tokens_per_s": {"replay_on": total / med_on, "replay_off": total / med_off},
         "replay_overhead": med_on / med_off - 1.0,
+        "peak_memory_bytes": int(peak), "peak_memory": "gpu_allocated" if torch.cuda.is_available() else "max_rss",
         "all_s": {"replay_on": on, "replay_off": off},
     }
     print(f"PPO step on {device}: {args.seqs} x {args.tokens} tokens, preset {args.preset}, ZeRO-{args.zero}, "
@@ -129,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'routing':<12}{'median s':>12}{'tokens/s':>12}{'wall s':>12}   (s and tokens/s by {result['clock']} time)")
     for name, med, wall in (("replay on", med_on, wall_on), ("replay off", med_off, wall_off)):
         print(f"{name:<12}{med:>12.4f}{total / med:>12.0f}{wall:>12.4f}")
-    print(f"replay overhead: {100 * (med_on / med_off - 1):+.2f}% (target < 3%)")
+    print(f"replay overhead: {100 * (med_on / med_off - 1):+.2f}% (target < 3%); peak memory {peak / 2**30:.2f} GiB "
+          f"({result['peak_memory']})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     core.close()

@@ -89,8 +89,9 @@ def measure(preset: str, vocab: int, tokens: int, chunk_tokens: int, checkpointi
 
 
 def _worker(args: argparse.Namespace) -> int:
-    cap = int(args.cap_gib * GIB)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    if args.cap_gib > 0:  # 0: no cap (a GPU process needs far more address space than it uses)
+        cap = int(args.cap_gib * GIB)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     import torch
 
     torch.set_num_threads(args.threads)
@@ -139,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocabs", type=int, nargs="+", default=[1024, 151_936])
     p.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192, 16384, 32768])
     p.add_argument("--chunk-tokens", type=int, default=1024, help="the chunked path's logprob_chunk_tokens")
-    p.add_argument("--naive-cap-gib", type=float, default=6.0)
-    p.add_argument("--chunked-cap-gib", type=float, default=8.0)
+    p.add_argument("--naive-cap-gib", type=float, default=6.0, help="address-space cap per point; 0: none")
+    p.add_argument("--chunked-cap-gib", type=float, default=8.0, help="address-space cap per point; 0: none")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-checkpointing", action="store_true", help="keep every layer's activations")
     p.add_argument("--point-timeout-s", type=float, default=900.0)

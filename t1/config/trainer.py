@@ -71,6 +71,9 @@ class TrainerConfig(Section):
     activation_checkpointing: bool = Field(False, description="Recompute every decoder layer in backward, whatever the row length.")
     activation_checkpointing_tokens: int = Field(
         4096, ge=1, description="Rows of at least this many tokens recompute each decoder layer in backward.")
+    sequence_parallel_size: int = Field(
+        1, ge=1, description="Ranks that share each packed row (DeepSpeed Ulysses); divides the world size "
+        "and the model's attention heads. 1: no sequence parallelism.")
     keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
     lock_wait_s: float = Field(

@@ -26,6 +26,7 @@ import torch
 from t1.config.schema import T1Config
 from t1.routing.adapters import find_routers
 from t1.trainer import engine as ds
+from t1.trainer import sequence_parallel
 from t1.trainer.admission import ModelBounds
 from t1.trainer.batch import BatchStats, TrainSequence, build_sequences
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
@@ -93,14 +94,18 @@ class TrainerCore:
         self.buffer = TrajectoryBuffer(self.work_dir / "buffer.sqlite") if ds.rank() == 0 else None
         policy = load_policy(src).to(self.device)
         critic = load_critic(tc.critic_path or src).to(self.device)
-        self.policy = ds.build_engine(policy, tc.deepspeed, None, tc.activation_checkpointing)
-        self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing)
+        sp_size = tc.sequence_parallel_size
+        self.sp, mpu = sequence_parallel.enable([policy, critic], sp_size, ds.world_size())
+        self.policy = ds.build_engine(policy, tc.deepspeed, None, tc.activation_checkpointing, mpu, sp_size)
+        self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing,
+                                      mpu, sp_size)
         reference = None
         if tc.rl.kl_coef > 0:
             reference = load_policy(src).to(self.device).eval().requires_grad_(False)
         self.learner = Learner(self.policy, self.critic, tc.rl, self.device, reference,
                                temperature=cfg.rollout.sampling.temperature,
-                               checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens)
+                               checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens,
+                               sp=self.sp)
         routers = find_routers(self.policy.module)
         self.routing_spec = RoutingSpec(len(routers), routers[0].top_k, routers[0].num_experts)
         embeddings = cast(Any, policy).get_input_embeddings()  # a Hugging Face model's embedding table

@@ -72,9 +72,11 @@ def zero_stage(ds_config: dict[str, Any]) -> int:
     return int(ds_config.get("zero_optimization", {}).get("stage", 0))
 
 
-def engine_config(ds_config: dict[str, Any], lr: float | None = None) -> dict[str, Any]:
-    """The DeepSpeed config an engine gets: the user's section, trainer-owned accumulation, lr."""
+def engine_config(ds_config: dict[str, Any], lr: float | None = None, sequence_parallel_size: int = 1) -> dict[str, Any]:
+    """The DeepSpeed config an engine gets: the user's section, trainer-owned accumulation, lr, SP size."""
     cfg = copy.deepcopy(ds_config)
+    if sequence_parallel_size > 1:
+        cfg["sequence_parallel_size"] = sequence_parallel_size
     cfg["managed_gradient_accumulation"] = False
     cfg.pop("train_batch_size", None)
     cfg.setdefault("train_micro_batch_size_per_gpu", 1)
@@ -96,11 +98,11 @@ def moe_block_classes(model: nn.Module) -> list[type]:
 
 
 def build_engine(model: nn.Module, ds_config: dict[str, Any], lr: float | None = None,
-                 activation_checkpointing: bool = False) -> Any:
-    """A DeepSpeedEngine over `model`, optimizer from the config."""
+                 activation_checkpointing: bool = False, mpu: Any = None, sequence_parallel_size: int = 1) -> Any:
+    """A DeepSpeedEngine over `model`, optimizer from the config; `mpu`: the SP groups (t1.trainer.sequence_parallel)."""
     import deepspeed
 
-    cfg = engine_config(ds_config, lr)
+    cfg = engine_config(ds_config, lr, sequence_parallel_size)
     inner: Any = getattr(model, "backbone", model)  # the critic wraps a transformers backbone
     if activation_checkpointing:
         enable = getattr(inner, "activation_checkpointing_enable", None) or inner.gradient_checkpointing_enable
@@ -110,7 +112,7 @@ def build_engine(model: nn.Module, ds_config: dict[str, Any], lr: float | None =
 
         set_z3_leaf_modules(inner, moe_block_classes(inner))
     params = [p for p in model.parameters() if p.requires_grad]
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg, mpu=mpu)
     return engine
 
 

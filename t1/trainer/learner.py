@@ -5,7 +5,9 @@ proximal logprobs and old values; (2) rewards -> GAE -> normalised advantages; (
 every token-budget micro-batch (a packed row, t1.trainer.packing) is forwarded and backpropagated
 through losses.ppo_objective (averaged over the step's action tokens), then one engine.step() per
 engine. Logprobs and entropy come from t1.trainer.token_stats (no T x V tensor); metrics stay on
-the device until the step ends and are read once.
+the device until the step ends and are read once. Under sequence parallelism
+(t1.trainer.sequence_parallel) every rank of an SP group takes the same micro-batches and forwards
+its slice of each row; pre-update results are gathered over the group, metric sums added up.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ from t1.trainer.packing import (
     per_position,
     scatter_actions,
 )
+from t1.trainer.sequence_parallel import (
+    SOLO,
+    Shard,
+    SpGroup,
+    gather_actions,
+    gather_row,
+    shard,
+    sum_over_group,
+)
 from t1.trainer.token_stats import TokenStats, policy_token_stats
 
 
@@ -50,9 +61,10 @@ class Prepared:
 class _StepSums:
     """The objective's metric sums over a step's micro-batches, kept on the device until `means`."""
 
-    def __init__(self) -> None:
+    def __init__(self, sp: SpGroup = SOLO) -> None:
         self.sums_M: torch.Tensor | None = None
         self.counts_M = torch.zeros(len(losses.METRICS))
+        self.sp = sp
 
     def add(self, out: losses.ObjectiveOut) -> None:
         self.sums_M = out.sums_M if self.sums_M is None else self.sums_M + out.sums_M
@@ -61,8 +73,9 @@ class _StepSums:
     def means(self) -> dict[str, float]:
         if self.sums_M is None:
             return {}
-        sums = self.sums_M.cpu().tolist()  # the step's one device-to-host read of the loss metrics
-        counts = self.counts_M.tolist()
+        both = sum_over_group(torch.cat([self.sums_M, self.counts_M.to(self.sums_M.device)]), self.sp)
+        sums_counts = both.cpu().tolist()  # the step's one device-to-host read of the loss metrics
+        sums, counts = sums_counts[:len(losses.METRICS)], sums_counts[len(losses.METRICS):]
         return {name: total / count for name, total, count in zip(losses.METRICS, sums, counts, strict=True)
                 if count > 0 and np.isfinite(total)}
 
@@ -73,14 +86,15 @@ def coefficients(rl: RlConfig) -> losses.Coefficients:
                                value_coef=rl.value_coef)
 
 
-def replay_metrics(stats: Sequence[ReplayStats]) -> dict[str, float]:
-    """Coverage and router disagreement over the given replay blocks (the step's pre-update pass)."""
+def replay_metrics(stats: Sequence[ReplayStats], sp: SpGroup = SOLO) -> dict[str, float]:
+    """Coverage and router disagreement over the given replay blocks (the step's pre-update pass),
+    summed over the SP group's slices."""
     if not stats:
         return {}
-    replayed = sum(s.replayed_rows for s in stats)
-    rows = replayed + sum(s.fallback_rows for s in stats)
-    compared = sum(s.compared_slots for s in stats)
-    disagreeing = sum(s.disagreeing_slots for s in stats)
+    counts = torch.tensor([[s.replayed_rows, s.fallback_rows, s.compared_slots, s.disagreeing_slots] for s in stats],
+                          dtype=torch.float64).sum(dim=0)
+    replayed, fallback, compared, disagreeing = sum_over_group(counts, sp).tolist()
+    rows = replayed + fallback
     return {"t1_routing_replay_coverage": 1.0 if rows == 0 else replayed / rows,
             "t1_router_disagreement_rate": 0.0 if compared == 0 else disagreeing / compared}
 
@@ -90,16 +104,20 @@ class Learner:
 
     def __init__(self, policy: Any, critic: Any | None, rl: RlConfig, device: torch.device,
                  reference: torch.nn.Module | None = None, temperature: float = 1.0,
-                 checkpoint_tokens: int | None = None) -> None:
+                 checkpoint_tokens: int | None = None, sp: SpGroup = SOLO) -> None:
         self.policy, self.critic, self.rl, self.device, self.reference = policy, critic, rl, device, reference
+        self.sp = sp
         # Behaviour logprobs are of the sampling distribution: logits / temperature (0 = greedy: none).
         self.temperature = temperature if temperature > 0 else 1.0
         # Rows of at least this many tokens recompute each decoder layer in backward (None: never).
         self.checkpoint_tokens = checkpoint_tokens
 
-    def _checkpointing(self, model: Any, batch: PackedBatch) -> None:
-        if self.checkpoint_tokens is not None:
-            checkpoint_layers(model, int(batch.input_ids.shape[1]) >= self.checkpoint_tokens)
+    def _checkpointing(self, model: Any, sh: Shard) -> None:
+        if self.checkpoint_tokens is not None:  # by this rank's positions: its memory
+            checkpoint_layers(model, int(sh.batch.input_ids.shape[1]) >= self.checkpoint_tokens)
+
+    def _replay(self, model: Any, sh: Shard) -> Any:
+        return maybe_replay(model, sh.batch, self.rl.routing_replay, sh.padding)
 
     def _stats(self, model: Any, batch: PackedBatch, temperature: float | None = None) -> TokenStats:
         return policy_token_stats(model, batch, self.device, chunk_tokens=self.rl.logprob_chunk_tokens,
@@ -114,10 +132,11 @@ class Learner:
 
         Ranks take micro-batches round robin; every rank runs the same number of backward passes
         (ZeRO reduces in them), a rank short of work repeats one at scale 0. The scale of real work
-        is the world size because DeepSpeed averages gradients over ranks.
+        is the data-parallel size: DeepSpeed averages gradients over data-parallel groups (and sums
+        them over the ranks of an SP group, which take the same micro-batches).
         """
         all_batches = self._batches(seqs)
-        ws, r = world_size(), rank()
+        ws, r = world_size() // self.sp.size, rank() // self.sp.size  # data-parallel groups
         if ws == 1:
             return [(idx, b, 1.0) for idx, b in all_batches]
         mine = [(idx, b, float(ws)) for idx, b in all_batches[r::ws]]
@@ -134,11 +153,14 @@ class Learner:
         replays: list[ReplayStats] = []
         outputs: list[tuple[list[int], PackedBatch, torch.Tensor, torch.Tensor | None]] = []
         for idx, batch in self._batches(seqs):
-            with maybe_replay(self.policy, batch, self.rl.routing_replay) as stats:
-                logp_N = self._stats(self.policy, batch).logp_N
+            sh = shard(batch, self.sp)
+            with self._replay(self.policy, sh) as stats:
+                logp_N = gather_actions(self._stats(self.policy, sh.batch).logp_N, sh, self.sp)
             if stats is not None:
                 replays.append(stats)
-            v = critic_values(self.critic, batch, self.device) if self.critic is not None else None
+            v = None
+            if self.critic is not None:
+                v = gather_row(critic_values(self.critic, sh.batch, self.device), sh, self.sp)
             outputs.append((idx, batch, logp_N, v))
         for idx, batch, logp_N, v in outputs:  # host reads after every forward is queued
             for i, arr in zip(idx, scatter_actions(logp_N.cpu().numpy(), batch), strict=True):
@@ -146,7 +168,7 @@ class Learner:
             if v is not None:
                 for i, arr in zip(idx, per_position(v, batch.lengths), strict=True):
                     values[i] = arr
-        metrics = replay_metrics(replays)
+        metrics = replay_metrics(replays, self.sp)
         masks = [s.loss_mask for s in seqs]
         diffs = np.concatenate([np.abs(p[m] - s.behav_logp[m]) for p, m, s in zip(prox, masks, seqs, strict=True)]
                                ) if n else np.zeros(0, np.float32)
@@ -180,26 +202,27 @@ class Learner:
     def ppo_step(self, seqs: Sequence[TrainSequence], prep: Prepared, update_policy: bool) -> dict[str, float]:
         """PPO epochs over the batch; the policy is updated only when update_policy (else critic only)."""
         denom = float(sum(int(s.loss_mask[1:].sum()) for s in seqs))
-        sums = _StepSums()
+        sums = _StepSums(self.sp)
         grad_norms: list[float] = []
         coefs = coefficients(self.rl)
         batches = self._rank_batches(seqs)
         for _ in range(self.rl.ppo_epochs):
             for idx, batch, scale in batches:
                 step_denom = denom / scale if scale else 1.0
+                sh = shard(batch, self.sp)
                 # One side at a time, so only one engine's graph is alive.
                 if update_policy:
-                    self._checkpointing(self.policy, batch)
+                    self._checkpointing(self.policy, sh)
                     # backward inside the replay block: checkpointed layers recompute with the recorded experts
-                    with maybe_replay(self.policy, batch, self.rl.routing_replay):
-                        out = losses.ppo_objective(self._policy_inputs(seqs, prep, idx, batch), None, coefs=coefs,
+                    with self._replay(self.policy, sh):
+                        out = losses.ppo_objective(self._policy_inputs(seqs, prep, idx, batch, sh), None, coefs=coefs,
                                                    denom=step_denom)
                         assert out.policy_loss is not None
                         self.policy.backward(out.policy_loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
                     if scale:
                         sums.add(out)
                 if self.critic is not None:
-                    out = losses.ppo_objective(None, self._value_inputs(prep, idx, batch), coefs=coefs,
+                    out = losses.ppo_objective(None, self._value_inputs(prep, idx, batch, sh), coefs=coefs,
                                                denom=step_denom)
                     assert out.value_loss is not None
                     self.critic.backward(out.value_loss * (1.0 if scale else 0.0), scale_wrt_gas=False)
@@ -221,28 +244,28 @@ class Learner:
         return out_metrics
 
     def _policy_inputs(self, seqs: Sequence[TrainSequence], prep: Prepared, idx: list[int],
-                       batch: PackedBatch) -> losses.PolicyInputs:
-        """The policy side of a micro-batch; call inside the batch's replay block."""
+                       batch: PackedBatch, sh: Shard) -> losses.PolicyInputs:
+        """The policy side of this rank's slice of a micro-batch; call inside the slice's replay block."""
         dev = self.device
-        stats = self._stats(self.policy, batch)
+        stats = self._stats(self.policy, sh.batch)
         ref_logp_N = None
         if self.reference is not None and self.rl.kl_coef > 0:
-            with torch.no_grad(), maybe_replay(self.reference, batch, self.rl.routing_replay):
-                ref_logp_N = self._stats(self.reference, batch).logp_N
+            with torch.no_grad(), self._replay(self.reference, sh):
+                ref_logp_N = self._stats(self.reference, sh.batch).logp_N
         return losses.PolicyInputs(
             logp_N=stats.logp_N, entropy_N=stats.entropy_N, ref_logp_N=ref_logp_N,
-            prox_logp_N=actions_of([prep.prox_logp[i] for i in idx], batch).to(dev),
-            behav_logp_N=actions_of([seqs[i].behav_logp for i in idx], batch).to(dev),
-            advantages_N=actions_of([prep.advantages[i] for i in idx], batch).to(dev))
+            prox_logp_N=actions_of([prep.prox_logp[i] for i in idx], batch)[sh.actions].to(dev),
+            behav_logp_N=actions_of([seqs[i].behav_logp for i in idx], batch)[sh.actions].to(dev),
+            advantages_N=actions_of([prep.advantages[i] for i in idx], batch)[sh.actions].to(dev))
 
-    def _value_inputs(self, prep: Prepared, idx: list[int], batch: PackedBatch) -> losses.ValueInputs:
+    def _value_inputs(self, prep: Prepared, idx: list[int], batch: PackedBatch, sh: Shard) -> losses.ValueInputs:
         dev = self.device
-        self._checkpointing(self.critic, batch)
-        values_N = critic_values(self.critic, batch, dev).reshape(-1).index_select(0, batch.action_index.to(dev))
+        self._checkpointing(self.critic, sh)
+        values_N = critic_values(self.critic, sh.batch, dev).reshape(-1).index_select(0, sh.batch.action_index.to(dev))
         return losses.ValueInputs(
             values_N=values_N,
-            old_values_N=actions_of([prep.values[i] for i in idx], batch).to(dev),
-            returns_N=actions_of([prep.returns[i] for i in idx], batch).to(dev))
+            old_values_N=actions_of([prep.values[i] for i in idx], batch)[sh.actions].to(dev),
+            returns_N=actions_of([prep.returns[i] for i in idx], batch)[sh.actions].to(dev))
 
     def sft_step(self, seqs: Sequence[TrainSequence]) -> dict[str, float]:
         """Cross-entropy on the demonstrations' loss-mask tokens; one optimizer step."""
@@ -250,18 +273,22 @@ class Learner:
         nll_sum: torch.Tensor | None = None
         tokens = 0
         for _, batch, scale in self._rank_batches(seqs):
-            self._checkpointing(self.policy, batch)
-            with maybe_replay(self.policy, batch, self.rl.routing_replay):
-                nll_N = -self._stats(self.policy, batch, temperature=1.0).logp_N  # SFT: plain likelihood
+            sh = shard(batch, self.sp)
+            self._checkpointing(self.policy, sh)
+            with self._replay(self.policy, sh):
+                nll_N = -self._stats(self.policy, sh.batch, temperature=1.0).logp_N  # SFT: plain likelihood
                 self.policy.backward(nll_N.sum() / max(denom, 1.0) * scale, scale_wrt_gas=False)
             if scale:
                 part = nll_N.detach().sum()
                 nll_sum = part if nll_sum is None else nll_sum + part
-                tokens += batch.num_actions
+                tokens += sh.batch.num_actions
         self.policy.step()
         out: dict[str, float] = {}
-        if nll_sum is not None and tokens:
-            out["sft_nll"] = float(nll_sum) / tokens
+        if nll_sum is not None:  # every rank of an SP group has real work or none
+            nll_tokens = sum_over_group(torch.stack([nll_sum.double(), torch.tensor(float(tokens), dtype=torch.float64,
+                                                                                     device=nll_sum.device)]), self.sp)
+            if nll_tokens[1] > 0:
+                out["sft_nll"] = float(nll_tokens[0] / nll_tokens[1])
         out["grad_norm"] = _grad_norm(self.policy)
         out["action_tokens"] = denom
         return out

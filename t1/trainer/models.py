@@ -85,11 +85,13 @@ def copy_side_files(src: Path, dst: Path) -> None:
 
 
 @contextmanager
-def maybe_replay(model: nn.Module, batch: PackedBatch, enabled: bool) -> Iterator[ReplayStats | None]:
+def maybe_replay(model: nn.Module, batch: PackedBatch, enabled: bool,
+                 padding: torch.Tensor | None = None) -> Iterator[ReplayStats | None]:
     """Replay the batch's recorded routing inside the block when enabled.
 
     A batch without any record still runs under replay with every row marked missing, so its
-    rows count as fallback: coverage is the same whatever the batching.
+    rows count as fallback: coverage is the same whatever the batching. `padding` (bool [1, T]):
+    positions that are no sequence's (a sequence-parallel row's tail), live router, not counted.
     """
     routers = find_routers(model) if enabled else []
     if not routers:
@@ -100,7 +102,7 @@ def maybe_replay(model: nn.Module, batch: PackedBatch, enabled: bool) -> Iterato
     if routing is None:
         rows = (1, int(batch.input_ids.shape[1]), len(routers), routers[0].top_k)
         routing = np.full(rows, sentinel(np.dtype(np.uint8)), dtype=np.uint8)
-    with replay_routing(model, routing) as stats:
+    with replay_routing(model, routing, padding_BS=padding) as stats:
         yield stats
 
 

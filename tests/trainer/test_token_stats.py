@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from trainer_synth import routed_sequences, take_grads
 
 from t1.trainer import token_stats
-from t1.trainer.batch import TrainSequence
 from t1.trainer.models import (
     checkpoint_layers,
     critic_values,
@@ -23,29 +22,6 @@ from t1.trainer.packing import pack
 from t1.trainer.token_stats import chunked_token_stats, policy_token_stats
 
 CPU = torch.device("cpu")
-
-
-def _sequences(num_experts: int, layers: int, top_k: int, seed: int = 0) -> list[TrainSequence]:
-    """Three sequences of different lengths; routing is random (not what the live router picks)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i, n in enumerate((13, 7, 21)):
-        ids = rng.integers(16, 1000, size=n).astype(np.int32)
-        mask = np.zeros(n, bool)
-        mask[n // 3:] = True
-        mask[n // 3 + 1] = False  # an observation token inside the action region
-        routing = np.stack([np.stack([rng.choice(num_experts, top_k, replace=False) for _ in range(layers)])
-                            for _ in range(n)]).astype(np.uint8)
-        routing[-1] = 255  # the last token is never an input
-        out.append(TrainSequence(f"t{i}", "g", 0, ids, np.zeros(n, np.float32), mask, np.zeros(n, np.int32),
-                                 routing, np.zeros(n, np.float32)))
-    return out
-
-
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    out = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    return out
 
 
 def _assert_grads_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -65,14 +41,14 @@ def test_chunked_packed_equals_unchunked_per_sequence(tiny_model_dir: Path, temp
                                                       replay: bool) -> None:
     model = load_policy(tiny_model_dir)
     cfg = model.config
-    seqs = _sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok)
+    seqs = routed_sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok)
     packed = pack(seqs)
     g_lp, g_ent = _weights(packed.num_actions, seed=1)
     # chunk 4 over 24 action tokens: several chunks and a ragged last one
     with maybe_replay(model, packed, replay) as rstats:
         s = policy_token_stats(model, packed, CPU, temperature=temperature, chunk_tokens=4)
     (s.logp_N * g_lp + s.entropy_N * g_ent).sum().backward()
-    chunked = _grads(model)
+    chunked = take_grads(model)
     if replay:
         assert rstats is not None and rstats.coverage == 1.0
     ref_lp, ref_ent = [], []
@@ -84,7 +60,7 @@ def test_chunked_packed_equals_unchunked_per_sequence(tiny_model_dir: Path, temp
         ref_ent.append(r.entropy_N)
     lp, ent = torch.cat(ref_lp), torch.cat(ref_ent)
     (lp * g_lp + ent * g_ent).sum().backward()
-    naive = _grads(model)
+    naive = take_grads(model)
     torch.testing.assert_close(s.logp_N, lp, atol=1e-5, rtol=0)
     torch.testing.assert_close(s.entropy_N, ent, atol=1e-5, rtol=0)
     _assert_grads_close(chunked, naive)
@@ -97,7 +73,7 @@ def test_chunked_packed_equals_unchunked_per_sequence(tiny_model_dir: Path, temp
 def test_tokens_off_the_loss_mask_never_reach_the_head(tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = load_policy(tiny_model_dir)
     cfg = model.config
-    seqs = _sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok)
+    seqs = routed_sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok)
     packed = pack(seqs)
     rows: list[int] = []
 
@@ -117,16 +93,16 @@ def test_critic_on_packed_rows_equals_one_sequence_per_forward(tiny_model_dir: P
     critic = load_critic(tiny_model_dir)
     torch.nn.init.normal_(critic.value_head.weight, std=0.5)  # a zero head would hide differences
     cfg = critic.backbone.config
-    seqs = _sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok)
+    seqs = routed_sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok)
     packed = pack(seqs)
     v = critic_values(critic, packed, CPU)[0]
     g = torch.randn(v.shape[0], generator=torch.Generator().manual_seed(2)) / v.shape[0]
     (v * g).sum().backward()
-    packed_grads = _grads(critic)
+    packed_grads = take_grads(critic)
     ref = torch.cat([critic_values(critic, pack([q]), CPU)[0] for q in seqs])
     (ref * g).sum().backward()
     torch.testing.assert_close(v, ref, atol=1e-5, rtol=0)
-    _assert_grads_close(packed_grads, _grads(critic))
+    _assert_grads_close(packed_grads, take_grads(critic))
 
 
 def test_chunked_head_gradient_matches_autograd_in_float64() -> None:
@@ -148,7 +124,7 @@ def test_checkpointed_layers_with_replay_give_the_same_gradients(tiny_model_dir:
     """Recomputation in backward replays the same experts: checkpointing changes memory, not results."""
     model = load_policy(tiny_model_dir)
     cfg = model.config
-    packed = pack(_sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok))
+    packed = pack(routed_sequences(cfg.num_experts, cfg.num_hidden_layers, cfg.num_experts_per_tok))
     g_lp, g_ent = _weights(packed.num_actions, seed=3)
     grads = []
     for on in (False, True):
@@ -158,5 +134,5 @@ def test_checkpointed_layers_with_replay_give_the_same_gradients(tiny_model_dir:
         with maybe_replay(model, packed, True):
             s = policy_token_stats(model, packed, CPU, temperature=1.0, chunk_tokens=5)
             (s.logp_N * g_lp + s.entropy_N * g_ent).sum().backward()
-        grads.append(_grads(model))
+        grads.append(take_grads(model))
     _assert_grads_close(grads[0], grads[1])

@@ -1,5 +1,6 @@
 """DeepSpeed beyond the default ZeRO-2 run: ZeRO-1 and ZeRO-3 (MoE blocks as leaves, activation
-checkpointing) give the same update, and a 2-process torchrun trainer matches a 1-process one."""
+checkpointing) give the same update, and a 2-process torchrun trainer matches a 1-process one, with
+data parallelism or with both ranks sharing each row (sequence parallelism)."""
 
 from __future__ import annotations
 
@@ -55,15 +56,15 @@ def test_zero1_and_zero3_match_zero2(tmp_path: Path, tiny_model_dir: Path) -> No
             torch.testing.assert_close(got[k], ref[k], atol=2e-5, rtol=0, msg=f"ZeRO-{stage} {k}")
 
 
-def _run_service(tmp_path: Path, model_dir: Path, nproc: int) -> Path:
-    work = tmp_path / f"work{nproc}"
+def _run_service(tmp_path: Path, model_dir: Path, nproc: int, sp: int = 1) -> Path:
+    work = tmp_path / f"work{nproc}sp{sp}"
     cfg = {"rollout": {"group_size": 2}, "metrics": {"port": None},
            "trainer": {"work_dir": str(work), "policy_path": str(model_dir), "max_steps": 2,
                        "server": {"host": "127.0.0.1", "port": 0, "grace_s": 0.5},
-                       "rl": {"groups_per_step": 2, "token_budget": 16},
+                       "sequence_parallel_size": sp, "rl": {"groups_per_step": 2, "token_budget": 16},
                        "deepspeed": {"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0,
                                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}}}
-    path = tmp_path / f"cfg{nproc}.yaml"
+    path = tmp_path / f"cfg{nproc}sp{sp}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", T1_API_TOKEN="")
@@ -104,5 +105,16 @@ def test_two_process_torchrun_matches_one_process(tmp_path: Path, tiny_model_dir
 
     one = AutoModelForCausalLM.from_pretrained(str(_run_service(tmp_path, tiny_model_dir, 1))).state_dict()
     two = AutoModelForCausalLM.from_pretrained(str(_run_service(tmp_path, tiny_model_dir, 2))).state_dict()
+    for k in one:
+        torch.testing.assert_close(two[k], one[k], atol=2e-5, rtol=0, msg=k)
+
+
+@pytest.mark.slow
+def test_sequence_parallel_trainer_matches_one_process(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Two ranks sharing every packed row (Ulysses SP = 2) publish the weights of a 1-process run."""
+    from transformers import AutoModelForCausalLM
+
+    one = AutoModelForCausalLM.from_pretrained(str(_run_service(tmp_path, tiny_model_dir, 1))).state_dict()
+    two = AutoModelForCausalLM.from_pretrained(str(_run_service(tmp_path, tiny_model_dir, 2, sp=2))).state_dict()
     for k in one:
         torch.testing.assert_close(two[k], one[k], atol=2e-5, rtol=0, msg=k)

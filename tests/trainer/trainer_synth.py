@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from t1.config import T1Config
 from t1.config.loader import validate
+from t1.trainer.batch import TrainSequence
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan
 
 
@@ -93,3 +95,29 @@ class PolicySampler:
     def p_good(self, prompt: Sequence[int], good: int, bad: int) -> float:
         logp, _ = self.next_token_logprobs(prompt)
         return float(1.0 / (1.0 + np.exp(logp[bad] - logp[good])))
+
+
+def routed_sequences(num_experts: int, layers: int, top_k: int, lengths: Sequence[int] = (13, 7, 21),
+                     seed: int = 0) -> list[TrainSequence]:
+    """Sequences of the given lengths, actions from a third on (one observation token among them);
+    routing is random (not what the live router picks), the last token's row missing."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, n in enumerate(lengths):
+        ids = rng.integers(16, 1000, size=n).astype(np.int32)
+        mask = np.zeros(n, bool)
+        mask[n // 3:] = True
+        mask[n // 3 + 1] = False  # an observation token inside the action region
+        routing = np.stack([np.stack([rng.choice(num_experts, top_k, replace=False) for _ in range(layers)])
+                            for _ in range(n)]).astype(np.uint8)
+        routing[-1] = 255  # the last token is never an input
+        out.append(TrainSequence(f"t{i}", "g", 0, ids, np.zeros(n, np.float32), mask, np.zeros(n, np.int32),
+                                 routing, np.zeros(n, np.float32)))
+    return out
+
+
+def take_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's parameter gradients (copies), then zeroed."""
+    out = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return out
