@@ -22,7 +22,7 @@ from t1.config.service import LoggingConfig
 _CONFIGURED = False
 CONSOLE_LOGGER = "t1.console"
 WATCHDOG_LOGGER = "t1.metrics.watchdog"
-LAG_SHOWN_S = 5.0
+LAG_SHOWN_S = 30.0
 _LAG = re.compile(r"event loop lag (\d+) ms")
 
 

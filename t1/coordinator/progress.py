@@ -4,7 +4,7 @@ It reads run status (stage, trainer step, episodes), the training episodes' tall
 progress; it owns nothing and changes nothing. Each stage change prints one line ("t1: stage ...");
 on a terminal the live bars show trainer step of N and the running eval with solve rate so far and an
 ETA, and log records are printed above them so the two do not tear each other; without a terminal a
-progress line is printed every `line_every_s`. The lines are records of the `t1.console` logger: the
+progress line is printed when something moved (at most every `line_every_s`; unchanged, every ten times that). The lines are records of the `t1.console` logger: the
 terminal shows them even when it is quiet, and the log file keeps them.
 """
 
@@ -147,11 +147,13 @@ class ProgressView:
 
     async def run(self) -> None:
         if not self._console.is_terminal:
-            last = 0.0
+            last, said = 0.0, ""
             while True:
                 *_, line = self._snapshot()
-                if time.monotonic() - last >= self._line_every_s:
-                    last = time.monotonic()
+                now, news = time.monotonic(), line.rsplit(", ETA", 1)[0]
+                # a line when something moved (at most every line_every_s), else a heartbeat now and then
+                if now - last >= self._line_every_s and (news != said or now - last >= 10 * self._line_every_s):
+                    last, said = now, news
                     say.info("t1: %s", line)
                 await asyncio.sleep(self._every_s)
         columns = (TextColumn("{task.description:<14}"), BarColumn(bar_width=24), MofNCompleteColumn(),
