@@ -177,7 +177,8 @@ def eval_rows(jobs: Sequence[tuple[JobRow, list[tuple[AttemptOutcome, float]]]])
     return out
 
 
-LABEL_NAMES = {"before": "base", "warm": "warm start", "warm_start": "warm start", "after": "RL"}
+LABEL_NAMES = {"before": "base", "base": "base", "warm": "warm start", "warm_start": "warm start", "after": "RL",
+               "rl": "RL"}
 
 
 def comparison(rows: Sequence[EvalRow]) -> tuple[list[str], list[tuple[str, list[EvalRow | None]]]]:

@@ -61,3 +61,22 @@ def test_png_is_written_beside_the_run_log_and_its_panels_read_back(tmp_path: Pa
     not_png.write_bytes(b"GIF89a")
     with pytest.raises(ValueError, match="not a PNG"):
         read_panels(not_png)
+
+
+def test_t1_view_links_and_serves_the_png_once_the_run_wrote_it(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from t1.view.index import RunIndex, RunPaths
+    from t1.view.server import create_app
+    from t1.view.vocab import NO_VOCAB
+
+    log = tmp_path / "run.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    client = TestClient(create_app(RunIndex(RunPaths(tmp_path, None)), NO_VOCAB))
+    assert 'id="learning-png"' not in client.get("/").text
+    missing = client.get(f"/{PNG_NAME}")
+    assert missing.status_code == 404 and "not written yet" in missing.text
+    write_learning_png(log, None, tmp_path / PNG_NAME, "t")
+    assert 'id="learning-png"' in client.get("/").text
+    r = client.get(f"/{PNG_NAME}")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png" and r.content[:4] == b"\x89PNG"
