@@ -136,8 +136,14 @@ def last_line(report: Mapping[str, Any]) -> str:
     return " · ".join(parts)
 
 
+PIPE_WIDTH = 120  # not a terminal (CI, a pipe, a file): wide enough that no table row wraps
+
+
 def print_report(report: Mapping[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=PIPE_WIDTH)
     for table in report_tables(report):
         console.print(table)
     for line in lift_lines(report):

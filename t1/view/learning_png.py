@@ -70,6 +70,7 @@ def draw_png(charts: Sequence[Chart], path: Path, title: str) -> Path:
     """Draw the panels on a grid (Agg, no display) and write the PNG; returns its path."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     cols = 4
     rows = max(1, -(-len(charts) // cols))
@@ -81,6 +82,7 @@ def draw_png(charts: Sequence[Chart], path: Path, title: str) -> Path:
         ax.set_title(chart.title, fontsize=10)
         ax.set_xlabel(chart.x_label, fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         drawn = False
         for s in chart.series:
             pts = [(x, y) for x, y in zip(s.x, s.y, strict=True) if y is not None]
