@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,8 +123,8 @@ def test_a_second_start_of_the_finished_smoke_run_is_refused_and_says_why(smoke_
     assert (smoke_run.run_dir / "run.jsonl").read_text() == before, "nothing of the finished run was touched"
 
 
-def test_real_starts_refuse_a_busy_or_finished_numbered_run(tmp_path: Path, tiny_model_dir: Path) -> None:
-    cfg = small_config(tmp_path, tiny_model_dir)
+def test_real_starts_refuse_a_busy_or_finished_numbered_run(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, tmp_path / "model")  # refused before a model is needed
     cfg["coordinator"]["runs_dir"] = str(tmp_path / "runs")
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(cfg))
@@ -146,12 +147,16 @@ def test_real_starts_refuse_a_busy_or_finished_numbered_run(tmp_path: Path, tiny
 
 
 @pytest.mark.slow  # a smoke-sized run stopped mid-training, then resumed to the end: about four minutes here
-def test_a_stopped_numbered_run_resumes_to_the_end_and_the_next_start_is_fresh(tmp_path: Path,
-                                                                             tiny_model_dir: Path) -> None:
-    root = tmp_path / "r"
-    root.mkdir()
-    root.chmod(0o711)
-    tmp_path.chmod(0o711)
+def test_a_stopped_numbered_run_resumes_to_the_end_and_the_next_start_is_fresh(tiny_model_dir: Path) -> None:
+    root = Path(tempfile.mkdtemp(prefix="t1-run-again-"))
+    root.chmod(0o711)  # sandbox users must traverse to their trees
+    try:
+        _stop_resume_and_start_again(root, tiny_model_dir)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _stop_resume_and_start_again(root: Path, tiny_model_dir: Path) -> None:
     cfg = small_config(root, tiny_model_dir, max_steps=2)
     cfg["coordinator"]["runs_dir"] = str(root / "runs")
     cfg["coordinator"]["eval"]["before_training"] = False
