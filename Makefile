@@ -2,6 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 
 .PHONY: setup run test test-slow lint dead-code protos bench
 
@@ -9,7 +10,7 @@ setup:
 	@bash scripts/setup.sh
 
 run: setup
-	$(BIN)/t1-coordinator --config examples/local.yaml
+	$(BIN)/t1-coordinator --config examples/local.yaml $(RUN_ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -45,6 +45,9 @@ class CoordinatorConfig(Section):
 
     server: ServerConfig = Field(default_factory=lambda: ServerConfig(port=50051), description="CoordinatorService address.")
     run_dir: Path = Field(Path(".t1/run"), description="Spool, job database, logs and transcripts.")
+    runs_dir: Path | None = Field(
+        None, description="Parent of numbered training runs <runs_dir>/<name>-<n> (run dir and trainer work dir "
+        "inside): an unfinished newest run is resumed, else a fresh one starts; overrides run_dir and trainer.work_dir.")
     spool: SpoolConfig = Field(default_factory=SpoolConfig, description="Trajectory spool.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Eval jobs.")
     loop_lag_warn_ms: float = Field(100.0, gt=0, description="Event-loop lag that triggers a slow-callback report.")

@@ -38,6 +38,9 @@ class LoggingConfig(Section):
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Root log level.")
     format: Literal["text", "json"] = Field("text", description="Human text or one JSON object per line.")
+    console: Literal["auto", "quiet", "all"] = Field(
+        "auto", description="With a log file (a training run's <run_dir>/logs/coordinator.log): quiet shows only "
+        "stage lines and warnings on the terminal, all shows every record; auto is quiet for text logs.")
     levels: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = Field(
         default_factory=dict, description="Per-logger levels, e.g. {'asyncssh': 'WARNING'}."
     )

@@ -76,6 +76,8 @@ class _Live:
     tasks: dict[str, TaskSpec]
     finished: int = 0
     running: int = 0
+    resolved: int = 0  # of the attempts finished by this process (the progress view's solve rate so far)
+    scored: int = 0
     task: asyncio.Task[None] | None = None
     watchers: set[asyncio.Queue[JobUpdate]] = field(default_factory=set)
 
@@ -183,6 +185,16 @@ class EvalJobs:
         live = self._live.get(job_id)
         return None if live is None else (live.finished, live.record.total_attempts)
 
+    def solved_so_far(self, job_id: str) -> tuple[int, int]:
+        """(resolved, scored) attempts this process finished of a job: infra errors are not scored."""
+        live = self._live.get(job_id)
+        return (0, 0) if live is None else (live.resolved, live.scored)
+
+    def tasks_of(self, job_id: str) -> dict[str, TaskSpec]:
+        """The tasks of a job this process runs, by id (empty for others)."""
+        live = self._live.get(job_id)
+        return dict(live.tasks) if live is not None else {}
+
     async def summary(self, record: JobRecord) -> JobSummaryValues:
         tallies = await asyncio.to_thread(self.store.tallies, record.job_id)
         return summary_of(tallies, record.attempts_per_task, self.limits.max_pass_at_k)
@@ -278,4 +290,6 @@ class EvalJobs:
                 live.running -= 1
             if await asyncio.to_thread(self.store.record_attempt, spec.job_id, outcome):
                 live.finished += 1
+                live.scored += not outcome.is_infra_error
+                live.resolved += outcome.resolved and not outcome.is_infra_error
             self._emit(live, outcome=outcome)

@@ -145,20 +145,22 @@ class Parts:
         """The live display; cancel the task it returns to hide it (before the final report is printed)."""
         ws = self.cfg.trainer.warm_start
         total = ws.sft_steps + ws.critic_warmup_steps + self.cfg.trainer.max_steps if self.cfg.coordinator.train else 0
-        return self.background.spawn(ProgressView(self.run_status, self.current_eval, total).run(), "progress")
+        view = ProgressView(self.run_status, self.current_eval, total, self.runner.stats.training_tallies)
+        return self.background.spawn(view.run(), "progress")
 
     def current_eval(self) -> EvalProgress | None:
         job = self.state.eval_job
         if job is None:
             return None
         progress = self.evals.progress(job.job_id)
-        return None if progress is None else EvalProgress(job.label, *progress)
+        return None if progress is None else EvalProgress(job.label, *progress, *self.evals.solved_so_far(job.job_id))
 
     def connect_trainer(self, target: str) -> TrainerSide:
         """Trainer link, weight sync and status poller against the trainer at `target`, running."""
         side = TrainerSide(TrainerLink(self.spool, target, self.cfg.auth),
                            WeightSync(target, self._load_weights, self.cfg.auth),
-                           TrainerStatusPoller(target, self.runlog, self.cfg.auth))
+                           TrainerStatusPoller(target, self.runlog, self.cfg.auth,
+                                               rollouts=self.runner.stats.training_tallies))
         self.background.spawn(side.link.run(), "trainer-link")
         self.background.spawn(side.weights.run(), "weight-sync")
         self.background.spawn(side.poller.run(), "trainer-status")

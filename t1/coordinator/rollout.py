@@ -61,6 +61,14 @@ class RolloutStats:
     retokenize_changed: int = 0
     retokenize_total: int = 0
     versions: set[int] = field(default_factory=set)  # policy versions that sampled tokens of training episodes
+    train_scored: int = 0        # training episodes that were not infra errors
+    train_resolved: int = 0
+    train_reward_sum: float = 0.0
+
+    def training_tallies(self) -> dict[str, float]:
+        """Cumulative counts of scored training episodes (the run log's trainer records carry them: curves)."""
+        return {"episodes": self.train_scored, "resolved": self.train_resolved,
+                "reward_sum": round(self.train_reward_sum, 6)}
 
     @property
     def retokenize_mismatch_rate(self) -> float:
@@ -134,7 +142,12 @@ class RolloutRunner:
             self.stats.versions.update(versions)
             await spool.append(traj.id, payload)
 
-        return await self.run_episode(task, group_id, attempt, persist=persist)
+        result = await self.run_episode(task, group_id, attempt, persist=persist)
+        if result.status is not EpisodeStatus.INFRA_ERROR:
+            self.stats.train_scored += 1
+            self.stats.train_resolved += result.report.resolved
+            self.stats.train_reward_sum += result.trajectory.reward
+        return result
 
     def as_attempt_runner(self):  # -> AttemptRunner
         async def run(a: EvalAttempt) -> AttemptOutcome:

@@ -15,6 +15,7 @@ from typing import Any
 
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
+from t1.coordinator.eval_stats import CI_METHOD, by_family, family_lookup, rate_summary
 from t1.coordinator.jobs import JobRecord
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import new_group_id
@@ -26,6 +27,7 @@ from t1.tasks.spec import TaskSpec
 from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as cpb
+from t1.view.learning_png import PNG_NAME, write_learning_png
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +73,20 @@ async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) ->
 
 
 async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> dict[str, Any]:
-    """Wait for the job to end; its summary (also in the run log and the resolve-rate gauge)."""
+    """Wait for the job to end; its summary (also in the run log and the resolve-rate gauge): solve rate with
+    its Wilson 95% interval over scored attempts, infra errors counted apart, and the same per task family."""
     await parts.evals.wait(job_id)
-    s = await parts.evals.summary(await parts.evals.get(job_id))
+    record = await parts.evals.get(job_id)
+    s = await parts.evals.summary(record)
+    outcomes = await asyncio.to_thread(parts.store.attempts, job_id)
+    families = family_lookup({tid: t.metadata.family for tid, t in parts.evals.tasks_of(job_id).items()})
+    overall = rate_summary(outcomes)
     m.RESOLVE_RATE.labels(split=f"{label}:{set_name}").set(s.resolve_rate)
     out = {"job_id": job_id, "resolve_rate": s.resolve_rate, "mean_reward": s.mean_reward,
-           "pass_at_k": s.pass_at_k, "infra_errors": s.infra_errors, "num_tasks": s.num_tasks}
+           "pass_at_k": s.pass_at_k, "infra_errors": s.infra_errors, "num_tasks": s.num_tasks,
+           "ci95": list(overall.ci95), "ci_method": CI_METHOD, "attempts": overall.attempts,
+           "resolved": overall.resolved, "state": record.state.value,
+           "by_family": {f: r.as_dict() for f, r in by_family(outcomes, families).items()}}
     parts.runlog.write("eval", label=label, set=set_name, **out)
     return out
 
@@ -100,10 +110,14 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
     return TrainingEnd(trainer_done, abandoned)
 
 
-def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The run's report (evals by label, trainer, fidelity, rollouts), written to <run_dir>/report.json."""
+def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]],
+                 sft_curve: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The run's report (evals by label, the SFT curve, trainer, fidelity, rollouts), written to
+    <run_dir>/report.json, with the learning curves drawn beside the run log (both paths in the report)."""
     poller, stats = trainer.poller, parts.runner.stats
     report: dict[str, Any] = {"name": parts.cfg.name, **evals}
+    if sft_curve is not None:
+        report["sft_curve"] = sft_curve
     report["trainer"] = {"step": poller.last.step if poller.last else 0, "stage": poller.stage_name,
                          "policy_version": trainer.weights.version}
     report["fidelity"] = {k: v for k, v in poller.last_metrics.items()
@@ -112,7 +126,26 @@ def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, 
     report["fidelity"]["t1_tito_drift_tokens"] = stats.drift_tokens
     report["fidelity"]["t1_retokenize_mismatch_rate"] = stats.retokenize_mismatch_rate
     report["rollouts"] = {"episodes": stats.finished, "turns": stats.turns, "infra_errors": stats.infra_errors,
-                          "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions)}
-    (parts.run_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+                          "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions),
+                          "training": stats.training_tallies()}
+    png = _learning_curves(parts, sft_curve or [])
+    if png is not None:
+        report["curves_png"] = str(png)
+    path = parts.run_dir / "report.json"
+    report["report_path"] = str(path)
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     parts.runlog.write("report", **report)
     return report
+
+
+def _learning_curves(parts: Parts, sft_curve: list[dict[str, Any]]) -> Path | None:
+    """The learning-curve PNG beside the run log (the trainer's buffer is read when it is on this machine);
+    None, with the reason logged, when it cannot be drawn: the report is written whatever happens here."""
+    trainer_dir = parts.cfg.trainer.work_dir if not parts.cfg.trainer.endpoint else None
+    log_path = parts.runlog.path
+    try:
+        return write_learning_png(log_path, trainer_dir, log_path.parent / PNG_NAME,
+                                  f"{parts.cfg.name}: learning curves", sft_curve)
+    except Exception:  # a plotting failure must not cost the run its report
+        log.exception("learning curves could not be drawn to %s", log_path.parent / PNG_NAME)
+        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,9 +31,10 @@ class TrainerStatusPoller:
     """Every `interval_s`: GetStatus -> gauges, a 'trainer' run-log record when the step moves; `done` when DONE."""
 
     def __init__(self, target: str, runlog: RunLog | None, auth: AuthConfig | None = None,
-                 interval_s: float = 2.0) -> None:
+                 interval_s: float = 2.0, rollouts: Callable[[], Mapping[str, float]] | None = None) -> None:
         self.target = target
         self._runlog = runlog
+        self._rollouts = rollouts  # cumulative training-episode tallies, written with each trainer record
         self._auth = auth or AuthConfig()
         self.interval_s = interval_s
         self.last: pb.TrainerStatus | None = None
@@ -68,8 +69,9 @@ class TrainerStatusPoller:
         self.last_quarantined = st.quarantined_groups
         m.TRAINER_QUARANTINED_GROUPS.set(st.quarantined_groups)
         if moved and self._runlog is not None:
+            extra = {"rollouts": dict(self._rollouts())} if self._rollouts is not None else {}
             self._runlog.write("trainer", step=st.step, stage=pb.TrainerStage.Name(st.stage), version=st.policy_version,
-                               buffered=st.buffered_trajectories, metrics=self.last_metrics)
+                               buffered=st.buffered_trajectories, metrics=self.last_metrics, **extra)
         if st.stage == pb.TRAINER_STAGE_DONE:
             self.done.set()
 

@@ -78,9 +78,13 @@ def trainer_points(steps: Sequence[StepRecord], records: Iterable[Mapping[str, A
     return sorted(last.items())
 
 
-def trainer_charts(points: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Chart]:
+ChartTable = Sequence[tuple[str, str, tuple[tuple[str, ...], ...]]]
+
+
+def trainer_charts(points: Sequence[tuple[int, Mapping[str, Any]]], table: ChartTable = TRAINER_CHARTS) -> list[Chart]:
+    """One chart per table entry: a series per alias list whose first present name a step metric has."""
     charts = []
-    for key, title, aliases in TRAINER_CHARTS:
+    for key, title, aliases in table:
         series = []
         for names in aliases:
             name = next((n for n in names if any(n in m for _, m in points)), None)
@@ -173,7 +177,8 @@ def eval_rows(jobs: Sequence[tuple[JobRow, list[tuple[AttemptOutcome, float]]]])
     return out
 
 
-LABEL_NAMES = {"before": "base", "warm": "warm start", "warm_start": "warm start", "after": "RL"}
+LABEL_NAMES = {"before": "base", "base": "base", "warm": "warm start", "warm_start": "warm start", "after": "RL",
+               "rl": "RL"}
 
 
 def comparison(rows: Sequence[EvalRow]) -> tuple[list[str], list[tuple[str, list[EvalRow | None]]]]:

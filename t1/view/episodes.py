@@ -8,17 +8,16 @@ episode's page is opened.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 
+from t1.coordinator.eval_stats import task_family
 from t1.trajectory.types import EpisodeStatus, Trajectory
 from t1.view.sources import Locator
 
-_SYNTH_ID = re.compile(r"^(?P<family>.+)-(?:train|eval|test|heldout)-\d+$")
 PAGE_SIZE = 50
 
 
@@ -26,12 +25,6 @@ class Source(StrEnum):
     TRAIN = "train"  # a training rollout (spool or trainer buffer)
     DEMO = "demo"    # an oracle demonstration for the warm start
     EVAL = "eval"    # an eval job's attempt (summary row; no tokens are kept for evals)
-
-
-def task_family(task_id: str) -> str:
-    """The task family: the synthetic corpus names tasks <family>-<split>-<n>; other ids are their own family."""
-    m = _SYNTH_ID.match(task_id)
-    return m.group("family") if m else task_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from t1.coordinator.eval_stats import task_family
 from t1.coordinator.results import AttemptOutcome
 from t1.trainer.buffer import StepRecord
 from t1.trajectory.serialization import CodecError, decode_trajectory
 from t1.view import sources as src
-from t1.view.episodes import EpisodeRow, Source, summarize, task_family
+from t1.view.episodes import EpisodeRow, Source, summarize
 from t1.view.sources import JobRow, Locator
 
 log = logging.getLogger(__name__)
@@ -89,10 +90,10 @@ class RunIndex:
         records, self._cur.run_log = src.read_jsonl_from(self.paths.run_dir / src.RUN_LOG, self._cur.run_log)
         self.records.extend(records)
         if self.paths.trainer_dir is None:
-            # <work_dir>/weights/v<N> in a weights record: the trainer's buffer lives in <work_dir>; else the
-            # default layout (.t1/run beside .t1/trainer)
+            # <work_dir>/weights/v<N> in a weights record: the trainer's buffer lives in <work_dir>; else a
+            # numbered run's own (<run_dir>/trainer), or the fixed layout (.t1/run beside .t1/trainer)
             found = [Path(r["path"]).parent.parent for r in records if r.get("event") == "weights" and r.get("path")]
-            for candidate in [*found, self.paths.run_dir.parent / "trainer"]:
+            for candidate in [*found, self.paths.run_dir / "trainer", self.paths.run_dir.parent / "trainer"]:
                 if (candidate / src.BUFFER_DB).is_file():
                     self.paths = replace(self.paths, trainer_dir=candidate)
                     break

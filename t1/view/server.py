@@ -24,6 +24,7 @@ from starlette.routing import Route
 from t1.view import curves
 from t1.view.episodes import EpisodeQuery, EpisodeRow, SortKey, group_advantages, page_of, sort_rows
 from t1.view.index import RunIndex
+from t1.view.learning_png import PNG_NAME
 from t1.view.sources import read_locator
 from t1.view.tokens import TokenRole, cells_html, token_cells
 from t1.view.transcripts import read_transcript
@@ -66,7 +67,8 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
         return page("run.html", charts=charts, charts_json=[c.as_json() for c in charts], evals=evals,
                     labels=labels, label_names=curves.LABEL_NAMES, compare=compare, timeline=timeline,
                     total_s=total_s, name=start.get("name", ""), num_episodes=len(index.episodes),
-                    num_steps=len(index.steps), records=len(index.records))
+                    num_steps=len(index.steps), records=len(index.records),
+                    has_png=(index.paths.run_dir / PNG_NAME).is_file())
 
     def episodes_page(request: Request) -> Response:
         index.refresh()
@@ -137,8 +139,15 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
             return PlainTextResponse(f"no asset {name!r}", status_code=404)
         return Response((resources.files("t1.view") / "assets" / name).read_bytes(), media_type=_ASSETS[name])
 
+    def learning_png(request: Request) -> Response:
+        path = index.paths.run_dir / PNG_NAME
+        if not path.is_file():
+            return PlainTextResponse(f"{path} is not written yet: the run draws it at its end", status_code=404)
+        return Response(path.read_bytes(), media_type="image/png")
+
     return Starlette(routes=[
         Route("/", run_page),
+        Route(f"/{PNG_NAME}", learning_png),
         Route("/episodes", episodes_page),
         Route("/episodes/{episode_id:path}", episode_page),
         Route("/groups/{group_id:path}", group_page),

@@ -58,7 +58,7 @@ def test_local_run_end_to_end_small(smoke_run: SmokeRun) -> None:
     assert versions and set(versions) <= {0, *loaded}
     assert (root / "run" / "demos.msgpack").stat().st_size > 0, "oracle demonstrations for SFT"
     assert (root / "tasks" / "train").is_dir() and (root / "tasks" / "heldout").is_dir()
-    assert "held-out resolve rate" in log and "t1_train_infer_logprob_abs_diff" in log
+    assert "held-out solve rate" in log and "t1_train_infer_logprob_abs_diff" in log
     assert events[-1]["event"] == "stop"
     transcripts = list((root / "run" / "transcripts" / "train").rglob("*.md"))
     assert transcripts, "readable per-episode transcripts"

@@ -1,4 +1,5 @@
-"""The console progress view: live bars on a terminal (with log records printed above them), log lines otherwise."""
+"""The console progress view: live bars on a terminal (with log records printed above them), plain lines otherwise:
+stage changes, trainer step of N, episodes, solve rate so far and an ETA."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from t1.coordinator.progress import EvalProgress, ProgressView, status_line
+from t1.coordinator.progress import EvalProgress, ProgressView, eta_s, format_eta, progress_line
 from t1.rpc.loop import cancel_and_wait
 from t1.v1 import coordinator_pb2 as pb
 
@@ -20,10 +21,17 @@ def _status() -> pb.RunStatus:
                         turns_per_second=1.5, spool_pending=4)
 
 
-def test_status_line_names_the_numbers() -> None:
-    line = status_line(_status(), 5)
-    assert "training" in line and "step 2/5" in line and "v2" in line and "7 done / 3 running" in line
-    assert "spool 4" in line
+def test_progress_line_names_stage_step_episodes_solve_rate_and_eta() -> None:
+    line = progress_line(_status(), 5, {"episodes": 8, "resolved": 2}, None, 125.0)
+    assert line == "training: trainer step 2/5, 7 episodes (3 running), training solve rate 0.25 of 8, ETA 2m05s"
+    ev = progress_line(_status(), 5, {}, EvalProgress("eval rl", 40, 200, 10, 38), None)
+    assert ev == "training: eval rl 40/200 attempts, solve rate 0.26 of 38 so far, ETA -"
+    assert "solve rate -" in progress_line(_status(), 5, {}, None, None)
+
+
+def test_eta_is_the_pace_so_far() -> None:
+    assert eta_s(2, 8, 60.0) == 180.0 and eta_s(0, 8, 60.0) is None and eta_s(8, 8, 60.0) == 0.0
+    assert format_eta(3725.0) == "ETA 1h02m" and format_eta(59.6) == "ETA 1m00s"
 
 
 async def test_terminal_shows_bars_and_logs_above_them() -> None:
@@ -49,11 +57,28 @@ async def test_terminal_shows_bars_and_logs_above_them() -> None:
     assert "a log record during progress" in out
 
 
-async def test_not_a_terminal_logs_progress_lines(caplog: pytest.LogCaptureFixture) -> None:
+async def test_not_a_terminal_prints_plain_stage_and_progress_lines(caplog: pytest.LogCaptureFixture) -> None:
     console = Console(file=io.StringIO(), force_terminal=False)
-    view = ProgressView(_status, lambda: None, total_steps=5, log_every_s=0.05, console=console)
-    with caplog.at_level(logging.INFO, logger="t1.coordinator.progress"):
+    stage = ["warm-start-demos"]
+    ev: list[EvalProgress | None] = [None]
+
+    def status() -> pb.RunStatus:
+        st = _status()
+        st.stage = stage[0]
+        return st
+
+    view = ProgressView(status, lambda: ev[0], total_steps=5, training=lambda: {"episodes": 4, "resolved": 1},
+                        every_s=0.02, line_every_s=0.05, console=console)
+    with caplog.at_level(logging.INFO, logger="t1.console"):
         task = asyncio.create_task(view.run())
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.15)
+        stage[0], ev[0] = "eval-after", EvalProgress("eval rl", 3, 10, 1, 3)
+        await asyncio.sleep(0.15)
         await cancel_and_wait(task)
-    assert any("progress: training: trainer step 2/5" in r.getMessage() for r in caplog.records)
+    lines = [r.getMessage() for r in caplog.records if r.name == "t1.console"]
+    assert lines[0] == "t1: stage warm-start-demos"
+    assert "t1: stage eval-after (eval rl, 10 attempts)" in lines
+    assert any(line.startswith("t1: warm-start-demos: trainer step 2/5, 7 episodes") and
+               "training solve rate 0.25 of 4" in line for line in lines)
+    assert any(line.startswith("t1: eval-after: eval rl 3/10 attempts, solve rate 0.33 of 3 so far") for line in lines)
+    assert not any("\x1b" in line for line in lines) and console.file.getvalue() == "", "plain records, no bars"

@@ -1,0 +1,90 @@
+"""The statistics of an eval's report: solve rate with a 95% Wilson score interval, per task family.
+
+Pure functions over finished attempts (`AttemptOutcome`). Infra errors are counted apart and
+excluded from every rate and mean: an attempt the machine broke says nothing about the policy.
+The interval is the Wilson score interval over scored attempts (not the normal approximation:
+it stays inside [0, 1] and is honest at 0 and at n successes, where a small eval often sits).
+Attempts of one task are treated as independent draws, as pass@1 does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from t1.coordinator.results import AttemptOutcome
+
+Z95 = 1.959963984540054  # the two-sided 95% quantile of the standard normal
+CI_METHOD = "wilson"
+_SYNTH_ID = re.compile(r"^(?P<family>.+)-(?:train|eval|test|heldout|val|valid)-\d+$")
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion; (0.0, 1.0) when n is 0 (nothing is known)."""
+    if not 0 <= successes <= n:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= n, got successes={successes}, n={n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # at p = 0 or 1 the bound is exact in theory; keep float rounding from leaving [0, 1] or the point
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
+
+
+def task_family(task_id: str) -> str:
+    """The family of a task id: the synthetic corpora name tasks <family>-<split>-<n>; other ids are their own."""
+    m = _SYNTH_ID.match(task_id)
+    return m.group("family") if m else task_id
+
+
+@dataclass(frozen=True, slots=True)
+class RateSummary:
+    """What one row of the report says about a set of attempts."""
+
+    solve_rate: float
+    ci95: tuple[float, float]
+    attempts: int        # scored attempts (infra errors excluded)
+    resolved: int
+    mean_reward: float
+    infra_errors: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"resolve_rate": self.solve_rate, "ci95": list(self.ci95), "attempts": self.attempts,
+                "resolved": self.resolved, "mean_reward": self.mean_reward, "infra_errors": self.infra_errors}
+
+
+def rate_summary(outcomes: Iterable[AttemptOutcome]) -> RateSummary:
+    """Solve rate, its Wilson 95% interval and mean reward over scored attempts; infra errors counted apart."""
+    scored, resolved, reward_sum, infra = 0, 0, 0.0, 0
+    for o in outcomes:
+        if o.is_infra_error:
+            infra += 1
+            continue
+        scored += 1
+        resolved += o.resolved
+        reward_sum += o.reward
+    rate = resolved / scored if scored else 0.0
+    return RateSummary(rate, wilson_interval(resolved, scored), scored, resolved,
+                       reward_sum / scored if scored else 0.0, infra)
+
+
+def by_family(outcomes: Iterable[AttemptOutcome], family_of: Callable[[str], str]) -> dict[str, RateSummary]:
+    """One summary per task family, families sorted by name."""
+    groups: dict[str, list[AttemptOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault(family_of(o.task_id), []).append(o)
+    return {name: rate_summary(groups[name]) for name in sorted(groups)}
+
+
+def family_lookup(families: Mapping[str, str]) -> Callable[[str], str]:
+    """task id -> family: the task's own metadata where it names one, else the id's synthetic pattern."""
+    return lambda task_id: families.get(task_id) or task_family(task_id)
+
+
+def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
