@@ -30,13 +30,11 @@ import numpy as np
 from t1.agent.compaction import compact_messages
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
+from t1.agent.policy_call import call_policy, is_text_level
 from t1.agent.transcript import Transcript
 from t1.config.rollout import RolloutConfig
 from t1.config.tasks import RewardConfig
 from t1.inference.types import (
-    ChatGenerateFn,
-    ChatReply,
-    ChatRequest,
     GenerateFn,
     GenerateRequest,
     GenerateResult,
@@ -400,21 +398,7 @@ class Episode:
     @property
     def text_level(self) -> bool:
         """The policy answers with text (a chat endpoint): the episode's ids are T1's tokenization of it."""
-        return isinstance(self._generate, ChatGenerateFn) and self._generate.text_level
-
-    def _text_result(self, reply: ChatReply) -> GenerateResult:
-        """A chat reply as a turn of the buffer: T1's tokens of the server's text, closed, no logprobs."""
-        ids = np.asarray([*self._renderer.encode(reply.text), *self._renderer.end_of_turn_ids], np.int32)
-        return GenerateResult(ids, np.full(len(ids), np.nan, np.float32), reply.finish_reason, 0,
-                              np.zeros(len(ids), np.int32), None)
-
-    async def _call_policy(self, req: GenerateRequest) -> tuple[GenerateResult, str | None]:
-        if not self.text_level:
-            return await self._generate(req), None
-        assert isinstance(self._generate, ChatGenerateFn)
-        reply = await self._generate.chat(ChatRequest(self.session_id, tuple(self.buf.messages), self.spec.fmt.tools,
-                                                      req.sampling))
-        return self._text_result(reply), reply.text
+        return is_text_level(self._generate)
 
     async def _generate_turn(self, deadline: float) -> tuple[GenerateResult, str | None]:
         """One generation (and the server's text when it answers with text); failures are retried (the pool
@@ -433,7 +417,8 @@ class Episode:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation")
             try:
                 async with asyncio.timeout(remaining):
-                    return await self._call_policy(req)
+                    return await call_policy(self._generate, req, self.buf.messages, self.spec.fmt.tools,
+                                             self._renderer)
             except TimeoutError:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation") from None
             except (ValueError, TypeError):
