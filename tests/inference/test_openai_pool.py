@@ -243,3 +243,31 @@ def test_config_refuses_training_on_text_or_frozen_endpoints_and_mixed_pools() -
     with pytest.raises(ValidationError, match="either T1's gRPC servers or OpenAI"):
         InferencePoolConfig.model_validate({"endpoints": ["127.0.0.1:1"],
                                             "openai": [{"base_url": "http://h/v1", "model": "m"}]})
+
+
+async def test_the_router_serves_training_and_eval_episodes_from_openai_pools(renderers, tiny_model_dir,
+                                                                             tmp_path) -> None:
+    from t1.agent.formats import get_format
+    from t1.coordinator.evals import EvalAttempt
+    from t1.coordinator.generate_router import GenerateRouter
+    from t1.tasks.dataset import load_task
+
+    (tmp_path / "t" / "tests").mkdir(parents=True)
+    (tmp_path / "t" / "task.toml").write_text('[task]\nname = "t"\n')
+    (tmp_path / "t" / "instruction.md").write_text("x\n")
+    (tmp_path / "t" / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    task = load_task(tmp_path / "t")
+
+    run_ep = {"base_url": "http://127.0.0.1:9/v1", "model": "m", "weight_updates": "vllm_dev"}
+    cfg = load_config(None, [f"inference.model.path={tiny_model_dir}", f"inference.pool.openai=[{run_ep}]"])
+    router = GenerateRouter(cfg, renderers)
+    job_ep = OpenAIEndpointConfig(base_url="http://127.0.0.1:10/v1", model="hosted", api="chat")
+    try:
+        run_pool = router(None, task, get_format("tool_calls"))
+        job_pool = router(EvalAttempt("j", task, 0, openai=job_ep), task, get_format("terminus2"))
+        again = router(EvalAttempt("j", task, 1, openai=job_ep), task, get_format("terminus2"))
+        assert isinstance(run_pool, OpenAIPool) and not run_pool.text_level and router.num_healthy_servers() == 1
+        assert isinstance(job_pool, OpenAIPool) and job_pool.text_level and job_pool is again
+        assert job_pool.endpoints == ["http://127.0.0.1:10/v1"]
+    finally:
+        await router.close()
