@@ -200,8 +200,10 @@ class OpenAIPool:
         ep.outstanding += 1
         try:
             async with ep.slots:
-                reply = await ep.client.post(path, json=body)
-        except httpx.TimeoutException as exc:
+                # httpx bounds each read; this bounds the whole request (connecting, sending, the reply).
+                async with asyncio.timeout(ep.cfg.connect_timeout_s + ep.cfg.request_timeout_s):
+                    reply = await ep.client.post(path, json=body)
+        except (httpx.TimeoutException, TimeoutError) as exc:
             raise _Retryable(f"timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
