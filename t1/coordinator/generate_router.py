@@ -50,6 +50,13 @@ class GenerateRouter:
         return OpenAIPool.from_model(self.cfg.inference.pool, self.cfg.inference.model.path, endpoints,
                                      registry=REGISTRY if registry else None)
 
+    async def check_trainable(self) -> None:
+        """Training over OpenAI-compatible endpoints: refuse, before any episode, one that returns no token ids."""
+        from t1.inference.openai_pool import OpenAIPool
+
+        if isinstance(self.pool, OpenAIPool):
+            await self.pool.check_token_ids()
+
     def num_healthy_servers(self) -> int:
         """Healthy replicas of the run's pool (0 before it is connected)."""
         return len(self.pool.healthy_endpoints) if self.pool is not None else 0

@@ -53,7 +53,13 @@ from t1.inference.openai_wire import (
 from t1.inference.pool import InferenceUnavailable, PoolMetrics, WeightsUpdate
 from t1.inference.routing_capture import MoeShape
 from t1.inference.sessions import common_prefix_len
-from t1.inference.types import ChatReply, ChatRequest, GenerateRequest, GenerateResult
+from t1.inference.types import (
+    ChatReply,
+    ChatRequest,
+    GenerateRequest,
+    GenerateResult,
+    SamplingParams,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -299,6 +305,20 @@ class OpenAIPool:
                 self._known.popitem(last=False)
         self._observe(result, time.perf_counter() - t0)
         return result
+
+    async def check_token_ids(self) -> None:
+        """Before training: one 1-token completion per endpoint; EndpointRefused names an endpoint that returns
+        no token ids (or refuses the request). An endpoint that cannot be reached now is left to its retries."""
+        probe = GenerateRequest("", np.zeros(1, np.int32), SamplingParams(max_tokens=1))
+        for ep in self._eps:
+            try:
+                reply = await self.post(ep, "/completions", completion_body(ep.cfg.model, probe, 0))
+                parse_completion(reply, 1, ep.version, self._vocab, None, 0)
+            except NoTokenIds as exc:
+                raise EndpointRefused(f"{ep.cfg.base_url}: training refused: {exc}") from None
+            except (_Retryable, MalformedReply) as exc:
+                log.warning("%s: token-id check skipped (%s); its replies are checked as they come", ep.cfg.base_url,
+                            exc)
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await self(request)

@@ -271,3 +271,16 @@ async def test_the_router_serves_training_and_eval_episodes_from_openai_pools(re
         assert job_pool.endpoints == ["http://127.0.0.1:10/v1"]
     finally:
         await router.close()
+
+
+async def test_training_is_refused_up_front_by_a_server_without_token_ids() -> None:
+    good, bad = StandIn(sampler=lambda p: [1]), StandIn(sampler=lambda p: [1], faults=["text_only"])
+    async with serve(good) as url_good, serve(bad) as url_bad:
+        pool = OpenAIPool(pool_cfg(url_good, url_bad), vocab_size=100)
+        try:
+            with pytest.raises(EndpointRefused, match=f"{url_bad}: training refused.*no sampled token ids"):
+                await pool.check_token_ids()
+            await pool.check_token_ids()  # the second server now returns ids (its one fault is spent)
+        finally:
+            await pool.close()
+    assert good.bodies[0][1]["max_tokens"] == 1
