@@ -1,15 +1,22 @@
-"""Fixtures shared by every plane's tests."""
+"""Fixtures shared by every plane's tests: the tiny model, its tokenizer and renderers, a local sandbox
+provider, the smoke run."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from smoke_run import SmokeRun, run_smoke
+
+if TYPE_CHECKING:  # imported in the fixtures: the vLLM test environment lacks some of their dependencies
+    from t1.agent.formats import FormatName
+    from t1.sandbox.local import LocalProvider
+    from t1.tito import ChatRenderer
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -35,3 +42,37 @@ def smoke_run(tiny_model_dir: Path) -> Iterator[SmokeRun]:
         yield run_smoke(root, tiny_model_dir)
     finally:  # also when the run itself failed or timed out
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="session")
+def renderers(tokenizer) -> dict[FormatName, ChatRenderer]:
+    from t1.agent.formats import FormatName, get_format
+    from t1.tito import ChatRenderer
+
+    return {name: ChatRenderer(tokenizer, end_of_turn="<|im_end|>", tools=get_format(name).tools)
+            for name in FormatName}
+
+
+@pytest.fixture()
+def sandbox_root() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="t1-agent-test-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture()
+async def provider(sandbox_root: Path) -> AsyncIterator[LocalProvider]:
+    from t1.config.sandbox import LocalProviderConfig, ShellConfig
+    from t1.sandbox.local import LocalProvider
+
+    p = LocalProvider(LocalProviderConfig(root=sandbox_root / "trees"), ShellConfig(output_cap_bytes=4096))
+    yield p
+    await p.close()

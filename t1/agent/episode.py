@@ -30,6 +30,7 @@ import numpy as np
 from t1.agent.compaction import compact_messages
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
+from t1.agent.policy_call import call_policy, is_text_level
 from t1.agent.transcript import Transcript
 from t1.config.rollout import RolloutConfig
 from t1.config.tasks import RewardConfig
@@ -162,6 +163,7 @@ class EpisodeResult:
     drift_tokens: int = 0          # loss-region ids that differ from the sampler's own record (must be 0)
     retokenize_changed: int = 0    # sampled ids a decode-then-re-tokenize pipeline would change
     retokenize_total: int = 0
+    text_level: bool = False       # the policy answered with text (a chat endpoint): no exact tokens
 
     @property
     def status(self) -> EpisodeStatus:
@@ -243,6 +245,8 @@ class Episode:
         deadline = t0 + task.agent_timeout_sec * spec.limits.timeout_multiplier
         self.tx.header(task.id, spec.episode_id, spec.fmt.name.value, task.phases()[0].instruction,
                        len(self.buf.prompt_ids()))
+        if self.text_level:
+            self.tx.note("text-level: the endpoint answers with text; the ids here are T1's tokenization of it")
         status, why, report = EpisodeStatus.OK, "", VerifierReport()
         m.ACTIVE_EPISODES.inc()
         try:
@@ -333,12 +337,13 @@ class Episode:
                 self._pending_obs = []
             self._fit_context()
             t_gen = time.monotonic()
-            result = await self._generate_turn(deadline)
+            result, server_text = await self._generate_turn(deadline)
             self._generate_latency.observe(time.monotonic() - t_gen)
             await pace(limits.steps_per_loop_tick)  # decode, parse, the commands' start
             ids = result.token_ids.tolist()
             eot = self._renderer.end_of_turn_ids
-            text = self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
+            text = server_text if server_text is not None else \
+                self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
             self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
                                   np.array(result.token_ids, np.int64)))
             # The buffer's default message is this same decoded text: handing it over saves a second decode.
@@ -391,8 +396,14 @@ class Episode:
         if need > limits.max_context_tokens:
             raise _End(EpisodeStatus.CONTEXT_LIMIT, f"context {need} tokens > {limits.max_context_tokens}")
 
-    async def _generate_turn(self, deadline: float) -> GenerateResult:
-        """One generation; failures are retried (the pool moves the session to a healthy replica)."""
+    @property
+    def text_level(self) -> bool:
+        """The policy answers with text (a chat endpoint): the episode's ids are T1's tokenization of it."""
+        return is_text_level(self._generate)
+
+    async def _generate_turn(self, deadline: float) -> tuple[GenerateResult, str | None]:
+        """One generation (and the server's text when it answers with text); failures are retried (the pool
+        moves the session to a healthy replica)."""
         prompt = self.buf.prompt_ids()
         budget = self.spec.limits.max_context_tokens - len(prompt)
         sampling = self.spec.sampling
@@ -407,7 +418,8 @@ class Episode:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation")
             try:
                 async with asyncio.timeout(remaining):
-                    return await self._generate(req)
+                    return await call_policy(self._generate, req, self.buf.messages, self.spec.fmt.tools,
+                                             self._renderer)
             except TimeoutError:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation") from None
             except (ValueError, TypeError):
@@ -462,7 +474,7 @@ class Episode:
         failure = why or ("" if report.failure_mode is FailureMode.NONE else report.failure_mode.value)
         self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
         return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
-                             total)
+                             total, self.text_level)
 
     def _process_rewards(self, every_k: int, final_passed: int) -> dict[int, float]:
         """Each checkpoint turn's change in passing verifiers; the last turn's checkpoint is the final verifier

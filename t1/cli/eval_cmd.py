@@ -38,7 +38,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--agent-format", choices=sorted(_FORMATS), help="Agent action format.")
     submit.add_argument("--timeout-multiplier", type=float, default=0.0, help="Scale every task timeout.")
     submit.add_argument("--model-version", type=int, default=0, help="Weight version (0: current).")
-    submit.add_argument("--endpoint", dest="endpoints", action="append", default=[], help="Inference host:port.")
+    submit.add_argument("--endpoint", dest="endpoints", action="append", default=[],
+                        help="Inference host:port (repeatable), or the URL of one OpenAI-compatible server "
+                             "(http[s]://HOST/v1, with --model).")
+    submit.add_argument("--model", default="", help="With an endpoint URL: the served model's name.")
+    submit.add_argument("--api", choices=("chat", "completions"), default="chat",
+                        help="With an endpoint URL: chat (text-level) or completions (token ids).")
+    submit.add_argument("--api-key-env", default="", metavar="VAR",
+                        help="With an endpoint URL: the coordinator's environment variable holding the API key.")
+    submit.add_argument("--tool-calls", action="store_true",
+                        help="With an endpoint URL: the server takes tools (the tool_calls format).")
     submit.add_argument("--wait", action="store_true", help="Watch the job to its end and print the report.")
     watch = add("watch", "Follow a job with a live progress bar until it ends.", _watch)
     watch.add_argument("job_id", metavar="JOB")
@@ -65,12 +74,30 @@ def _rpc_failed(err: grpc.RpcError) -> int:
     return 1
 
 
+def _openai_endpoint(args: argparse.Namespace) -> pb.OpenAIEndpoint | None:
+    """The endpoint of `--endpoint URL --model NAME`; None for host:port endpoints. Exits on a bad mix."""
+    urls = [e for e in args.endpoints if e.startswith(("http://", "https://"))]
+    if not urls:
+        if args.model:
+            sys.exit("error: --model goes with an OpenAI-compatible --endpoint URL (http[s]://HOST/v1)")
+        return None
+    if len(args.endpoints) != 1:
+        sys.exit("error: give one --endpoint URL, or host:port endpoints, not several URLs or a mix")
+    if not args.model:
+        sys.exit(f"error: --endpoint {urls[0]} needs --model NAME (the served model's name)")
+    return pb.OpenAIEndpoint(base_url=urls[0], model=args.model, api=args.api, api_key_env=args.api_key_env,
+                             tool_calls=args.tool_calls)
+
+
 def _submit(args: argparse.Namespace) -> int:
+    openai = _openai_endpoint(args)
     stub, opts, channel = _client(args)
     req = pb.SubmitEvalRequest(tasks=args.tasks, attempts=args.attempts, concurrency=args.concurrency, name=args.name,
                                task_ids=args.task_ids, timeout_multiplier=args.timeout_multiplier,
-                               model_version=args.model_version, inference_endpoints=args.endpoints,
-                               agent_format=_FORMATS.get(args.agent_format or "", pb.AGENT_FORMAT_UNSPECIFIED))
+                               model_version=args.model_version,
+                               inference_endpoints=[] if openai is not None else args.endpoints,
+                               agent_format=_FORMATS.get(args.agent_format or "", pb.AGENT_FORMAT_UNSPECIFIED),
+                               openai_endpoint=openai)
     with channel:
         try:
             job = stub.SubmitEval(req, **opts.kw())

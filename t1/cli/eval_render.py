@@ -39,6 +39,10 @@ def summary_lines(job: pb.EvalJob) -> list[str]:
     ]
     if s.pass_at_k:
         lines.append("  ".join(f"pass@{k} {v:.3f}" for k, v in sorted(s.pass_at_k.items())))
+    if job.request.HasField("openai_endpoint"):
+        ep = job.request.openai_endpoint
+        level = "text-level (no exact tokens)" if (ep.api or "chat") == "chat" else "token-level"
+        lines.append(f"endpoint {ep.base_url} model {ep.model}: {level}")
     if job.error:
         lines.append(f"error: {job.error}")
     return lines

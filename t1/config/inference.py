@@ -6,7 +6,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from t1.config.base import Section
 from t1.config.service import ServerConfig
@@ -52,6 +52,37 @@ class InferenceServerConfig(Section):
     )
 
 
+class OpenAIEndpointConfig(Section):
+    """One OpenAI-compatible server (vLLM's or SGLang's `serve`, a hosted API) beside T1's own gRPC servers."""
+
+    base_url: str = Field(..., description="Root of the API, e.g. http://127.0.0.1:8000/v1 (http or https).")
+    model: str = Field(..., min_length=1, description="The served model's name (each request's `model`).")
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="completions: token ids in, sampled ids and logprobs out (TITO, training); "
+                                   "chat: messages in, text out (eval only, results are text-level).")
+    api_key_env: str = Field("", description="Environment variable holding the API key (a Bearer token); empty: none.")
+    max_concurrency: int = Field(64, ge=1, description="Most requests in flight on this endpoint.")
+    connect_timeout_s: float = Field(10.0, gt=0, description="Deadline of opening a connection.")
+    request_timeout_s: float = Field(300.0, gt=0, description="Deadline of one request (reading the whole reply).")
+    max_retry_after_s: float = Field(
+        60.0, ge=0, description="Longest wait a 429's retry-after may ask before the next attempt.")
+    tool_calls: bool = Field(False, description="chat: send the format's tools and read the reply's tool_calls "
+                                                "(vLLM: --enable-auto-tool-choice with a tool-call parser).")
+    weight_updates: Literal["none", "vllm_dev"] = Field(
+        "none", description="How new weights reach it: vllm_dev reloads a weights folder through vLLM's dev-mode "
+                            "endpoints (VLLM_SERVER_DEV_MODE=1); none: training against it is refused.")
+    t1_worker_extension: bool = Field(
+        True, description="vllm_dev: the server runs --worker-extension-cls t1.inference.vllm_worker.T1WorkerExtension "
+                          "and is asked to refresh its CPU MoE kernels after a reload.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+
 class InferencePoolConfig(Section):
     """The client side: endpoints, retries and deadlines."""
 
@@ -73,6 +104,16 @@ class InferencePoolConfig(Section):
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "
                                       "follow: the servers follow the trainer (inference.server.follow_trainer) and "
                                       "the coordinator waits until they serve it (several coordinators).")
+    openai: list[OpenAIEndpointConfig] = Field(
+        default_factory=list, description="OpenAI-compatible endpoints instead of T1's gRPC servers (see docs/endpoints.md).")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> InferencePoolConfig:
+        if self.openai and self.endpoints:
+            raise ValueError("endpoints and openai: a pool is either T1's gRPC servers or OpenAI-compatible ones")
+        if len({e.api for e in self.openai}) > 1:
+            raise ValueError("openai: every endpoint of a pool uses the same api (completions or chat)")
+        return self
 
 
 class InferenceConfig(Section):

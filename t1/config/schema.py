@@ -43,3 +43,17 @@ class T1Config(Section):
                 "(the trainer's importance ratio uses the temperature-only distribution)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _trainable_endpoints(self) -> T1Config:
+        if not self.coordinator.train:
+            return self
+        for i, ep in enumerate(self.inference.pool.openai):
+            where = f"inference.pool.openai[{i}]"
+            if ep.api != "completions":
+                raise ValueError(f"{where}.api: {ep.api!r} is text-level (no exact token ids); training needs "
+                                 "'completions' on a server that returns token ids, or coordinator.train: false")
+            if ep.weight_updates == "none":
+                raise ValueError(f"{where}.weight_updates: 'none' cannot load new weights; training needs "
+                                 "'vllm_dev' (a vLLM server with VLLM_SERVER_DEV_MODE=1), or coordinator.train: false")
+        return self

@@ -7,8 +7,12 @@ task folder or writes a row, so an oversized request costs nothing but its parse
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
+from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
 from t1.rpc.errors import RequestError
 from t1.tasks.spec import TaskSpec
@@ -52,6 +56,42 @@ def check_submit(req: pb.SubmitEvalRequest, limits: RequestLimits) -> None:
         raise RequestError(f"model_version: must be >= 0, got {req.model_version}")
     if req.agent_format not in AGENT_FORMATS:
         raise RequestError(f"agent_format: unknown value {req.agent_format}")
+    if req.HasField("openai_endpoint"):
+        ep = req.openai_endpoint
+        for name in ("base_url", "model", "api", "api_key_env"):
+            check_text(f"openai_endpoint.{name}", getattr(ep, name), limits.max_path_chars)
+        endpoint = openai_endpoint(req)
+        assert endpoint is not None
+        if endpoint.api_key_env and not os.environ.get(endpoint.api_key_env):
+            raise RequestError(f"openai_endpoint.api_key_env: {endpoint.api_key_env} is not set in the "
+                               "coordinator's environment")
+        agent_format_of(req, endpoint)
+
+
+def openai_endpoint(req: pb.SubmitEvalRequest) -> OpenAIEndpointConfig | None:
+    """The job's OpenAI-compatible endpoint as a config section (api defaults to chat); None without one."""
+    if not req.HasField("openai_endpoint"):
+        return None
+    if req.inference_endpoints:
+        raise RequestError("openai_endpoint: give it or inference_endpoints, not both")
+    ep = req.openai_endpoint
+    try:
+        return OpenAIEndpointConfig.model_validate({"base_url": ep.base_url, "model": ep.model, "api": ep.api or "chat",
+                                                    "api_key_env": ep.api_key_env, "tool_calls": ep.tool_calls})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise RequestError(f"openai_endpoint.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+
+
+def agent_format_of(req: pb.SubmitEvalRequest, endpoint: OpenAIEndpointConfig | None) -> str:
+    """The job's agent format ("" for the config's default); a chat endpoint without tools gets Terminus-2."""
+    fmt = AGENT_FORMATS[req.agent_format]
+    if endpoint is None or endpoint.api != "chat" or endpoint.tool_calls:
+        return fmt
+    if fmt == "tool_calls":
+        raise RequestError("agent_format: tool_calls over a chat endpoint needs openai_endpoint.tool_calls "
+                           "(a server that takes tools); use terminus2")
+    return "terminus2"
 
 
 def check_tasks(tasks: Sequence[TaskSpec], limits: RequestLimits) -> None:

@@ -23,8 +23,15 @@ from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
+from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
-from t1.coordinator.eval_request import AGENT_FORMATS, check_job_size, check_submit, check_tasks
+from t1.coordinator.eval_request import (
+    agent_format_of,
+    check_job_size,
+    check_submit,
+    check_tasks,
+    openai_endpoint,
+)
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
 from t1.coordinator.tallies import summary_of
@@ -47,6 +54,7 @@ class EvalAttempt:
     timeout_multiplier: float = 1.0
     inference_endpoints: tuple[str, ...] = ()
     model_version: int = 0
+    openai: OpenAIEndpointConfig | None = None  # an OpenAI-compatible server instead of the endpoints
 
 
 class AttemptRunner(Protocol):
@@ -264,12 +272,13 @@ class EvalJobs:
     def _todo(self, live: _Live, req: pb.SubmitEvalRequest, done: set[tuple[str, int]]) -> Iterator[EvalAttempt]:
         """The job's unfinished attempts, made one at a time as workers ask for them."""
         r = live.record
+        endpoint = openai_endpoint(req)
+        fmt = agent_format_of(req, endpoint)
         for tid in r.task_ids:
             for a in range(r.attempts_per_task):
                 if (tid, a) not in done:
-                    yield EvalAttempt(r.job_id, live.tasks[tid], a, AGENT_FORMATS[req.agent_format],
-                                      req.timeout_multiplier or 1.0, tuple(req.inference_endpoints),
-                                      req.model_version)
+                    yield EvalAttempt(r.job_id, live.tasks[tid], a, fmt, req.timeout_multiplier or 1.0,
+                                      tuple(req.inference_endpoints), req.model_version, endpoint)
 
     async def _worker(self, live: _Live, todo: Iterator[EvalAttempt]) -> None:
         for spec in todo:  # workers share one iterator: each attempt is taken once

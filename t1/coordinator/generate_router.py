@@ -1,5 +1,6 @@
 """GenerateRouter: picks each episode's generate function (the scripted policy, an eval job's own pool, or
-the run's InferencePool) and owns the pools it made."""
+the run's pool: T1's gRPC servers, or OpenAI-compatible ones when inference.pool.openai is set) and owns
+the pools it made."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from t1.agent.formats import AgentFormat, FormatName
 from t1.agent.scripted import ScriptedPolicy
+from t1.config.inference import OpenAIEndpointConfig
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalAttempt
 from t1.inference.types import GenerateFn
@@ -18,7 +20,10 @@ from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
 
 if TYPE_CHECKING:
+    from t1.inference.openai_pool import OpenAIPool
     from t1.inference.pool import InferencePool
+
+    Pool = InferencePool | OpenAIPool
 
 
 class GenerateRouter:
@@ -28,13 +33,29 @@ class GenerateRouter:
         self.cfg = cfg
         self.scripted = ScriptedPolicy(renderers[FormatName.TOOL_CALLS]) \
             if cfg.rollout.policy == "oracle_script" else None
-        self.pool: InferencePool | None = None  # the run's pool, set by connect()
+        self.pool: Pool | None = None  # the run's pool, set by connect() (at once for OpenAI endpoints)
         self._job_pools: dict[tuple[str, ...], InferencePool] = {}
+        self._openai_pools: dict[OpenAIEndpointConfig, OpenAIPool] = {}
+        if cfg.inference.pool.openai and self.scripted is None:
+            self.pool = self._openai(cfg.inference.pool.openai, registry=True)
 
     def connect(self, endpoints: Sequence[str]) -> None:
         from t1.inference.pool import InferencePool
 
         self.pool = InferencePool(self.cfg.inference.pool, list(endpoints), auth=self.cfg.auth, registry=REGISTRY)
+
+    def _openai(self, endpoints: Sequence[OpenAIEndpointConfig], registry: bool = False) -> OpenAIPool:
+        from t1.inference.openai_pool import OpenAIPool
+
+        return OpenAIPool.from_model(self.cfg.inference.pool, self.cfg.inference.model.path, endpoints,
+                                     registry=REGISTRY if registry else None)
+
+    async def check_trainable(self) -> None:
+        """Training over OpenAI-compatible endpoints: refuse, before any episode, one that returns no token ids."""
+        from t1.inference.openai_pool import OpenAIPool
+
+        if isinstance(self.pool, OpenAIPool):
+            await self.pool.check_token_ids()
 
     def num_healthy_servers(self) -> int:
         """Healthy replicas of the run's pool (0 before it is connected)."""
@@ -44,6 +65,10 @@ class GenerateRouter:
         """The generate function of one episode of `task` (of eval job `job`, or training when None)."""
         if self.scripted is not None:
             return self.scripted.for_episode(task, fmt)  # encoding the replies needs no tools
+        if job is not None and job.openai is not None:
+            if job.openai not in self._openai_pools:
+                self._openai_pools[job.openai] = self._openai([job.openai])
+            return self._openai_pools[job.openai]
         if job is not None and job.inference_endpoints:
             key = tuple(job.inference_endpoints)
             if key not in self._job_pools:
@@ -56,5 +81,6 @@ class GenerateRouter:
         return self.pool
 
     async def close(self) -> None:
-        pools = [p for p in [self.pool, *self._job_pools.values()] if p is not None]
+        pools: list[Pool] = [p for p in [self.pool, *self._job_pools.values(), *self._openai_pools.values()]
+                             if p is not None]
         await asyncio.gather(*(p.close() for p in pools))

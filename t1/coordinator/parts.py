@@ -112,6 +112,8 @@ class Parts:
         router = GenerateRouter(cfg, renderers)
         if endpoints:
             router.connect(endpoints)
+        if cfg.coordinator.train:
+            await router.check_trainable()
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
                                sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider))
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)

@@ -31,7 +31,6 @@ import functools
 import itertools
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from t1.config.inference import InferencePoolConfig, WeightsMode
 from t1.config.service import AuthConfig
+from t1.inference.affinity import MAX_AFFINITY_ENTRIES, Affinity
 from t1.inference.convert import (
     event_from_proto,
     info_from_proto,
@@ -58,7 +58,6 @@ from t1.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-MAX_AFFINITY_ENTRIES = 100_000
 
 
 class InferenceUnavailable(RuntimeError):
@@ -139,7 +138,7 @@ class InferencePool:
         self._follow = cfg.weights == WeightsMode.FOLLOW  # the servers load versions themselves
         self._weights: tuple[str, int] | None = None  # the latest (path, version) update_weights was told
         self._replicas = [self._connect(a) for a in endpoints]
-        self._affinity: OrderedDict[str, int] = OrderedDict()
+        self._affinity = Affinity(MAX_AFFINITY_ENTRIES)
         self._sent = SentContexts(MAX_AFFINITY_ENTRIES)
         self._deltas = cfg.prompt_deltas
         self._ids = itertools.count()
@@ -185,31 +184,18 @@ class InferencePool:
         return None if idx is None else self._replicas[idx].address
 
     def end_session(self, session_id: str) -> None:
-        self._affinity.pop(session_id, None)
+        self._affinity.forget(session_id)
         self._sent.forget(session_id)
 
     def _pick(self, session_id: str) -> int:
-        now = time.monotonic()
-        idx = self._affinity.get(session_id) if session_id else None
-        if idx is not None and self._replicas[idx].healthy(now):
-            return idx
-        healthy = [i for i, r in enumerate(self._replicas) if r.healthy(now)]
-        if not healthy:  # all avoided: try the one that failed longest ago
-            return min(range(len(self._replicas)), key=lambda i: self._replicas[i].unhealthy_until)
-        return min(healthy, key=lambda i: (self._replicas[i].outstanding, i))
+        return self._affinity.pick(session_id, self._replicas)
 
     def _bind(self, session_id: str, idx: int) -> None:
-        if not session_id:
-            return
-        previous = self._affinity.get(session_id)
-        if previous is not None and previous != idx:
+        previous = self._affinity.bind(session_id, idx)
+        if previous is not None:
             self.metrics.failovers.inc()
             log.info("session %s moved from %s to %s", session_id, self._replicas[previous].address,
                      self._replicas[idx].address)
-        self._affinity[session_id] = idx
-        self._affinity.move_to_end(session_id)
-        while len(self._affinity) > MAX_AFFINITY_ENTRIES:
-            self._affinity.popitem(last=False)
 
     async def __call__(self, request: GenerateRequest) -> GenerateResult:
         t0 = time.perf_counter()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -70,6 +70,36 @@ class SessionGenerateFn(Protocol):
     async def __call__(self, request: GenerateRequest) -> GenerateResult: ...
 
     def end_session(self, session_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChatRequest:
+    """One text-level turn: the conversation as messages (T1's form, see t1.inference.openai_messages)."""
+
+    session_id: str
+    messages: tuple[dict[str, Any], ...]
+    tools: list[dict[str, Any]] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """The text of one chat completion (tool calls rendered as <tool_call> blocks) and its usage."""
+
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class ChatGenerateFn(Protocol):
+    """Generates from messages and returns text (a chat endpoint): no exact tokens, eval only."""
+
+    @property
+    def text_level(self) -> bool: ...
+
+    async def chat(self, request: ChatRequest) -> ChatReply: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)

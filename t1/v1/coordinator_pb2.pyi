@@ -33,7 +33,7 @@ JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
 
 class SubmitEvalRequest(_message.Message):
-    __slots__ = ("tasks", "attempts", "concurrency", "model_version", "inference_endpoints", "timeout_multiplier", "agent_format", "name", "task_ids")
+    __slots__ = ("tasks", "attempts", "concurrency", "model_version", "inference_endpoints", "timeout_multiplier", "agent_format", "name", "task_ids", "openai_endpoint")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class SubmitEvalRequest(_message.Message):
     AGENT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    OPENAI_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     tasks: str
     attempts: int
     concurrency: int
@@ -52,7 +53,22 @@ class SubmitEvalRequest(_message.Message):
     agent_format: AgentFormat
     name: str
     task_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tasks: _Optional[str] = ..., attempts: _Optional[int] = ..., concurrency: _Optional[int] = ..., model_version: _Optional[int] = ..., inference_endpoints: _Optional[_Iterable[str]] = ..., timeout_multiplier: _Optional[float] = ..., agent_format: _Optional[_Union[AgentFormat, str]] = ..., name: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    openai_endpoint: OpenAIEndpoint
+    def __init__(self, tasks: _Optional[str] = ..., attempts: _Optional[int] = ..., concurrency: _Optional[int] = ..., model_version: _Optional[int] = ..., inference_endpoints: _Optional[_Iterable[str]] = ..., timeout_multiplier: _Optional[float] = ..., agent_format: _Optional[_Union[AgentFormat, str]] = ..., name: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ..., openai_endpoint: _Optional[_Union[OpenAIEndpoint, _Mapping]] = ...) -> None: ...
+
+class OpenAIEndpoint(_message.Message):
+    __slots__ = ("base_url", "model", "api", "api_key_env", "tool_calls")
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    API_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ENV_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    base_url: str
+    model: str
+    api: str
+    api_key_env: str
+    tool_calls: bool
+    def __init__(self, base_url: _Optional[str] = ..., model: _Optional[str] = ..., api: _Optional[str] = ..., api_key_env: _Optional[str] = ..., tool_calls: _Optional[bool] = ...) -> None: ...
 
 class AttemptResult(_message.Message):
     __slots__ = ("task_id", "attempt", "reward", "passed", "total", "status", "turns", "tokens", "duration_s", "failure_mode", "resolved", "why", "failed_tests", "verifier_output_tail")

@@ -1,0 +1,43 @@
+"""One call of the policy for a turn: exact tokens from a GenerateFn, or text from a chat endpoint.
+
+A chat endpoint (ChatGenerateFn with `text_level`) gets the conversation as messages and answers with
+text; the turn's ids are then T1's tokenization of that text, closed with the end-of-turn tokens, with
+NaN logprobs and no routing: good for evals, never for training (the config refuses it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from t1.inference.types import (
+    ChatGenerateFn,
+    ChatReply,
+    ChatRequest,
+    GenerateFn,
+    GenerateRequest,
+    GenerateResult,
+)
+from t1.tito import ChatRenderer
+
+
+def is_text_level(generate: GenerateFn) -> bool:
+    return isinstance(generate, ChatGenerateFn) and generate.text_level
+
+
+def text_result(reply: ChatReply, renderer: ChatRenderer) -> GenerateResult:
+    """A chat reply as a turn of the buffer: T1's tokens of the server's text, closed, no logprobs."""
+    ids = np.asarray([*renderer.encode(reply.text), *renderer.end_of_turn_ids], np.int32)
+    return GenerateResult(ids, np.full(len(ids), np.nan, np.float32), reply.finish_reason, 0,
+                          np.zeros(len(ids), np.int32), None)
+
+
+async def call_policy(generate: GenerateFn, request: GenerateRequest, messages: list[dict[str, Any]],
+                      tools: list[dict[str, Any]] | None, renderer: ChatRenderer
+                      ) -> tuple[GenerateResult, str | None]:
+    """The turn's result, and the server's text when the policy answers with text (else None)."""
+    if not isinstance(generate, ChatGenerateFn) or not generate.text_level:
+        return await generate(request), None
+    reply = await generate.chat(ChatRequest(request.session_id, tuple(messages), tools, request.sampling))
+    return text_result(reply, renderer), reply.text

@@ -1,0 +1,75 @@
+"""Loading a weights folder on a vLLM OpenAI-compatible server, through its documented dev-mode endpoints.
+
+vLLM 0.32 serves these at the server's root when started with VLLM_SERVER_DEV_MODE=1
+(vllm/entrypoints/rl/online/api_router.py and serve/dev/):
+
+    POST /pause?mode=wait                      finish in-flight requests, hold new ones
+    POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}
+    POST /collective_rpc {"method": "t1_refresh_moe_kernels"}     (T1's worker extension, CPU MoE)
+    POST /reset_prefix_cache                   cached prefixes were computed by the old weights
+    POST /update_weight_version {"new_version": "V"}
+    POST /resume
+
+The same steps T1's own vLLM backend runs in-process (t1.inference.vllm_backend). While an endpoint
+reloads, the pool sends it nothing and waits for its outstanding requests first, so every result
+carries the version that sampled it. A server without the dev-mode endpoints answers 404: refused,
+with the fix in the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+if TYPE_CHECKING:
+    from t1.inference.openai_pool import _Endpoint
+
+_DRAIN_POLL_S = 0.01
+
+
+def server_root(base_url: str) -> str:
+    """The server's root URL: the OpenAI base URL without its trailing /v1."""
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+async def _admin(ep: _Endpoint, path: str, timeout_s: float, *, body: dict[str, Any] | None = None,
+                 params: dict[str, str] | None = None) -> None:
+    from t1.inference.openai_pool import EndpointRefused
+
+    url = server_root(ep.cfg.base_url) + path
+    try:
+        reply = await ep.client.post(url, json=body, params=params, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise EndpointRefused(f"{url}: {type(exc).__name__}: {exc}") from exc
+    if reply.status_code == 404:
+        raise EndpointRefused(f"{url}: 404: the server has no weight-update endpoints (start vLLM with "
+                              "VLLM_SERVER_DEV_MODE=1, or set weight_updates: none and do not train against it)")
+    if reply.status_code >= 400:
+        raise EndpointRefused(f"{url}: {reply.status_code}: {reply.text[:300]}")
+
+
+async def reload_endpoint(ep: _Endpoint, path: str, version: int, timeout_s: float) -> None:
+    """Drain the endpoint's requests, reload `path` on it, and mark it as serving `version`."""
+    async with ep.sync_lock:
+        if ep.version >= version:
+            return  # another request caught it up meanwhile
+        ep.open.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while ep.outstanding:
+                    await asyncio.sleep(_DRAIN_POLL_S)
+                await _admin(ep, "/pause", timeout_s, params={"mode": "wait"})
+                try:
+                    await _admin(ep, "/collective_rpc", timeout_s,
+                                 body={"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+                    if ep.cfg.t1_worker_extension:
+                        await _admin(ep, "/collective_rpc", timeout_s, body={"method": "t1_refresh_moe_kernels"})
+                    await _admin(ep, "/reset_prefix_cache", timeout_s)
+                    await _admin(ep, "/update_weight_version", timeout_s, body={"new_version": str(version)})
+                    ep.version = version
+                finally:
+                    await _admin(ep, "/resume", timeout_s)
+        finally:
+            ep.open.set()
