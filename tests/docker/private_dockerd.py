@@ -28,8 +28,9 @@ BASE_IMAGE = "t1-test-base:latest"
 BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "mkdir", "rm", "cp", "mv", "chmod",
             "touch", "test", "true", "false", "grep", "sed", "wc", "dd", "id", "ps", "kill", "setpriv", "timeout",
             "python3", "stat", "printf", "sort", "tr", "cut", "uname", "hostname", "ln", "readlink", "find", "xargs",
-            "nproc", "seq", "yes", "od", "base64", "md5sum", "sha256sum", "tee", "date", "pwd", "whoami", "ip")
-EXTRA_TREES = ("/usr/lib/python3.11", "/usr/lib/openssh/sftp-server", "/etc/passwd", "/etc/group",
+            "nproc", "seq", "yes", "od", "base64", "md5sum", "sha256sum", "tee", "date", "pwd", "whoami", "ip",
+            "tar", "gzip", "awk", "mawk", "diff", "chown", "which", "basename", "dirname", "mktemp", "cmp", "du")
+EXTRA_TREES = ("/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pygments", "/usr/lib/openssh/sftp-server", "/etc/passwd", "/etc/group",
                "/usr/lib/locale/C.utf8")
 
 
