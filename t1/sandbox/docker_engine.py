@@ -30,6 +30,7 @@ LABEL_HOST = "t1.owner.host"
 LABEL_PID = "t1.owner.pid"
 LABEL_START = "t1.owner.start"
 HOLD_COMMAND = ["sleep", "infinity"]
+START_ATTEMPTS = 3
 CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -114,22 +115,34 @@ class Engine:
             raise NeedsImageError(f"image {image} is not on the Docker engine and cannot be pulled: {exc}") from None
 
     def start(self, spec: ContainerSpec) -> Container:
-        """Create and start the sandbox's container; returns it running (with its host pid in attrs)."""
+        """Create and start the sandbox's container; returns it running (with its host pid in attrs).
+
+        A container whose first process did not start is removed and made again, up to
+        START_ATTEMPTS times: on this machine's engine (Docker 20.10, runc 1.1) about one start in
+        80 fails with `exec sleep failed: No such file or directory` although the image has it.
+        """
         self.ensure_image(spec.image)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            container = self._run(spec)
+            container.reload()
+            if container.attrs["State"].get("Running") and container.attrs["State"].get("Pid"):
+                return container
+            logs = container.logs(tail=20).decode(errors="replace").strip()
+            self.remove(container.id)
+            log.warning("container of sandbox %s did not start (attempt %d of %d): %s",
+                        spec.sandbox_id, attempt, START_ATTEMPTS, logs)
+        raise RuntimeError(f"container of sandbox {spec.sandbox_id} from {spec.image} did not start "
+                           f"{START_ATTEMPTS} times: {logs}")
+
+    def _run(self, spec: ContainerSpec) -> Container:
         memory = f"{spec.memory_mb}m"
-        container = self.client.containers.run(
+        return self.client.containers.run(
             spec.image, HOLD_COMMAND, name=f"t1-{spec.sandbox_id}", detach=True, init=True,
             labels={LABEL_SANDBOX: spec.sandbox_id, **owner_labels()},
             network_mode="bridge" if spec.allow_network else "none", hostname="sandbox",
             mem_limit=memory, memswap_limit=memory, pids_limit=spec.pids, nano_cpus=int(spec.cpus * 1e9),
             environment=dict(spec.env), working_dir="/app",
         )
-        container.reload()
-        if not container.attrs["State"].get("Running") or not container.attrs["State"].get("Pid"):
-            logs = container.logs(tail=20).decode(errors="replace")
-            self.remove(container.id)
-            raise RuntimeError(f"container of sandbox {spec.sandbox_id} from {spec.image} is not running: {logs.strip()}")
-        return container
 
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
