@@ -89,6 +89,7 @@ class DockerProviderConfig(Section):
     memory_mb: int = Field(4096, ge=16, description="Memory of a container when its task sets no memory_mb.")
     cpus: float = Field(2.0, gt=0, description="CPU quota of a container in cores when its task sets no cpus.")
     pids: int = Field(512, ge=16, description="Processes per container (the engine's pids limit).")
+    internet_network: str | None = Field(None, description="Engine network for tasks that allow the internet, one the operator made so it cannot reach the host or T1's services; null: such tasks get a needs_network report.")
     start_timeout_s: float = Field(60.0, gt=0, description="Longest a container may take to be running.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Per-process limits of every session.")
 

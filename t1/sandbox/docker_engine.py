@@ -67,7 +67,8 @@ class ContainerSpec:
     memory_mb: int
     cpus: float
     pids: int
-    allow_network: bool
+    network: str
+    """The engine network: `none` (loopback only) or the configured internet network."""
     env: tuple[tuple[str, str], ...] = ()
 
 
@@ -139,7 +140,7 @@ class Engine:
         return self.client.containers.run(
             spec.image, HOLD_COMMAND, name=f"t1-{spec.sandbox_id}", detach=True, init=True,
             labels={LABEL_SANDBOX: spec.sandbox_id, **owner_labels()},
-            network_mode="bridge" if spec.allow_network else "none", hostname="sandbox",
+            network_mode=spec.network, hostname="sandbox",
             mem_limit=memory, memswap_limit=memory, pids_limit=spec.pids, nano_cpus=int(spec.cpus * 1e9),
             environment=dict(spec.env), working_dir="/app",
         )

@@ -25,6 +25,7 @@ from t1.sandbox.docker_engine import ContainerSpec, Engine, cgroup_procs
 from t1.sandbox.local_server import LocalSshServer
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.tasks.needs import NeedsNetworkError
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,19 @@ class DockerProvider:
             await self.server.start()
             self.engine = engine
 
+    def _network(self, request: SandboxRequest) -> str:
+        if not request.allow_network:
+            return "none"
+        if self.cfg.internet_network is None:
+            raise NeedsNetworkError("the task allows the internet and sandbox.docker.internet_network names no "
+                                    "engine network for it (one that cannot reach the host or T1's services)")
+        return self.cfg.internet_network
+
     def _spec(self, sandbox_id: str, request: SandboxRequest) -> ContainerSpec:
         return ContainerSpec(
             sandbox_id=sandbox_id, image=request.docker_image or self.cfg.default_image,
             memory_mb=request.memory_mb or self.cfg.memory_mb, cpus=request.cpus or self.cfg.cpus,
-            pids=self.cfg.pids, allow_network=request.allow_network, env=request.env,
+            pids=self.cfg.pids, network=self._network(request), env=request.env,
         )
 
     async def create(self, request: SandboxRequest) -> Sandbox:
