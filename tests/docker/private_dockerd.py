@@ -61,10 +61,9 @@ def base_tar() -> bytes:
     files |= {*_libraries(os.path.realpath("/usr/lib/openssh/sftp-server"))}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for link, target in (("bin", "usr/bin"), ("sbin", "usr/sbin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
-            info = tarfile.TarInfo(link)
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
+        for link in ("bin", "sbin", "lib", "lib64"):  # the host's merged-/usr links (bin -> usr/bin, ...)
+            if os.path.islink(f"/{link}"):
+                tar.add(f"/{link}", arcname=link)
         for d in ("app", "tmp", "root", "logs", "tests", "etc", "proc", "sys", "dev"):
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
