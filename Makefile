@@ -4,10 +4,13 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 RUN_ARGS ?=
 
-.PHONY: setup run test test-slow lint dead-code protos bench
+.PHONY: setup setup-docker run test test-slow lint dead-code protos bench
 
 setup:
 	@bash scripts/setup.sh
+
+setup-docker:
+	@T1_SETUP_DOCKER=1 bash scripts/setup.sh
 
 run: setup
 	$(BIN)/t1-coordinator --config examples/local.yaml $(RUN_ARGS)

@@ -25,6 +25,19 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${SYSTEM_PACKAGES[@]}" >/dev/null
 fi
 
+# The docker provider's tests (tests/docker) start a private dockerd; only on request, as CI's
+# default path does not run them: T1_SETUP_DOCKER=1 (or `make setup-docker`).
+if [[ ${T1_SETUP_DOCKER:-0} == 1 ]] && ! command -v dockerd >/dev/null 2>&1; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "t1 setup: need root to apt-get install docker.io (T1_SETUP_DOCKER=1)" >&2
+    exit 1
+  fi
+  echo "t1 setup: installing docker.io (T1_SETUP_DOCKER=1)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends docker.io >/dev/null
+fi
+
 if [[ -f "$STAMP" ]]; then
   exit 0
 fi

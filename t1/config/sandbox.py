@@ -78,6 +78,22 @@ class CommandProviderConfig(Section):
     timeout_s: float = Field(900.0, gt=0, description="Longest a create or destroy command may run.")
 
 
+class DockerProviderConfig(Section):
+    """Containers from the task's image on a Docker engine, entered by the embedded SSH server (docs/docker.md)."""
+
+    socket: Path = Field(Path("/var/run/docker.sock"), description="Unix socket of the Docker engine's API.")
+    default_image: str = Field("t1-test-base:latest", description="Image of a task that names no docker_image.")
+    pull: bool = Field(False, description="Pull an image the engine lacks (off: a missing image is a needs_image report).")
+    host: str = Field("127.0.0.1", description="Loopback address of the embedded SSH server.")
+    port: int = Field(0, ge=0, le=65535, description="Port of the embedded SSH server; 0 picks one.")
+    memory_mb: int = Field(4096, ge=16, description="Memory of a container when its task sets no memory_mb.")
+    cpus: float = Field(2.0, gt=0, description="CPU quota of a container in cores when its task sets no cpus.")
+    pids: int = Field(512, ge=16, description="Processes per container (the engine's pids limit).")
+    internet_network: str | None = Field(None, description="Engine network for tasks that allow the internet, one the operator made so it cannot reach the host or T1's services; null: such tasks get a needs_network report.")
+    start_timeout_s: float = Field(60.0, gt=0, description="Longest a container may take to be running.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Per-process limits of every session.")
+
+
 class PoolConfig(Section):
     """Bounded acquisition of sandboxes."""
 
@@ -95,10 +111,11 @@ class PoolConfig(Section):
 class SandboxConfig(Section):
     """Where episodes run their shells."""
 
-    provider: Literal["local", "ssh", "command"] = Field("local", description="Which provider creates sandboxes.")
+    provider: Literal["local", "ssh", "command", "docker"] = Field("local", description="Which provider creates sandboxes.")
     local: LocalProviderConfig = Field(default_factory=LocalProviderConfig, description="Local provider settings.")
     ssh: SshProviderConfig = Field(default_factory=SshProviderConfig, description="SSH inventory settings.")
     command: CommandProviderConfig = Field(default_factory=CommandProviderConfig, description="Command provider settings.")
+    docker: DockerProviderConfig = Field(default_factory=DockerProviderConfig, description="Docker provider settings.")
     pool: PoolConfig = Field(default_factory=PoolConfig, description="Pool settings.")
     shell: ShellConfig = Field(default_factory=ShellConfig, description="Shell limits.")
 

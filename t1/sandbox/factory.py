@@ -1,4 +1,4 @@
-"""`build_provider(cfg)`: the sandbox provider a config names (local, ssh or command)."""
+"""`build_provider(cfg)`: the sandbox provider a config names (local, ssh, command or docker)."""
 
 from __future__ import annotations
 
@@ -20,4 +20,8 @@ def build_provider(cfg: SandboxConfig) -> SandboxProvider:
         from t1.sandbox.remote import CommandProvider
 
         return CommandProvider(cfg.command, cfg.shell)
-    raise ValueError(f"sandbox.provider: unknown provider {cfg.provider!r} (expected local, ssh or command)")
+    if cfg.provider == "docker":
+        from t1.sandbox.docker_provider import DockerProvider
+
+        return DockerProvider(cfg.docker, cfg.shell)
+    raise ValueError(f"sandbox.provider: unknown provider {cfg.provider!r} (expected local, ssh, command or docker)")

@@ -222,6 +222,9 @@ async def run_task(
         log.warning("task %s: sandbox create failed: %s", spec.id, exc)
         return TaskRun(spec.id, mode, RunStatus.INFRA_ERROR, VerifierReport(failure_mode=FailureMode.INFRA_ERROR),
                        0.0, str(exc))
+    except NeedsError as exc:  # the provider cannot give what the task asks (its image, the internet)
+        return TaskRun(spec.id, mode, _NEED_STATUS[exc.kind], VerifierReport(failure_mode=FailureMode(str(exc.kind))),
+                       0.0, str(exc))
     try:
         report, detail = await _run_phases(provider, sandbox, spec, mode, local)
     except _AfterSolution as exc:

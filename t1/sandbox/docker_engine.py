@@ -1,0 +1,163 @@
+"""The Docker Engine side of the docker provider: containers per sandbox, their limits, labels and sweep.
+
+Every container T1 starts carries labels naming the sandbox and the process that owns it (its
+host, pid and the pid's start time, so a reused pid is not mistaken for a live owner). A provider
+starting up removes the containers of owners that are gone (a coordinator killed with -9), so none
+outlives the next run. The container's first process only holds its namespaces (`sleep infinity`
+under the engine's init); shells enter those namespaces from the host (`t1.sandbox.docker_provider`).
+Calls go through the `docker` client library, whose calls block: callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from t1.tasks.needs import NeedsImageError
+
+log = logging.getLogger(__name__)
+
+LABEL_SANDBOX = "t1.sandbox"
+LABEL_HOST = "t1.owner.host"
+LABEL_PID = "t1.owner.pid"
+LABEL_START = "t1.owner.start"
+HOLD_COMMAND = ["sleep", "infinity"]
+START_ATTEMPTS = 3
+CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def process_start(pid: int) -> str | None:
+    """The start time (clock ticks after boot) of `pid`, or None when it does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_labels() -> dict[str, str]:
+    """Labels naming this process as the owner of a container."""
+    pid = os.getpid()
+    return {LABEL_HOST: socket.gethostname(), LABEL_PID: str(pid), LABEL_START: process_start(pid) or "?"}
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the owner a container's labels name still runs (a container of another host counts as alive)."""
+    if labels.get(LABEL_HOST) != socket.gethostname():
+        return True
+    pid = labels.get(LABEL_PID, "")
+    return pid.isdigit() and process_start(int(pid)) == labels.get(LABEL_START)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """What one sandbox's container gets from the engine."""
+
+    sandbox_id: str
+    image: str
+    memory_mb: int
+    cpus: float
+    pids: int
+    network: str
+    """The engine network: `none` (loopback only) or the configured internet network."""
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def cgroup_procs(pid: int, root: Path = CGROUP_ROOT) -> tuple[str, ...]:
+    """The `cgroup.procs` files of `pid`'s memory, pids and cpu cgroups (v1), or its unified one (v2)."""
+    found: list[str] = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if names == "" and (root / "cgroup.controllers").exists():
+            return (str(root / path.lstrip("/") / "cgroup.procs"),)
+        wanted = [c for c in names.split(",") if c in CGROUP_CONTROLLERS]
+        if wanted:
+            mount = root / names if (root / names).is_dir() else root / wanted[0]
+            found.append(str(mount / path.lstrip("/") / "cgroup.procs"))
+    if not found:
+        raise FileNotFoundError(f"no memory, pids or cpu cgroup for container process {pid} in /proc/{pid}/cgroup")
+    return tuple(found)
+
+
+class Engine:
+    """One Docker engine reached over its unix socket (blocking calls)."""
+
+    def __init__(self, socket_path: Path, pull: bool) -> None:
+        self.socket_path = socket_path
+        self.pull = pull
+        self.client = docker.DockerClient(base_url=f"unix://{socket_path}", timeout=120)
+
+    def ping(self) -> None:
+        try:
+            self.client.ping()
+        except (docker.errors.DockerException, OSError) as exc:
+            raise ConnectionError(f"sandbox.docker.socket {self.socket_path}: the Docker engine does not answer: {exc}") from exc
+
+    def ensure_image(self, image: str) -> None:
+        """The image is present (pulled when the policy allows), else a needs_image report naming it."""
+        try:
+            self.client.images.get(image)
+            return
+        except docker.errors.ImageNotFound:
+            if not self.pull:
+                raise NeedsImageError(f"image {image} is not on the Docker engine and sandbox.docker.pull is off") from None
+        try:
+            self.client.images.pull(image)
+        except docker.errors.APIError as exc:
+            raise NeedsImageError(f"image {image} is not on the Docker engine and cannot be pulled: {exc}") from None
+
+    def start(self, spec: ContainerSpec) -> Container:
+        """Create and start the sandbox's container; returns it running (with its host pid in attrs).
+
+        A container whose first process did not start is removed and made again, up to
+        START_ATTEMPTS times: on this machine's engine (Docker 20.10, runc 1.1) about one start in
+        80 fails with `exec sleep failed: No such file or directory` although the image has it.
+        """
+        self.ensure_image(spec.image)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            container = self._run(spec)
+            container.reload()
+            if container.attrs["State"].get("Running") and container.attrs["State"].get("Pid"):
+                return container
+            logs = container.logs(tail=20).decode(errors="replace").strip()
+            self.remove(container.id)
+            log.warning("container of sandbox %s did not start (attempt %d of %d): %s",
+                        spec.sandbox_id, attempt, START_ATTEMPTS, logs)
+        raise RuntimeError(f"container of sandbox {spec.sandbox_id} from {spec.image} did not start "
+                           f"{START_ATTEMPTS} times: {logs}")
+
+    def _run(self, spec: ContainerSpec) -> Container:
+        memory = f"{spec.memory_mb}m"
+        return self.client.containers.run(
+            spec.image, HOLD_COMMAND, name=f"t1-{spec.sandbox_id}", detach=True, init=True,
+            labels={LABEL_SANDBOX: spec.sandbox_id, **owner_labels()},
+            network_mode=spec.network, hostname="sandbox",
+            mem_limit=memory, memswap_limit=memory, pids_limit=spec.pids, nano_cpus=int(spec.cpus * 1e9),
+            environment=dict(spec.env), working_dir="/app",
+        )
+
+    def remove(self, container_id: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.client.containers.get(container_id).remove(force=True)
+
+    def sweep(self) -> int:
+        """Remove every T1 container whose owner is gone; returns how many."""
+        stale = [c for c in self.client.containers.list(all=True, filters={"label": LABEL_SANDBOX})
+                 if not owner_alive(c.labels)]
+        for container in stale:
+            self.remove(container.id)
+        if stale:
+            log.warning("removed %d sandbox containers left by runs that did not stop cleanly", len(stale))
+        return len(stale)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,40 @@
+"""A private Docker engine per test session, with the locally made base image; skipped where it cannot run."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from private_dockerd import BASE_IMAGE, DockerdUnavailable, PrivateDockerd
+
+from t1.config.sandbox import DockerProviderConfig, ShellConfig
+from t1.sandbox.docker_provider import DockerProvider
+
+
+@pytest.fixture(scope="session")
+def dockerd() -> Iterator[PrivateDockerd]:
+    engine = PrivateDockerd(Path(tempfile.mkdtemp(prefix="t1-dockerd-")))
+    try:
+        engine.start()
+    except DockerdUnavailable as exc:
+        pytest.skip(f"no private Docker engine: {exc}")
+    try:
+        engine.import_base_image()
+        yield engine
+    finally:
+        engine.stop()
+
+
+def docker_config(dockerd: PrivateDockerd, **overrides: object) -> DockerProviderConfig:
+    return DockerProviderConfig(socket=dockerd.socket, default_image=BASE_IMAGE, **overrides)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def docker_provider(dockerd: PrivateDockerd) -> AsyncIterator[DockerProvider]:
+    provider = DockerProvider(docker_config(dockerd, memory_mb=256, pids=64), ShellConfig(command_timeout_s=30))
+    try:
+        yield provider
+    finally:
+        await provider.close()

@@ -1,0 +1,30 @@
+"""The hostile-shell suite (tests/sandbox/test_shell.py) against sandboxes of the docker provider.
+
+The suite's tests are collected here a second time with `server` a docker sandbox: framing,
+timeouts, restarts, capped output, SFTP, lost connections and terminal mode must hold the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from conftest import docker_config
+from private_dockerd import PrivateDockerd
+from sandbox.conftest import SHELL_CFG, Server
+from sandbox.test_shell import *  # noqa: F403  (the suite, collected again with the fixture below)
+
+from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.types import SandboxRequest
+
+
+@pytest.fixture
+async def server(dockerd: PrivateDockerd) -> AsyncIterator[Server]:
+    provider = DockerProvider(docker_config(dockerd, memory_mb=512, pids=256), SHELL_CFG)
+    try:
+        box = await provider.create(SandboxRequest())
+        assert isinstance(box, SshSandbox)
+        yield Server("docker", box, lambda: provider.server.drop_connections(box.id), "/app")
+    finally:
+        await provider.close()
