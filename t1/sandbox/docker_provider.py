@@ -24,7 +24,7 @@ from t1.sandbox.bwrap import NamespaceTarget, SandboxTree
 from t1.sandbox.docker_engine import ContainerSpec, Engine, cgroup_procs
 from t1.sandbox.local_server import LocalSshServer
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.sandbox.types import Sandbox, SandboxRequest, ShellRole
 from t1.tasks.needs import NeedsNetworkError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ class ContainerSshServer(LocalSshServer):
         super().__init__(host, port)
         self.targets: dict[str, NamespaceTarget] = {}
 
-    async def ns_target(self, tree: SandboxTree) -> NamespaceTarget | None:
+    async def ns_target(self, tree: SandboxTree, role: ShellRole = ShellRole.AGENT) -> NamespaceTarget | None:
+        # a container has one system: verifier sessions enter it as agent sessions do (separates_verifier False)
+        del role
         target = self.targets.get(tree.sandbox_id)
         if target is None:
             raise RuntimeError(f"sandbox {tree.sandbox_id} has no container (destroyed?)")
