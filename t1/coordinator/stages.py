@@ -64,7 +64,7 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
 
 
 async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) -> JobRecord:
-    """The eval job of one set (label: before | after)."""
+    """The eval job of one set (label: base | warm_start | rl, or sft-N for a validation eval during SFT)."""
     record = await parts.evals.submit(cpb.SubmitEvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}"))
     log.info("eval %s on %s: job %s (%d attempts)", label, set_name, record.job_id, record.total_attempts)
     return record
@@ -100,10 +100,12 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
     return TrainingEnd(trainer_done, abandoned)
 
 
-def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The run's report (evals by label, trainer, fidelity, rollouts), written to <run_dir>/report.json."""
+def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]],
+                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run's report (evals by label, trainer, fidelity, rollouts, `extra` such as the SFT curve), written to
+    <run_dir>/report.json."""
     poller, stats = trainer.poller, parts.runner.stats
-    report: dict[str, Any] = {"name": parts.cfg.name, **evals}
+    report: dict[str, Any] = {"name": parts.cfg.name, **evals, **(extra or {})}
     report["trainer"] = {"step": poller.last.step if poller.last else 0, "stage": poller.stage_name,
                          "policy_version": trainer.weights.version}
     report["fidelity"] = {k: v for k, v in poller.last_metrics.items()
