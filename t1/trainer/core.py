@@ -228,7 +228,7 @@ class TrainerCore:
 
     def _rl_metrics(self, seqs: list[TrainSequence], stats: BatchStats, update_policy: bool) -> dict[str, float]:
         metrics: dict[str, float] = {
-            "reward_mean": stats.reward_mean, "policy_lag": stats.policy_lag_mean,
+            "reward_mean": stats.reward_mean, "solve_rate": stats.solve_rate, "policy_lag": stats.policy_lag_mean,
             "policy_lag_max": float(stats.policy_lag_max), "dropped_stale_tokens": float(stats.dropped_stale_tokens),
             "dropped_infra_trajectories": float(stats.dropped_infra_trajectories),
             "dropped_groups": float(stats.dropped_groups), "trajectories": float(stats.num_trajectories),
