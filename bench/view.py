@@ -130,7 +130,7 @@ def make_run_dir(root: Path, episodes: int, group_size: int, groups_per_step: in
 
     asyncio.run(spool_them())
     store = JobStore(run / "jobs.db")
-    for label in ("before", "after"):
+    for label in ("base", "rl"):
         job = store.create_job(f"{label}:heldout", b"", [f"sqlite-eval-{i}" for i in range(50)], 2)
         for i in range(50):
             for a in range(2):

@@ -2,8 +2,8 @@
 
 It stands in for the model where a test needs known behaviour through the real episode path
 (real tokenizer and chat template, real TITO buffer, real shell, real verifier): per phase it
-replies with one action that writes the solution files and runs the solution script, then
-with `finish`. Replies are tokenized with the real tokenizer and end with the end-of-turn
+replies with one action that writes the solution files and runs the solution script (or, where
+the solution lists its turns, with one command per turn, as a policy would), then with `finish`. Replies are tokenized with the real tokenizer and end with the end-of-turn
 token, exactly as a sampler's would; logprobs are 0 (the script is deterministic).
 """
 
@@ -51,10 +51,12 @@ def solution_command(solution: SolutionSpec) -> str:
 
 
 def oracle_actions(task: TaskSpec) -> list[str | None]:
-    """Per phase: the solution command, then None (finish)."""
+    """Per phase: the solution command (or its turns, one command each), then None (finish)."""
     actions: list[str | None] = []
     for phase in task.phases():
-        if phase.solution is not None:
+        if phase.solution is not None and phase.solution.turns:
+            actions.extend(phase.solution.turns)
+        elif phase.solution is not None:
             actions.append(solution_command(phase.solution))
         actions.append(None)
     return actions

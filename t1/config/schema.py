@@ -57,3 +57,11 @@ class T1Config(Section):
                 raise ValueError(f"{where}.weight_updates: 'none' cannot load new weights; training needs "
                                  "'vllm_dev' (a vLLM server with VLLM_SERVER_DEV_MODE=1), or coordinator.train: false")
         return self
+
+    @model_validator(mode="after")
+    def _validation_set_known(self) -> T1Config:
+        name = self.trainer.warm_start.sft_validation_set
+        if name is not None and name not in self.tasks.sets:
+            known = ", ".join(sorted(self.tasks.sets)) or "none"
+            raise ValueError(f"trainer.warm_start.sft_validation_set: {name!r} is not in tasks.sets (known: {known})")
+        return self

@@ -17,6 +17,8 @@ class TaskSetConfig(Section):
     split: Literal["train", "eval", "any"] = Field("any", description="Which split this set is.")
     synth: int | None = Field(None, ge=1, description="If set and the folder is missing, synthesize this many tasks.")
     synth_seed: int = Field(0, description="Seed for synthesis.")
+    synth_kind: Literal["ood", "curriculum"] = Field(
+        "ood", description="What to synthesize: the ten OOD families, or the learnable multi-turn curriculum.")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
 
 

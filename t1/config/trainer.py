@@ -50,6 +50,18 @@ class WarmStartConfig(Section):
     sft_steps: int = Field(0, ge=0, description="SFT steps on oracle demonstrations.")
     critic_warmup_steps: int = Field(0, ge=0, description="Critic-only steps before any policy update.")
     critic_lr: float = Field(1e-4, gt=0, description="Critic learning rate (warm-up and PPO).")
+    sft_eval_every: int | None = Field(
+        None, ge=1, description="Steered SFT: the coordinator evaluates sft_validation_set every this many SFT steps "
+        "and ends SFT when its solve rate stops rising (sft_patience evals without a new best); sft_steps is then "
+        "the cap. Null: SFT runs sft_steps.")
+    sft_patience: int = Field(2, ge=1, description="Validation evals without a new best solve rate that end SFT.")
+    sft_validation_set: str | None = Field(
+        None, description="The task set (tasks.sets) of steered SFT's validation evals: training tasks held out.")
+    sft_eval_attempts: int = Field(1, ge=1, description="Attempts per task of each validation eval.")
+    sft_batch: int | None = Field(
+        None, ge=1, description="Demonstration sequences per SFT step (shuffled epochs); null: all of them every step.")
+    sft_lr: float | None = Field(
+        None, gt=0, description="Policy learning rate of SFT steps; null uses the DeepSpeed optimizer's (PPO's) lr.")
     demos_path: Path | None = Field(
         None, description="Demonstrations for SFT: a spool file of msgpack trajectory records, or a folder of them.")
 
@@ -57,6 +69,8 @@ class WarmStartConfig(Section):
     def _demos_for_sft(self) -> WarmStartConfig:
         if self.sft_steps > 0 and self.demos_path is None:
             raise ValueError("sft_steps > 0 needs demos_path")
+        if self.sft_eval_every is not None and self.sft_validation_set is None:
+            raise ValueError("sft_eval_every needs sft_validation_set (a task set of held-out training tasks)")
         return self
 
 

@@ -13,7 +13,8 @@
 
 Start: run dir, metrics, run log, watchdog -> local stack (model, task sets, demos, children)
 -> sandbox pool, generate router -> spool, job store -> gRPC server -> trainer link, weight sync,
-status poller -> stages (eval before, training, eval after, report) or serve eval jobs only.
+status poller -> stages (eval base, SFT to its plateau, eval warm_start, critic warm-up and PPO,
+eval rl, report) or serve eval jobs only.
 
 Stop (end of run or SIGTERM/SIGINT): 1. the scheduler stops admitting; 2. in-flight episodes
 get coordinator.shutdown_grace_s to finish, then are cancelled (eval attempts resume after a
@@ -44,14 +45,16 @@ from t1.coordinator.gc_policy import GcSchedule
 from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
 from t1.coordinator.report import print_report
-from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState
+from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
+from t1.coordinator.sft_steer import CurvePoint, SftSteer, curve_records, steered_sft
 from t1.metrics.watchdog import LagWatchdog
 from t1.rpc.loop import cancel_and_wait, freeze_long_lived, wait_or_stop
 from t1.tasks.spec import TaskSpec
 from t1.workdir import DirLock
 
 log = logging.getLogger(__name__)
-EVAL_PHASES = {"before": RunPhase.EVAL_BEFORE, "after": RunPhase.EVAL_AFTER}
+# The three policies of a run, evaluated on the same held-out sets: before SFT, after SFT, after PPO.
+EVAL_PHASES = {"base": RunPhase.EVAL_BEFORE, "warm_start": RunPhase.EVAL_WARM_START, "rl": RunPhase.EVAL_AFTER}
 
 
 class Coordinator:
@@ -135,30 +138,58 @@ class Coordinator:
 
     async def _train_run(self, parts: Parts, sets: dict[str, list[TaskSpec]], trainer_target: Awaitable[str]
                          ) -> dict[str, Any]:
-        """The whole training run in its phases; returns the report (also written to <run_dir>/report.json)."""
+        """The whole training run in its phases; returns the report (also written to <run_dir>/report.json).
+
+        Evals: `base` before SFT, `warm_start` after SFT (steered to its plateau when
+        warm_start.sft_eval_every is set), `rl` after PPO; each {set name: summary}."""
         cfg, stop = self.cfg, self.stop_requested
+        ws = cfg.trainer.warm_start
         evals: dict[str, dict[str, dict[str, Any]]] = {}
         if cfg.coordinator.eval.before_training and cfg.tasks.eval and not stop.is_set():
-            evals["before"] = await self._eval("before", cfg.tasks.eval)
+            evals["base"] = await self._eval("base", cfg.tasks.eval)
         self.state.phase = RunPhase.STARTING_TRAINER
         self.state.trainer = trainer = parts.connect_trainer(await trainer_target)
+        curve: list[CurvePoint] = []
+        if ws.sft_steps > 0 and not stop.is_set():
+            self.state.phase = RunPhase.SFT
+            curve = await self._sft(trainer)
+            if cfg.tasks.eval and not stop.is_set():
+                evals["warm_start"] = await self._eval("warm_start", cfg.tasks.eval)
         if not stop.is_set():
             self.state.phase = RunPhase.TRAINING
             await stages.training_stage(parts, trainer, [t for name in cfg.tasks.train for t in sets[name]])
             self.state.phase = RunPhase.TRAINED
         if cfg.tasks.eval and not stop.is_set():
-            evals["after"] = await self._eval("after", cfg.tasks.eval)
-        report = stages.write_report(parts, trainer, evals)
+            evals["rl"] = await self._eval("rl", cfg.tasks.eval)
+        report = stages.write_report(parts, trainer, evals, sft_curve=curve_records(curve))
         self.state.phase = RunPhase.DONE
         return report
 
-    async def _eval(self, label: str, set_names: list[str]) -> dict[str, dict[str, Any]]:
+    async def _sft(self, trainer: TrainerSide) -> list[CurvePoint]:
+        """SFT to its end: steered rounds with validation evals, or the trainer's sft_steps on its own."""
+        ws = self.cfg.trainer.warm_start
+        if ws.sft_eval_every is None or ws.sft_validation_set is None:
+            await wait_or_stop(trainer.weights.wait_for_version(lambda v: v >= ws.sft_steps), self.stop_requested)
+            return []
+        val = ws.sft_validation_set
+        steer = SftSteer(trainer.poller.target, self.cfg.auth)
+
+        async def evaluate(label: str) -> dict[str, Any]:
+            return (await self._eval(label, [val], ws.sft_eval_attempts, RunPhase.SFT))[val]
+
+        try:
+            return await steered_sft(trainer, steer, ws, evaluate)
+        finally:
+            await steer.close()
+
+    async def _eval(self, label: str, set_names: list[str], attempts: int | None = None,
+                    phase: RunPhase | None = None) -> dict[str, dict[str, Any]]:
         """One eval job per set, run to the end; per-set summaries."""
         assert self.parts is not None
         out: dict[str, dict[str, Any]] = {}
         for name in set_names:
-            self.state.phase = EVAL_PHASES[label]
-            record = await stages.submit_eval(self.parts, label, name, self.cfg.coordinator.eval.attempts)
+            self.state.phase = phase or EVAL_PHASES[label]
+            record = await stages.submit_eval(self.parts, label, name, attempts or self.cfg.coordinator.eval.attempts)
             self.state.eval_job = EvalJobRef(f"eval {label}", record.job_id)
             try:
                 out[name] = await stages.eval_result(self.parts, label, name, record.job_id)

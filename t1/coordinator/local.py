@@ -40,7 +40,8 @@ class LocalStack:
     async def prepare(self) -> dict[str, list[TaskSpec]]:
         """Make the model if missing and load (synthesizing if configured) every task set in use."""
         await asyncio.to_thread(ensure_model, self.cfg)
-        names = list(dict.fromkeys([*self.cfg.tasks.train, *self.cfg.tasks.eval]))
+        val = self.cfg.trainer.warm_start.sft_validation_set
+        names = list(dict.fromkeys([*self.cfg.tasks.train, *self.cfg.tasks.eval, *([val] if val else [])]))
         sets = {}
         for name in names:
             sets[name] = await asyncio.to_thread(load_named_set, self.cfg.tasks, name)

@@ -23,6 +23,8 @@ class RunPhase(StrEnum):
     STARTING_SERVICES = "starting-services"
     EVAL_BEFORE = "eval-before"
     STARTING_TRAINER = "starting-trainer"
+    SFT = "sft"                              # SFT steps and, when steered, validation evals
+    EVAL_WARM_START = "eval-warm-start"
     TRAINING = "training"
     TRAINED = "trained"
     EVAL_AFTER = "eval-after"

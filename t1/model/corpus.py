@@ -67,6 +67,27 @@ def shell_corpus(seed: int, num_docs: int = 2000) -> Iterator[str]:
         yield head + "".join(_turn(rng) for _ in range(rng.randint(1, 4)))
 
 
+def curriculum_corpus(seed: int) -> Iterator[str]:
+    """Shell sessions, the tool-call prompt the policy sees (so its tools block is few tokens), and the
+    learnable curriculum's training-split instructions and commands as tool calls."""
+    import jinja2
+
+    from t1.agent.formats import FormatName, get_format
+    from t1.model.chat_template import CHAT_TEMPLATE
+    from t1.tasks.synth.curriculum import curriculum_texts
+
+    yield from shell_corpus(seed)
+    fmt = get_format(FormatName.TOOL_CALLS)
+    env = jinja2.Environment()
+    env.filters["tojson"] = lambda v: json.dumps(v, ensure_ascii=False)
+    template = env.from_string(CHAT_TEMPLATE)
+    for i, text in enumerate(curriculum_texts(2000, seed)):
+        if i % 20 == 0:  # the prompt: the same text every episode; some copies are enough for its merges
+            yield template.render(messages=fmt.first_messages(text), tools=fmt.tools, add_generation_prompt=True)
+        call = json.dumps({"name": "bash", "arguments": {"command": text}})
+        yield f"{text}\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
+
+
 def default_corpus(seed: int) -> Iterator[str]:
     """The synthetic task corpus when the tasks plane provides one (`t1.tasks.corpus.corpus_text`), else shell text."""
     import importlib

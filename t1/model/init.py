@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from t1.model.corpus import default_corpus
+from t1.model.corpus import curriculum_corpus, default_corpus
 from t1.model.presets import ModelPreset, PresetName, get_preset
 from t1.model.tokenizer import END_OF_TEXT, IM_END, save_tokenizer, train_bpe
 
@@ -24,7 +24,8 @@ from t1.model.tokenizer import END_OF_TEXT, IM_END, save_tokenizer, train_bpe
 def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[str] | None = None) -> Path:
     """Write the model folder to out_dir (created, or replaced if it holds a model) and return it.
 
-    corpus: text to train the tokenizer on; None uses `default_corpus(seed)` (task corpus, else shell text).
+    corpus: text to train the tokenizer on; None uses the preset's: `default_corpus(seed)` (task corpus, else
+    shell text), or `curriculum_corpus(seed)`.
     The same preset, seed and corpus give byte-identical files.
     """
     import torch
@@ -34,7 +35,9 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
         raise FileExistsError(f"--out {out_dir} exists, is not empty and holds no model; refusing to overwrite")
-    tok = train_bpe(default_corpus(seed) if corpus is None else corpus, spec.tokenizer_vocab)
+    if corpus is None:
+        corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else default_corpus(seed)
+    tok = train_bpe(corpus, spec.tokenizer_vocab)
     vocab_size = tok.get_vocab_size()
     eos_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(END_OF_TEXT)
     config = model_config(spec, vocab_size, eos_id, pad_id)

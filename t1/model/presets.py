@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-PresetName = Literal["tiny", "small"]
+PresetName = Literal["tiny", "small", "learn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,7 @@ class ModelPreset:
     num_experts_per_tok: int
     moe_intermediate_size: int
     max_position_embeddings: int
+    corpus: Literal["shell", "curriculum"] = "shell"  # the tokenizer's text: shell sessions (+ the curriculum's)
 
 
 PRESETS: dict[str, ModelPreset] = {
@@ -31,6 +32,13 @@ PRESETS: dict[str, ModelPreset] = {
         tokenizer_vocab=1024, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
         moe_intermediate_size=64, max_position_embeddings=8192,
+    ),
+    # Sized for the CPU learning run (examples/learning.yaml): about 1.2M parameters, a tokenizer that also
+    # knows the tool-call prompt and the curriculum's words, so an episode of it is a few hundred tokens.
+    "learn": ModelPreset(
+        tokenizer_vocab=2048, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=96, max_position_embeddings=4096, corpus="curriculum",
     ),
     # Still CPU-feasible, closer to a real model's proportions (about 20M parameters).
     "small": ModelPreset(

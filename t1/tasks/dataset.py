@@ -57,9 +57,11 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
     s = cfg.sets[name]
     if not s.path.exists() and s.synth:
         from t1.tasks.synth import synthesize
+        from t1.tasks.synth.curriculum import synthesize_curriculum
 
         split = "eval" if s.split == "eval" else "train"
-        synthesize(s.path, n=s.synth, seed=s.synth_seed, split=split)
+        make = synthesize_curriculum if s.synth_kind == "curriculum" else synthesize
+        make(s.path, n=s.synth, seed=s.synth_seed, split=split)
     return load_dataset([s.path], limit=s.limit)
 
 

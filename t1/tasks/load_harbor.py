@@ -133,7 +133,11 @@ def _solution(sol_dir: Path, env: Fields) -> SolutionSpec | None:
     script = sol_dir / "solve.sh"
     if not script.is_file():
         return None
-    return SolutionSpec(script=script, files_dir=sol_dir, env=resolve_env(env, "env", env.name("env"))[0])
+    turns_file = sol_dir / "turns.txt"
+    turns = tuple(line for line in turns_file.read_text(encoding="utf-8").splitlines() if line.strip()) \
+        if turns_file.is_file() else ()
+    return SolutionSpec(script=script, files_dir=sol_dir, env=resolve_env(env, "env", env.name("env"))[0],
+                        turns=turns)
 
 
 def _min_reward(step: Fields) -> tuple[tuple[str, float], ...]:

@@ -87,9 +87,19 @@ class VerifierReport:
     steps: tuple[tuple[str, VerifierReport], ...] = field(default=())
 
     @property
+    def checks(self) -> tuple[tuple[str, float], ...]:
+        """reward.json entries read as one check each (1 passes): a file of named values with no `reward` key
+        and no test report beside it (the curriculum's bash verifiers write one entry per check)."""
+        if self.tests or not self.reward_values or self.reward is not None:
+            return ()
+        return self.reward_values
+
+    @property
     def passed(self) -> int:
         if self.tests:
             return sum(t.status in _PASSING for t in self.tests)
+        if checks := self.checks:
+            return sum(v >= 1.0 for _, v in checks)
         reward = self.reward
         return 1 if reward is not None and reward >= 1.0 else 0
 
@@ -105,6 +115,8 @@ class VerifierReport:
     def total(self) -> int:
         if self.tests:
             return sum(t.status is not TestStatus.SKIPPED for t in self.tests)
+        if checks := self.checks:
+            return len(checks)
         return 1 if self.reward_values else 0
 
     @property
@@ -130,6 +142,8 @@ class VerifierReport:
             shown = "; ".join(f"{t.name}" + (f" ({t.message})" if t.message else "") for t in failed[:5])
             more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
             return f"{len(failed)} of {self.total} tests failed: {shown}{more}"
+        if failed_checks := [k for k, v in self.checks if v < 1.0]:
+            return f"{len(failed_checks)} of {self.total} checks failed: {', '.join(failed_checks[:5])}"
         if self.steps and self.failure_mode is FailureMode.STEP_GATE:
             name, step = self.steps[-1]
             return f"step {name} fell below its min_reward: {step.why}"

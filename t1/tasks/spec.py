@@ -140,6 +140,7 @@ class SolutionSpec:
     files_dir: Path | None = None  # whole solution/ folder for Harbor, None for TB1 solution.sh
     env: Env = ()
     commands: tuple[str, ...] = ()  # TB1 solution.yaml: commands typed into the shell in order
+    turns: tuple[str, ...] = ()  # solution/turns.txt (T1's own): the scripted oracle types one command per turn
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ their own; /tests and /logs/verifier are emptied afterwards.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 
@@ -40,6 +41,7 @@ from t1.tasks.spec import VerifierKind, VerifierSpec
 from t1.tasks.toolchain import (
     PYTEST_MAIN,
     SHIM_LOG,
+    SHIMS,
     TOOLCHAIN_DIR,
     toolchain_archive,
     toolchain_prefix,
@@ -71,6 +73,27 @@ async def install_toolchain(shell: Shell) -> None:
     await upload_archive(shell, toolchain_archive(with_pytest=True), TOOLCHAIN_DIR, "verifier toolchain")
 
 
+_TOOL_WORDS = re.compile(r"(?<![\w-])(?:python3?|" + "|".join(map(re.escape, SHIMS)) + r")(?![\w-])")
+
+
+def uses_toolchain(spec: VerifierSpec) -> bool:
+    """Whether the verifier may call what the offline toolchain provides (python, pytest, pip, uv, ...).
+
+    A bash tests/test.sh in a folder with no Python file that names none of those tools gets no toolchain:
+    its upload (about 2 MB) is most of a cheap verifier's cost."""
+    if spec.kind is not VerifierKind.TEST_SH or spec.run_tests_sh is not None:
+        return True
+    for folder in (*spec.extra_tests_dirs, spec.tests_dir):
+        for path in folder.rglob("*"):
+            if not path.is_file():
+                continue
+            if path.suffix == ".py":
+                return True
+            if _TOOL_WORDS.search(path.read_text(encoding="utf-8", errors="replace")):
+                return True
+    return False
+
+
 async def _upload_tests(shell: Shell, spec: VerifierSpec) -> None:
     # A root verifier (VMs) opens /logs/verifier to a task's verifier user; a verifier uid keeps it its own.
     await check(shell, f"mkdir -p {TESTS_DIR} {LOGS_DIR} && {_EMPTY} && "
@@ -99,7 +122,8 @@ async def run_verifier(
     start = time.monotonic()
     await _upload_tests(shell, spec)
     prefix = ""
-    if offline:
+    toolchain = offline and uses_toolchain(spec)
+    if toolchain:
         await install_toolchain(shell)
         prefix = toolchain_prefix()
     env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in spec.env)
@@ -112,7 +136,7 @@ async def run_verifier(
     output = await _read_text(shell, OUTPUT_FILE) or ""
     files = {name: await _read_text(shell, f"{LOGS_DIR}/{name}")
              for name in ("reward.txt", "reward.json", *CTRF_FILES, *JUNIT_FILES)}
-    shims = await _read_text(shell, SHIM_LOG) if offline else None
+    shims = await _read_text(shell, SHIM_LOG) if toolchain else None
     if cleanup:
         await shell.run(_EMPTY, 60)
     declared = declared_tests(spec.tests_dir)

@@ -1,7 +1,7 @@
 """The t1-trainer process: builds the core, serves TrainerService, and runs the training loop.
 
   PushTrajectories -> buffer (SQLite, fsync) --wake--> train loop (rank 0, asyncio)
-                                                         | order: step | checkpoint | stop
+                                                         | order: step | checkpoint | end_sft | stop
                                                          v  (broadcast to every rank)
                                        worker thread: TrainerCore.step / save / commit
                                                          |
@@ -32,7 +32,7 @@ from t1.rpc.loop import wait_or_stop
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.trainer import engine as ds
 from t1.trainer.core import Stage, StepOutcome, TrainerCore
-from t1.trainer.service import CheckpointRequest, TrainerServicer, VersionBoard
+from t1.trainer.service import LoopRequest, SteerSftRequest, TrainerServicer, VersionBoard
 from t1.v1 import trainer_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class OrderKind(StrEnum):
     STEP = "step"              # a training step on rank 0's groups
     CHECKPOINT = "checkpoint"  # a manual checkpoint under the order's tag
     NOOP = "noop"              # the idle heartbeat: keeps the waiting collective inside its timeout
+    END_SFT = "end_sft"        # steered SFT ends here (SteerSft end)
     STOP = "stop"              # commit what is pending and end
 
 
@@ -71,6 +72,9 @@ def execute(core: TrainerCore, order: Order | None) -> tuple[Order, Any]:
         return order, core.save_manual(order.tag)
     if order.kind == OrderKind.NOOP:
         return order, None
+    if order.kind == OrderKind.END_SFT:
+        core.end_sft()
+        return order, None
     core.commit_pending()
     return order, None
 
@@ -84,11 +88,14 @@ def follow(core: TrainerCore) -> None:
 
 
 async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event,
-                     checkpoints: asyncio.Queue[CheckpointRequest], stop: asyncio.Event) -> None:
+                     requests: asyncio.Queue[LoopRequest], stop: asyncio.Event) -> None:
     last_order = time.monotonic()
     while not stop.is_set():
-        while not checkpoints.empty():
-            req = checkpoints.get_nowait()
+        while not requests.empty():
+            req = requests.get_nowait()
+            if isinstance(req, SteerSftRequest):
+                await _steer(core, req)
+                continue
             try:
                 _, path = await asyncio.to_thread(execute, core, Order(OrderKind.CHECKPOINT, tag=req.tag))
                 req.done.set_result((path, core.state))
@@ -99,7 +106,7 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
         groups = None
         if stage in (Stage.CRITIC_WARMUP, Stage.PPO):
             groups = await asyncio.to_thread(core.take_groups)
-        if stage == Stage.DONE or (stage != Stage.SFT and groups is None):
+        if stage == Stage.DONE or (stage != Stage.SFT and groups is None) or core.sft_waiting():
             if ds.world_size() > 1 and time.monotonic() - last_order > HEARTBEAT_S:
                 await asyncio.to_thread(execute, core, Order(OrderKind.NOOP))
                 last_order = time.monotonic()
@@ -118,6 +125,17 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
         assert isinstance(outcome, StepOutcome)
         if outcome.published is not None:
             await board.announce(outcome.published)
+
+
+async def _steer(core: TrainerCore, req: SteerSftRequest) -> None:
+    try:
+        core.allow_sft(req.allow_steps)
+        if req.end:
+            await asyncio.to_thread(execute, core, Order(OrderKind.END_SFT))
+        req.done.set_result(None)
+    except Exception as exc:  # the RPC caller gets the error
+        log.exception("SteerSft failed")
+        req.done.set_exception(exc)
 
 
 def quarantine(core: TrainerCore, groups: list[tuple[str, list[tuple[str, bytes]]]], exc: BaseException) -> None:
@@ -150,7 +168,7 @@ async def serve(cfg: T1Config) -> int:
     assert core.buffer is not None
     board = VersionBoard(core.publisher.published())
     wake = asyncio.Event()
-    checkpoints: asyncio.Queue[CheckpointRequest] = asyncio.Queue()
+    checkpoints: asyncio.Queue[LoopRequest] = asyncio.Queue()
     servicer = TrainerServicer(core.buffer, core.group_size, board, wake, checkpoints,
                                core.reported_status, core.model_bounds)
     server = GrpcServer([ServiceBinding("t1.v1.TrainerService", trainer_pb2_grpc.add_TrainerServiceServicer_to_server,

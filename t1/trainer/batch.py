@@ -53,6 +53,7 @@ class BatchStats:
     policy_lag_mean: float = 0.0
     policy_lag_max: int = 0
     reward_mean: float = 0.0
+    solve_rate: float = 0.0  # kept trajectories whose verifiers all passed
     group_ids: tuple[str, ...] = field(default=())
 
 
@@ -78,6 +79,7 @@ def build_sequences(
     dropped_stale = dropped_infra = dropped_groups = 0
     lags: list[np.ndarray] = []
     rewards: list[float] = []
+    solved: list[bool] = []
     num_traj = 0
     for group in groups:
         kept = apply_infra_policy(group, infra_policy)
@@ -88,6 +90,7 @@ def build_sequences(
         for traj in kept:
             num_traj += 1
             rewards.append(traj.reward)
+            solved.append(0 < traj.verifier.total == traj.verifier.passed)
             masks = [s.loss_mask.astype(bool) for s in traj.segments]
             placed = place_rewards(masks, [s.turns for s in traj.segments], traj.reward, process_rewards)
             for i, (seg, mask, rew) in enumerate(zip(traj.segments, masks, placed, strict=True)):
@@ -111,6 +114,7 @@ def build_sequences(
         policy_lag_mean=float(all_lags.mean()) if all_lags.size else 0.0,
         policy_lag_max=int(all_lags.max()) if all_lags.size else 0,
         reward_mean=float(np.mean(rewards)) if rewards else 0.0,
+        solve_rate=float(np.mean(solved)) if solved else 0.0,
         group_ids=tuple(dict.fromkeys(g[0].group_id for g in groups if g)),
     )
     return seqs, stats

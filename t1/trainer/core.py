@@ -21,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import torch
 
 from t1.config.schema import T1Config
@@ -55,6 +56,7 @@ class TrainState:
     step: int = 0
     policy_version: int = 0
     sft_steps: int = 0
+    sft_ended: bool = False  # the client ended SFT before sft_steps (warm_start.sft_eval_every)
     warmup_steps: int = 0
     ppo_steps: int = 0
     dropped_stale_tokens: int = 0
@@ -68,6 +70,20 @@ class StepOutcome:
     stage: Stage
     state: TrainState
     published: PublishedVersion | None
+
+
+def sft_batch(demos: list[TrainSequence], size: int | None, step: int, seed: int) -> list[TrainSequence]:
+    """The demonstrations of SFT step `step`: consecutive slices of one shuffle per epoch (pure; the same on
+    every rank and after a restart)."""
+    if size is None or size >= len(demos):
+        return demos
+    start = step * size
+    out: list[TrainSequence] = []
+    while len(out) < size:
+        epoch, offset = divmod(start + len(out), len(demos))
+        order = np.random.default_rng([seed, epoch]).permutation(len(demos))
+        out.extend(demos[i] for i in order[offset:offset + size - len(out)])
+    return out
 
 
 def policy_path(cfg: T1Config) -> Path:
@@ -117,6 +133,8 @@ class TrainerCore:
             self.demos = load_demos(tc.warm_start.demos_path)
         self.state = self._restore()
         self._uncommitted: list[StepRecord] = []
+        # Steered SFT waits at this many steps until the client allows more (or ends SFT); else no gate.
+        self.sft_allowed = self.state.sft_steps if tc.warm_start.sft_eval_every else tc.warm_start.sft_steps
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -138,13 +156,28 @@ class TrainerCore:
 
     def stage(self) -> Stage:
         s, ws = self.state, self.tc.warm_start
-        if s.sft_steps < ws.sft_steps and self.demos:
+        if not s.sft_ended and s.sft_steps < ws.sft_steps and self.demos:
             return Stage.SFT
         if s.warmup_steps < ws.critic_warmup_steps:
             return Stage.CRITIC_WARMUP
         if s.ppo_steps < self.tc.max_steps:
             return Stage.PPO
         return Stage.DONE
+
+    def sft_waiting(self) -> bool:
+        """Steered SFT at its allowance: no step until the client allows more or ends SFT."""
+        return self.stage() == Stage.SFT and self.state.sft_steps >= self.sft_allowed
+
+    def allow_sft(self, steps: int) -> None:
+        self.sft_allowed = max(self.sft_allowed, steps)
+
+    def end_sft(self) -> None:
+        """End SFT at the steps taken (durable: committed with a checkpoint); the warm-up comes next."""
+        if self.stage() != Stage.SFT:
+            return
+        self.state = replace(self.state, sft_ended=True)
+        log.info("SFT ended by the client after %d steps", self.state.sft_steps)
+        self.commit()
 
     def reported_status(self) -> tuple[TrainState, Stage]:
         """What GetStatus reports: DONE only once the last step is committed (durable in the buffer)."""
@@ -171,7 +204,9 @@ class TrainerCore:
         ids: tuple[str, ...] = ()
         group_ids: tuple[str, ...] = ()
         if stage == Stage.SFT:
-            metrics = self.learner.sft_step(self.demos)
+            with ds.learning_rate(self.policy, self.tc.warm_start.sft_lr):
+                metrics = self.learner.sft_step(sft_batch(self.demos, self.tc.warm_start.sft_batch, s.sft_steps,
+                                                          self.tc.seed))
             new = replace(s, sft_steps=s.sft_steps + 1)
         else:
             assert groups is not None
@@ -198,7 +233,7 @@ class TrainerCore:
 
     def _rl_metrics(self, seqs: list[TrainSequence], stats: BatchStats, update_policy: bool) -> dict[str, float]:
         metrics: dict[str, float] = {
-            "reward_mean": stats.reward_mean, "policy_lag": stats.policy_lag_mean,
+            "reward_mean": stats.reward_mean, "solve_rate": stats.solve_rate, "policy_lag": stats.policy_lag_mean,
             "policy_lag_max": float(stats.policy_lag_max), "dropped_stale_tokens": float(stats.dropped_stale_tokens),
             "dropped_infra_trajectories": float(stats.dropped_infra_trajectories),
             "dropped_groups": float(stats.dropped_groups), "trajectories": float(stats.num_trajectories),

@@ -10,9 +10,11 @@ engine.step() per optimizer step.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -114,6 +116,23 @@ def build_engine(model: nn.Module, ds_config: dict[str, Any], lr: float | None =
     params = [p for p in model.parameters() if p.requires_grad]
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg, mpu=mpu)
     return engine
+
+
+@contextlib.contextmanager
+def learning_rate(engine: Any, lr: float | None) -> Iterator[None]:
+    """The engine's optimizer steps at `lr` inside the block (None: unchanged), its own lr again after."""
+    if lr is None:
+        yield
+        return
+    groups = engine.optimizer.param_groups
+    saved = [g["lr"] for g in groups]
+    for g in groups:
+        g["lr"] = lr
+    try:
+        yield
+    finally:
+        for g, old in zip(groups, saved, strict=True):
+            g["lr"] = old
 
 
 def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:

@@ -60,13 +60,25 @@ class CheckpointRequest:
     done: asyncio.Future
 
 
+@dataclass(frozen=True, slots=True)
+class SteerSftRequest:
+    """SteerSft for the train loop: SFT steps allowed in all, or the end of SFT; done once it holds."""
+
+    allow_steps: int
+    end: bool
+    done: asyncio.Future
+
+
+LoopRequest = CheckpointRequest | SteerSftRequest
+
+
 def _version_pb(v: PublishedVersion) -> pb.WeightVersion:
     return pb.WeightVersion(version=v.version, path=str(v.path), step=v.step, published_unix=v.published_unix)
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     def __init__(self, buffer: TrajectoryBuffer, group_size: int, board: VersionBoard, wake: asyncio.Event,
-                 checkpoints: asyncio.Queue[CheckpointRequest], status: Callable[[], tuple[TrainState, Stage]],
+                 checkpoints: asyncio.Queue[LoopRequest], status: Callable[[], tuple[TrainState, Stage]],
                  bounds: ModelBounds | None = None) -> None:
         self.buffer, self.group_size, self.board, self.wake = buffer, group_size, board, wake
         self.checkpoints, self.status, self.bounds = checkpoints, status, bounds
@@ -110,6 +122,19 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
 
     @rpc_errors
     async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext) -> pb.TrainerStatus:
+        return await self._status()
+
+    @rpc_errors
+    async def SteerSft(self, request: pb.SteerSftRequest, context: grpc.aio.ServicerContext) -> pb.TrainerStatus:
+        if request.allow_steps < 0:
+            raise RequestError(f"allow_steps must be >= 0, got {request.allow_steps}")
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self.checkpoints.put(SteerSftRequest(int(request.allow_steps), request.end, done))
+        self.wake.set()
+        await done
+        return await self._status()
+
+    async def _status(self) -> pb.TrainerStatus:
         state, stage = self.status()
         counts = await asyncio.to_thread(self.buffer.counts, self.group_size)
         reason = await asyncio.to_thread(self.buffer.last_quarantine_reason) if counts["quarantined"] else ""

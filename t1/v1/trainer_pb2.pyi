@@ -103,6 +103,14 @@ class WeightVersion(_message.Message):
     published_unix: float
     def __init__(self, version: _Optional[int] = ..., path: _Optional[str] = ..., step: _Optional[int] = ..., published_unix: _Optional[float] = ...) -> None: ...
 
+class SteerSftRequest(_message.Message):
+    __slots__ = ("allow_steps", "end")
+    ALLOW_STEPS_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    allow_steps: int
+    end: bool
+    def __init__(self, allow_steps: _Optional[int] = ..., end: _Optional[bool] = ...) -> None: ...
+
 class SaveCheckpointRequest(_message.Message):
     __slots__ = ("tag",)
     TAG_FIELD_NUMBER: _ClassVar[int]

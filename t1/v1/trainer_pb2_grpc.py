@@ -55,6 +55,11 @@ class TrainerServiceStub:
                 request_serializer=t1_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.SerializeToString,
                 response_deserializer=t1_dot_v1_dot_trainer__pb2.CheckpointInfo.FromString,
                 _registered_method=True)
+        self.SteerSft = channel.unary_unary(
+                '/t1.v1.TrainerService/SteerSft',
+                request_serializer=t1_dot_v1_dot_trainer__pb2.SteerSftRequest.SerializeToString,
+                response_deserializer=t1_dot_v1_dot_trainer__pb2.TrainerStatus.FromString,
+                _registered_method=True)
 
 
 class TrainerServiceServicer:
@@ -88,6 +93,14 @@ class TrainerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SteerSft(self, request, context):
+        """SFT steered by the client (trainer.warm_start.sft_eval_every set): the trainer takes SFT steps up to
+        allow_steps in all and waits there; end moves it on to the critic warm-up.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +123,11 @@ def add_TrainerServiceServicer_to_server(servicer, server):
                     servicer.SaveCheckpoint,
                     request_deserializer=t1_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.FromString,
                     response_serializer=t1_dot_v1_dot_trainer__pb2.CheckpointInfo.SerializeToString,
+            ),
+            'SteerSft': grpc.unary_unary_rpc_method_handler(
+                    servicer.SteerSft,
+                    request_deserializer=t1_dot_v1_dot_trainer__pb2.SteerSftRequest.FromString,
+                    response_serializer=t1_dot_v1_dot_trainer__pb2.TrainerStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +238,33 @@ class TrainerService:
             '/t1.v1.TrainerService/SaveCheckpoint',
             t1_dot_v1_dot_trainer__pb2.SaveCheckpointRequest.SerializeToString,
             t1_dot_v1_dot_trainer__pb2.CheckpointInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SteerSft(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/t1.v1.TrainerService/SteerSft',
+            t1_dot_v1_dot_trainer__pb2.SteerSftRequest.SerializeToString,
+            t1_dot_v1_dot_trainer__pb2.TrainerStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,6 @@
 """The one-command local run at small scale: t1-coordinator starts the torch inference server and the
 DeepSpeed (CPU) trainer as children, synthesizes task sets, writes oracle demonstrations, evaluates,
-warm-starts, runs PPO, evaluates again and reports; and SIGTERM mid-training ends it cleanly with exit 0.
+warm-starts, evaluates the warm start, runs PPO, evaluates again and reports; and SIGTERM mid-training ends it cleanly with exit 0.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ def test_local_run_end_to_end_small(smoke_run: SmokeRun) -> None:
     root, log = smoke_run.root, smoke_run.log
     assert smoke_run.rc == 0, log[-6000:]
     report = json.loads((root / "run" / "report.json").read_text())
-    # Both evals ran on the held-out set through eval jobs; infra errors are counted, never scored.
-    for label in ("before", "after"):
+    # The three evals (base, warm start after SFT, RL after PPO) ran on the held-out set through eval jobs;
+    # infra errors are counted, never scored.
+    for label in ("base", "warm_start", "rl"):
         assert report[label]["heldout"]["num_tasks"] == 1, report
         assert 0.0 <= report[label]["heldout"]["resolve_rate"] <= 1.0
+    assert report["sft_curve"] == []  # SFT not steered here: its one step, no validation evals
     # Warm start (1 SFT + 1 critic step) and one PPO step; the trainer is done.
     assert report["trainer"]["stage"] == "done" and report["trainer"]["step"] == 3, report["trainer"]
     assert report["trainer"]["policy_version"] >= 1

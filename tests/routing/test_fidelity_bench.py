@@ -48,7 +48,7 @@ def test_parse_shape_names_the_bad_entry():
 def test_fidelity_bench_writes_its_keys(tmp_path):
     out = tmp_path / "fid.json"
     assert main(["--out", str(out), "--episodes", "1", "--turns", "2", "--max-tokens", "8",
-                          "--time-reps", "1", "--model-dir", str(tmp_path / "model")]) == 0
+                          "--time-reps", "1", "--model-dir", str(tmp_path / "model"), "--trained", "none"]) == 0
     got = json.loads(out.read_text())
     for key in ("tokens", "mean_abs_dlogp_no_r3", "mean_abs_dlogp_r3", "max_abs_dlogp_no_r3", "max_abs_dlogp_r3",
                 "router_disagreement_rate", "drift_tokens", "repaired_turns", "retokenize_mismatch_rate",

@@ -60,3 +60,15 @@ def test_buffer_is_durable_idempotent_and_consumes_only_on_commit(tmp_path: Path
     assert buf.steps()[0].trajectory_ids == ("a", "b")
     assert buf.counts(1) == {"accepted": 3, "pending": 1, "groups": 1, "quarantined": 0}
     buf.close()
+
+
+def test_solve_rate_counts_kept_trajectories_whose_verifiers_all_passed() -> None:
+    from dataclasses import replace
+
+    from t1.trajectory.types import VerifierSummary
+
+    solved, partial, infra = _group("s", infra=True)[0], *_group("p", infra=True)
+    groups = [[replace(solved, verifier=VerifierSummary(2, 2)), replace(partial, verifier=VerifierSummary(1, 2))],
+              [replace(infra, verifier=VerifierSummary(2, 2))]]  # an infra error is never scored
+    _, stats = build_sequences(groups, 0, 4, "drop_attempt", process_rewards=False)
+    assert stats.solve_rate == 0.5

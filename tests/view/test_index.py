@@ -185,7 +185,7 @@ def test_index_of_the_smoke_run_lists_every_record(smoke_run: SmokeRun, tmp_path
         assert index.transcript_path(r) is not None, f"{r.id} has no transcript"
         assert not math.isnan(r.reward)
     report = json.loads((run / "report.json").read_text())
-    evals = sum(v["heldout"]["num_tasks"] for k, v in report.items() if k in ("before", "after"))
+    evals = sum(v["heldout"]["num_tasks"] for k, v in report.items() if k in ("base", "warm_start", "rl"))
     assert by_source["eval"] == evals and by_source["train"] >= 2 and by_source["demo"] >= 1
     assert len(index.steps) == report["trainer"]["step"]
 

@@ -6,6 +6,8 @@ independent tests (one verifier each, so the count reward is dense) and an oracl
 solution. Multi-step tasks carry SynthSteps instead of a single test/solution.
 Every folder is plain Harbor format: task.toml, instruction.md,
 environment/Dockerfile + files/, tests/test.sh + test_outputs.py, solution/solve.sh.
+Curriculum tasks (`curriculum.py`) carry a bash tests/test.sh of their own and the oracle's
+commands one per line in solution/turns.txt.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+TURNS_FILE = "turns.txt"  # T1's own: the oracle's commands, one a line, typed one per turn by the scripted policy
 BASE_IMAGE = "python:3.11-bookworm"  # Debian with python3, git, gcc/g++, make; sqlite through python3
 TEST_SH = """#!/bin/bash
 # Verifier: pytest over test_outputs.py; per-test results in JUnit XML, binary reward in reward.txt.
@@ -51,6 +54,8 @@ class SynthTask:
     steps: tuple[SynthStep, ...] = ()
     agent_timeout_sec: float = 900.0
     verifier_timeout_sec: float = 120.0
+    check_sh: str = ""  # a bash tests/test.sh of its own (writes reward.json) instead of pytest over `tests`
+    turns: tuple[str, ...] = ()  # the oracle's commands, one per turn (solution/turns.txt); solve.sh runs them all
 
 
 Generator = Callable[[random.Random, str], SynthTask]
@@ -125,6 +130,11 @@ def write_task(task: SynthTask, root: Path, task_id: str, split: str, seed: int)
             _write(base / "tests" / "test.sh", TEST_SH, 0o755)
             _write(base / "tests" / "test_outputs.py", step.tests)
             _write(base / "solution" / "solve.sh", "#!/bin/bash\nset -e\ncd /app\n" + step.solution, 0o755)
+    elif task.check_sh:
+        _write(out / "tests" / "test.sh", task.check_sh, 0o755)
+        # no set -e: a turn may fail on purpose (the error it prints is what the next one reads)
+        _write(out / "solution" / "solve.sh", "#!/bin/bash\ncd /app\n" + "\n".join(task.turns) + "\n", 0o755)
+        _write(out / "solution" / TURNS_FILE, "\n".join(task.turns) + "\n")
     else:
         _write(out / "tests" / "test.sh", TEST_SH, 0o755)
         _write(out / "tests" / "test_outputs.py", task.tests)

@@ -1,0 +1,89 @@
+"""The learnable curriculum: multi-turn structure, values only the machine shows, disjoint splits, and its bash
+verifiers (one reward.json entry per check) against the oracle and an untouched sandbox in real sandboxes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from t1.agent.scripted import oracle_actions
+from t1.sandbox.local import LocalProvider
+from t1.tasks.dataset import load_dataset
+from t1.tasks.oracle import RunMode, RunStatus, run_tasks
+from t1.tasks.report import VerifierReport
+from t1.tasks.synth.curriculum import (
+    CURRICULUM,
+    curriculum_plan,
+    generate_curriculum,
+    synthesize_curriculum,
+)
+from t1.tasks.verifier import uses_toolchain
+
+
+def _hidden_value(family: str, turns: tuple[str, ...]) -> str:
+    """The value a later turn carries that only an earlier command's output showed."""
+    last = turns[-1]
+    if family == "read_copy" or family == "count_match":
+        return last.split()[1]                     # echo VALUE > target
+    if family == "pick_file":
+        return last.split("mv ")[1].split()[0].rsplit("/", 1)[1]  # the file name the listing showed
+    assert family == "fix_error"
+    return turns[1].split()[1]                     # touch /app/etc/NAME.cfg, named only by the error
+
+
+@pytest.mark.parametrize("family", sorted(CURRICULUM))
+def test_every_task_needs_state_it_must_read(family: str) -> None:
+    values: Counter[str] = Counter()
+    for fam, seed in curriculum_plan(4 * 40, 5, "train"):
+        if fam != family:
+            continue
+        task = generate_curriculum(fam, seed)
+        assert len(task.turns) >= 2, task
+        value = _hidden_value(family, task.turns)
+        assert value not in task.instruction, (value, task.instruction)
+        values[value] += 1
+        assert task.check_sh.count("\ncheck ") >= 2  # several checks: the count reward is dense
+    # no constant answer: many values, none common (a count is 1-9, a code or a file name nearly unique)
+    assert len(values) >= 8 and values.most_common(1)[0][1] <= 8, f"{family}: answers over 40 tasks: {values}"
+
+
+def test_splits_disjoint_and_deterministic(tmp_path: Path) -> None:
+    train = [s for _, s in curriculum_plan(200, 1, "train")]
+    heldout = [s for _, s in curriculum_plan(200, 2, "eval")]
+    assert not set(train) & set(heldout)
+    a = synthesize_curriculum(tmp_path / "a", 4, 1, "eval")
+    b = synthesize_curriculum(tmp_path / "b", 4, 1, "eval")
+    for x, y in zip(a, b, strict=True):
+        assert x.name == y.name
+        assert sorted(p.read_bytes() for p in x.rglob("*") if p.is_file()) == \
+            sorted(p.read_bytes() for p in y.rglob("*") if p.is_file())
+
+
+def test_oracle_types_one_command_per_turn(tmp_path: Path) -> None:
+    specs = load_dataset([synthesize_curriculum(tmp_path, 4, 1, "train")[0].parent])
+    for spec in specs:
+        turns = spec.phases()[0].solution.turns  # type: ignore[union-attr]
+        assert oracle_actions(spec) == [*turns, None]
+        assert not uses_toolchain(spec.phases()[0].verifier)  # bash checks: no python toolchain upload
+
+
+def test_reward_json_entries_are_checks() -> None:
+    report = VerifierReport(reward_values=(("made", 1.0), ("value", 0.0), ("lines", 1.0)))
+    assert (report.passed, report.total, report.resolved) == (2, 3, False)
+    assert "value" in report.why
+    full = VerifierReport(reward_values=(("made", 1.0), ("value", 1.0)))
+    assert (full.passed, full.total, full.resolved) == (2, 2, True)
+    # a `reward` key keeps its Harbor meaning: one reward, not checks
+    assert VerifierReport(reward_values=(("reward", 0.5), ("x", 1.0))).total == 1
+
+
+async def test_oracle_resolves_untouched_scores_zero(provider: LocalProvider, tmp_path: Path) -> None:
+    specs = load_dataset([synthesize_curriculum(tmp_path, len(CURRICULUM), 3, "eval")[0].parent])
+    assert sorted(s.metadata.family for s in specs) == sorted(CURRICULUM)
+    oracle = await run_tasks(provider, specs, RunMode.ORACLE, concurrency=2)
+    noop = await run_tasks(provider, specs, RunMode.VERIFY, concurrency=2)
+    for o, n in zip(oracle, noop, strict=True):
+        assert o.status is RunStatus.OK and o.resolved and o.reward == o.report.total >= 2, o.as_json()
+        assert n.reward == 0 and not n.resolved, n.as_json()

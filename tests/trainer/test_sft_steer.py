@@ -1,0 +1,63 @@
+"""Steered SFT: the trainer stops at the client's allowance, SFT ends on the client's word (durably), the SFT
+learning rate applies to SFT steps only, minibatches cycle through shuffled epochs; the plateau rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainer_synth import segment, trainer_config, trajectory
+
+from t1.coordinator.sft_steer import plateaued
+from t1.trainer.core import Stage, TrainerCore, sft_batch
+from t1.trajectory.serialization import encode_trajectory
+
+
+def _demos(path: Path, n: int = 3) -> Path:
+    with path.open("wb") as f:
+        for i in range(n):
+            f.write(encode_trajectory(trajectory(f"demo{i}", "demo", [segment([11, 12, 13, 500 + i, 501, 502], 3)],
+                                                 reward=1.0)))
+    return path
+
+
+def test_plateau_rule() -> None:
+    assert not plateaued([0.0, 0.0, 0.0, 0.0], 2)        # never rose: not a plateau, SFT goes on
+    assert not plateaued([0.1, 0.3, 0.5], 2)
+    assert not plateaued([0.1, 0.3, 0.2, 0.4], 2)        # a new best within the window
+    assert plateaued([0.1, 0.4, 0.3, 0.4], 2)            # ties are not a rise
+    assert not plateaued([0.2, 0.1], 2)                  # too few points to judge
+
+
+def test_sft_batches_cover_each_epoch_once() -> None:
+    demos = list(range(10))
+    first = [x for step in range(5) for x in sft_batch(demos, 2, step, seed=3)]  # type: ignore[arg-type]
+    assert sorted(first) == demos
+    assert sft_batch(demos, 4, 7, 3) == sft_batch(demos, 4, 7, 3)  # type: ignore[arg-type]
+    assert sft_batch(demos, None, 0, 3) is demos  # type: ignore[arg-type]
+
+
+def test_steered_sft_waits_and_ends_durably(tmp_path: Path, tiny_model_dir: Path) -> None:
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-6, extra={
+        "trainer.warm_start.sft_steps": 50, "trainer.warm_start.demos_path": str(_demos(tmp_path / "d.msgpack")),
+        "trainer.warm_start.sft_eval_every": 2, "trainer.warm_start.sft_validation_set": "val",
+        "trainer.warm_start.sft_lr": 1e-2, "trainer.warm_start.sft_batch": 2,
+        "tasks.sets": {"val": {"path": str(tmp_path / "val")}},
+        "trainer.warm_start.critic_warmup_steps": 1})
+    core = TrainerCore(cfg)
+    assert core.stage() == Stage.SFT and core.sft_waiting()  # nothing allowed yet
+    core.allow_sft(2)
+    nll = []
+    while not core.sft_waiting():
+        nll.append(core.step(None).state.last_metrics["sft_nll"])
+    assert len(nll) == 2 and core.state.sft_steps == 2
+    # the SFT lr (1e-2), not PPO's 1e-6, moved the policy; the optimizer's own lr is back afterwards
+    assert nll[1] < nll[0] - 0.05, nll
+    assert core.policy.optimizer.param_groups[0]["lr"] == 1e-6
+    core.allow_sft(1)  # never lowers an allowance
+    assert core.sft_allowed == 2
+    core.end_sft()
+    assert core.stage() == Stage.CRITIC_WARMUP and core.state.policy_version == 2
+    core.close()
+    again = TrainerCore(cfg)  # a restart keeps SFT ended: the warm-up is next
+    assert again.state.sft_ended and again.stage() == Stage.CRITIC_WARMUP
+    again.close()
