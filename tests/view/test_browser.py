@@ -100,8 +100,10 @@ def test_run_page_draws_every_curve(viewer: str, browser: WebDriver, tmp_path: P
     stages = [s.text for s in browser.find_elements(By.CSS_SELECTOR, "#timeline .stage")]
     assert "training" in stages, stages
     evals = browser.find_elements(By.CSS_SELECTOR, "#evals tr")[1:]
-    assert len(evals) == 2 and all("heldout" in r.text for r in evals), [r.text for r in evals]
-    assert browser.find_element(By.CSS_SELECTOR, "#compare").text.count("resolve") == 2
+    # the three policies the run evaluates, in order: base, warm start (after SFT), RL (after PPO)
+    names = [r.find_elements(By.TAG_NAME, "td")[1].text for r in evals]
+    assert names == ["base:heldout", "warm_start:heldout", "rl:heldout"], names
+    assert browser.find_element(By.CSS_SELECTOR, "#compare").text.count("resolve") == 3
     browser.save_screenshot(str(tmp_path / "run.png"))
 
 
