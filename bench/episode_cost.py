@@ -105,7 +105,8 @@ class Setup:
         return res
 
     def episode(self, i: int, turns: int) -> Any:
-        from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec
+        from t1.agent.episode import Episode, EpisodeSpec
+        from t1.agent.episode_limits import EpisodeLimits
         from t1.agent.transcript import Transcript
         from t1.config.loader import load_config
         from t1.inference.types import SamplingParams

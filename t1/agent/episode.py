@@ -28,12 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from t1.agent.compaction import compact_messages
+from t1.agent.episode_limits import LOCAL_SANDBOXES, EpisodeLimits, SandboxTraits
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
 from t1.agent.policy_call import call_policy, is_text_level
 from t1.agent.transcript import Transcript
-from t1.config.rollout import RolloutConfig
-from t1.config.tasks import RewardConfig
 from t1.inference.types import (
     GenerateFn,
     GenerateRequest,
@@ -90,52 +89,6 @@ def acquire_from(provider: SandboxProvider) -> SandboxAcquire:
                 await provider.destroy(sandbox)
 
     return acquire
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeLimits:
-    """An episode's limits, made from the rollout and reward config sections (the defaults live there)."""
-
-    max_turns: int
-    max_context_tokens: int
-    timeout_multiplier: float
-    compaction: bool
-    compaction_trigger: float
-    keep_last_turns: int
-    max_segments: int
-    process_every_k: int | None
-    turn_retries: int
-    setup_retries: int
-    steps_per_loop_tick: int  # t1.agent.pacing; 0: no pacing
-
-    @classmethod
-    def from_config(cls, rollout: RolloutConfig, reward: RewardConfig, timeout_multiplier: float | None = None
-                    ) -> EpisodeLimits:
-        """`timeout_multiplier` replaces rollout.timeout_multiplier (an eval job's own)."""
-        c = rollout.compaction
-        return cls(max_turns=rollout.max_turns, max_context_tokens=rollout.max_context_tokens,
-                   timeout_multiplier=timeout_multiplier or rollout.timeout_multiplier, compaction=c.enabled,
-                   compaction_trigger=c.trigger_fraction, keep_last_turns=c.keep_last_turns,
-                   max_segments=c.max_segments, process_every_k=reward.process_every_k_turns,
-                   turn_retries=rollout.turn_retries, setup_retries=rollout.setup_retries,
-                   steps_per_loop_tick=rollout.steps_per_loop_tick)
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxTraits:
-    """What the episode's sandboxes can do, which decides how a task is set up and verified."""
-
-    no_images: bool  # tasks cannot start from their image: the Dockerfile is replayed in the sandbox
-    offline: bool    # sandboxes never reach the internet: verifiers get no downloads either
-
-    @classmethod
-    def of_provider(cls, provider: str) -> SandboxTraits:
-        """The local provider (bubblewrap over the host's root, no network) has neither images nor internet."""
-        local = provider == "local"
-        return cls(no_images=local, offline=local)
-
-
-LOCAL_SANDBOXES = SandboxTraits.of_provider("local")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from t1.agent.episode import SandboxTraits
+from t1.agent.episode_limits import SandboxTraits
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalJobs
 from t1.coordinator.generate_router import GenerateRouter

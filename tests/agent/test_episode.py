@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from t1.agent import transcript as transcript_module
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from
+from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.agent.transcript import Transcript

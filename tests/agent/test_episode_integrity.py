@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from
+from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedEpisode, ScriptedPolicy
 from t1.agent.transcript import Transcript

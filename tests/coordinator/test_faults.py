@@ -13,7 +13,8 @@ import grpc
 import pytest
 from coordproc import write_harbor_task
 
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from
+from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.formats import get_format
 from t1.agent.transcript import Transcript
 from t1.config.inference import InferencePoolConfig

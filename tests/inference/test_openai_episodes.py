@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from openai_standin import StandIn, logprob_of, serve
 
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeSpec, acquire_from
+from t1.agent.episode import Episode, EpisodeResult, EpisodeSpec, acquire_from
+from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.formats import FormatName, get_format
 from t1.agent.transcript import Transcript
 from t1.config.inference import InferencePoolConfig

@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.vllm_cpu, pytest.mark.timeout(START_TIMEOUT_S + 300)]
 
 import httpx  # noqa: E402
 
-from t1.agent.episode import Episode, EpisodeLimits, EpisodeSpec, acquire_from  # noqa: E402
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from  # noqa: E402
+from t1.agent.episode_limits import EpisodeLimits  # noqa: E402
 from t1.agent.formats import FormatName, get_format  # noqa: E402
 from t1.agent.transcript import Transcript  # noqa: E402
 from t1.config.inference import InferencePoolConfig  # noqa: E402
