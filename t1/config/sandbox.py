@@ -91,6 +91,9 @@ class DockerProviderConfig(Section):
     pids: int = Field(512, ge=16, description="Processes per container (the engine's pids limit).")
     internet_network: str | None = Field(None, description="Engine network for tasks that allow the internet, one the operator made so it cannot reach the host or T1's services; null: such tasks get a needs_network report.")
     start_timeout_s: float = Field(60.0, gt=0, description="Longest a container may take to be running.")
+    build: bool = Field(True, description="Build a task's environment/Dockerfile with the engine (cached as t1-env:<digest>) when it names no docker_image; off: start from default_image and replay the Dockerfile in the container.")
+    build_timeout_s: float = Field(1800.0, gt=0, description="Longest one environment build may take.")
+    verifier_tmpfs_mb: int = Field(1024, ge=16, description="Size of each of the verifier's tmpfs dirs in a container (/tests, /logs/verifier, its toolchain).")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Per-process limits of every session.")
 
 

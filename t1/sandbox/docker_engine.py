@@ -3,8 +3,8 @@
 Every container T1 starts carries labels naming the sandbox and the process that owns it (its
 host, pid and the pid's start time, so a reused pid is not mistaken for a live owner). A provider
 starting up removes the containers of owners that are gone (a coordinator killed with -9), so none
-outlives the next run. The container's first process only holds its namespaces (`sleep infinity`
-under the engine's init); shells enter those namespaces from the host (`t1.sandbox.docker_provider`).
+outlives the next run. The container's first process only holds its namespaces (`HOLD_COMMAND`,
+a bash that reaps orphans); shells enter those namespaces from the host (`t1.sandbox.docker_provider`).
 Calls go through the `docker` client library, whose calls block: callers run them in a thread.
 """
 
@@ -21,6 +21,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from t1.sandbox.bwrap import HOLDER_SCRIPT
 from t1.tasks.needs import NeedsImageError
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,10 @@ LABEL_SANDBOX = "t1.sandbox"
 LABEL_HOST = "t1.owner.host"
 LABEL_PID = "t1.owner.pid"
 LABEL_START = "t1.owner.start"
-HOLD_COMMAND = ["sleep", "infinity"]
+HOLD_COMMAND = ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready="t1-sandbox-ready")]
+"""PID 1 of the container: bash blocked on a pipe only it holds, reaping orphans (`t1.sandbox.bwrap.HOLDER_SCRIPT`).
+Not `sleep` under the engine's `--init`: the agent, the container's root, could kill that sleep and with it
+the container; the kernel delivers no signal from inside the namespace to a PID 1 without a handler for it."""
 START_ATTEMPTS = 3
 CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -70,6 +74,10 @@ class ContainerSpec:
     network: str
     """The engine network: `none` (loopback only) or the configured internet network."""
     env: tuple[tuple[str, str], ...] = ()
+    tmpfs: tuple[tuple[str, str], ...] = ()
+    """Container path -> tmpfs mount options (the verifier's dirs and mount points)."""
+    storage_mb: int | None = None
+    """Size of the container's writable layer, where the storage driver enforces one (`Engine.storage_quota`)."""
 
 
 def cgroup_procs(pid: int, root: Path = CGROUP_ROOT) -> tuple[str, ...]:
@@ -95,6 +103,10 @@ class Engine:
         self.socket_path = socket_path
         self.pull = pull
         self.client = docker.DockerClient(base_url=f"unix://{socket_path}", timeout=120)
+        self.storage_quota: bool | None = None
+        """Whether the engine enforces a writable layer's size (`--storage-opt size`); None: not tried yet.
+        overlay2 does only on xfs mounted with `pquota`; where it does not, the first container asked for
+        a size says so once (logged) and containers are made without one."""
 
     def ping(self) -> None:
         try:
@@ -136,13 +148,27 @@ class Engine:
                            f"{START_ATTEMPTS} times: {logs}")
 
     def _run(self, spec: ContainerSpec) -> Container:
+        if spec.storage_mb is not None and self.storage_quota is not False:
+            try:
+                container = self._create(spec, {"size": f"{spec.storage_mb}m"})
+                self.storage_quota = True
+                return container
+            except docker.errors.APIError as exc:
+                if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
+                    raise
+                self.storage_quota = False
+                log.warning("the Docker engine enforces no storage_mb (a container's writable layer shares the "
+                            "engine's disk): %s", exc.explanation or exc)
+        return self._create(spec, None)
+
+    def _create(self, spec: ContainerSpec, storage_opt: dict[str, str] | None) -> Container:
         memory = f"{spec.memory_mb}m"
         return self.client.containers.run(
-            spec.image, HOLD_COMMAND, name=f"t1-{spec.sandbox_id}", detach=True, init=True,
+            spec.image, HOLD_COMMAND, name=f"t1-{spec.sandbox_id}", detach=True,
             labels={LABEL_SANDBOX: spec.sandbox_id, **owner_labels()},
             network_mode=spec.network, hostname="sandbox",
             mem_limit=memory, memswap_limit=memory, pids_limit=spec.pids, nano_cpus=int(spec.cpus * 1e9),
-            environment=dict(spec.env), working_dir="/app",
+            environment=dict(spec.env), working_dir="/app", tmpfs=dict(spec.tmpfs), storage_opt=storage_opt,
         )
 
     def remove(self, container_id: str) -> None:
@@ -158,6 +184,10 @@ class Engine:
         if stale:
             log.warning("removed %d sandbox containers left by runs that did not stop cleanly", len(stale))
         return len(stale)
+
+    def storage_driver(self) -> str:
+        """The engine's storage driver (`overlay2`, `vfs`, ...)."""
+        return str(self.client.info().get("Driver", ""))
 
     def close(self) -> None:
         self.client.close()

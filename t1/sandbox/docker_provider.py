@@ -1,13 +1,17 @@
 """DockerProvider: a container per sandbox from the task's image, shells through T1's own SSH path.
 
-`create` starts a container (`t1.sandbox.docker_engine`) with the task's limits and no network
+`create` starts a container (`t1.sandbox.docker_engine`) from the task's image (or the one its
+Dockerfile builds, `t1.sandbox.docker_build`) with the task's limits and no network
 unless the task allows the internet, then registers it with an embedded SSH server like the
 local provider's (`t1.sandbox.local_server`). Every session enters the container's namespaces
 from the host with `nsenter -t <container pid>` and joins its cgroups first, so the container's
 memory, pids and CPU limits bound every shell, and framing, timeouts, PTYs and SFTP are those of
 every other provider. Sessions run as the container's root without capabilities and with
 `no_new_privs`; the image must have `setpriv` (util-linux) and bash, and `sftp-server` for SFTP.
-Verifier shells share the agent's login here (`SshSandbox.separates_verifier` is False).
+Verifier shells (on overlay2, T1 running as root) log in as a user of their own: they enter the
+container as `VERIFIER_UID` (`t1.sandbox.enter_verifier`), in a cgroup of their own with the same
+limits, with /tests, /logs/verifier and the toolchain on tmpfs mounts only that uid can reach, and
+run the system as the task's setup left it (`t1.sandbox.docker_pristine`), never the agent's.
 `destroy` kills the sessions and removes the container; `start` sweeps containers of dead runs.
 """
 
@@ -17,19 +21,53 @@ import asyncio
 import logging
 import os
 import secrets
+from dataclasses import replace
 from pathlib import Path
 
 from t1.config.sandbox import DockerProviderConfig, ShellConfig
 from t1.sandbox.bwrap import NamespaceTarget, SandboxTree
+from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
+from t1.sandbox.docker_build import EnvironmentBuilder
 from t1.sandbox.docker_engine import ContainerSpec, Engine, cgroup_procs
-from t1.sandbox.local_server import LocalSshServer
+from t1.sandbox.docker_pristine import OVERLAY2, ContainerPristine, container_layers
+from t1.sandbox.local_server import LocalSshServer, verifier_user
+from t1.sandbox.mountns import mount_thread
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest, ShellRole
+from t1.sandbox.verifier_role import ETC_DIR, PRISTINE_DIR, VERIFIER_DIRS, VERIFIER_UID
 from t1.tasks.needs import NeedsNetworkError
 
 log = logging.getLogger(__name__)
 
 ENTERED_NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup")
+MOUNT_POINT_TMPFS = "mode=755,size=1m"
+
+
+def close_verifier_dirs(pid: int) -> None:
+    """Give the verifier's tmpfs dirs to its uid, mode 0700, from the host (blocking; before any session).
+
+    The engine copies what the image has at those paths onto each tmpfs, owner and mode included
+    (an image's `/tests` is root's, 0755), whatever the mount options said.
+    """
+    def close_all() -> None:  # in the container's mount namespace: its paths resolve in its own root
+        for path in VERIFIER_DIRS.values():
+            if os.path.islink(path) or not os.path.isdir(path):
+                raise RuntimeError(f"the container has no verifier directory {path} (the engine did not mount it)")
+            os.chown(path, VERIFIER_UID, VERIFIER_UID, follow_symlinks=False)
+            os.chmod(path, 0o700)
+    ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mount_thread().inside(ns, close_all)
+    finally:
+        os.close(ns)
+
+
+def verifier_tmpfs(size_mb: int) -> tuple[tuple[str, str], ...]:
+    """The container's tmpfs mounts for a separate verifier (pure): its dirs, closed to all but its uid, and
+    the mount points its sessions use (mount points: the agent can neither replace nor unmount them)."""
+    own = f"uid={VERIFIER_UID},gid={VERIFIER_UID},mode=0700,size={size_mb}m,exec"
+    return (*((path, own) for path in VERIFIER_DIRS.values()),
+            (PRISTINE_DIR, MOUNT_POINT_TMPFS), (ETC_DIR, MOUNT_POINT_TMPFS))
 
 
 def container_namespaces(pid: int) -> tuple[str, ...]:
@@ -44,14 +82,31 @@ class ContainerSshServer(LocalSshServer):
     def __init__(self, host: str, port: int) -> None:
         super().__init__(host, port)
         self.targets: dict[str, NamespaceTarget] = {}
+        self.pristine: dict[str, ContainerPristine] = {}
 
     async def ns_target(self, tree: SandboxTree, role: ShellRole = ShellRole.AGENT) -> NamespaceTarget | None:
-        # a container has one system: verifier sessions enter it as agent sessions do (separates_verifier False)
-        del role
         target = self.targets.get(tree.sandbox_id)
         if target is None:
             raise RuntimeError(f"sandbox {tree.sandbox_id} has no container (destroyed?)")
+        pristine = self.pristine.get(tree.sandbox_id)
+        if role is ShellRole.VERIFIER and pristine is not None:
+            async with self._init_locks.setdefault(tree.sandbox_id, asyncio.Lock()):
+                await asyncio.to_thread(pristine.ensure)
         return target
+
+    async def end_setup(self, sandbox_id: str) -> None:
+        """The task's setup is done: fix the system the sandbox's verifier runs (`ContainerPristine.end_setup`)."""
+        pristine = self.pristine.get(sandbox_id)
+        if pristine is None:
+            raise RuntimeError(f"sandbox {sandbox_id} has no container with a pristine system (destroyed?)")
+        async with self._init_locks.setdefault(sandbox_id, asyncio.Lock()):
+            await asyncio.to_thread(pristine.end_setup)
+
+    def forget(self, sandbox_id: str) -> None:
+        self.trees.pop(sandbox_id, None)
+        self.targets.pop(sandbox_id, None)
+        self.pristine.pop(sandbox_id, None)
+        self._init_locks.pop(sandbox_id, None)
 
 
 class DockerProvider:
@@ -65,14 +120,27 @@ class DockerProvider:
         self._containers: dict[str, str] = {}
         self._sandboxes: dict[str, SshSandbox] = {}
         self._start_lock = asyncio.Lock()
+        self.separates_verifier = False
+        """Whether verifier shells get a user and a system of their own (overlay2 and T1 as root), set at start."""
+        self.cgroups: SandboxCgroups | None = None
+        self.builder: EnvironmentBuilder | None = None
 
     async def start(self) -> None:
         async with self._start_lock:
             if self.engine is not None:
                 return
             engine = Engine(self.cfg.socket, self.cfg.pull)
+            self.builder = EnvironmentBuilder(engine.client, self.cfg.build_timeout_s)
             await asyncio.to_thread(engine.ping)
             await asyncio.to_thread(engine.sweep)
+            driver = await asyncio.to_thread(engine.storage_driver)
+            self.separates_verifier = driver == OVERLAY2 and os.geteuid() == 0
+            if self.separates_verifier:
+                self.cgroups = await asyncio.to_thread(SandboxCgroups.create)
+            else:
+                log.warning("docker sandboxes: verifier shells share the agent's login (the verifier's own user and "
+                            "pristine system need the overlay2 storage driver and T1 running as root; driver %r, "
+                            "uid %d)", driver, os.geteuid())
             await self.server.start()
             self.engine = engine
 
@@ -89,27 +157,57 @@ class DockerProvider:
             sandbox_id=sandbox_id, image=request.docker_image or self.cfg.default_image,
             memory_mb=request.memory_mb or self.cfg.memory_mb, cpus=request.cpus or self.cfg.cpus,
             pids=self.cfg.pids, network=self._network(request), env=request.env,
+            tmpfs=verifier_tmpfs(self.cfg.verifier_tmpfs_mb) if self.separates_verifier else (),
+            storage_mb=request.storage_mb,
         )
+
+    def _verifier_cgroup(self, sandbox_id: str, spec: ContainerSpec) -> tuple[str, ...]:
+        """A cgroup with the container's limits for the verifier's sessions (an agent at its limits does not stop them)."""
+        if self.cgroups is None:
+            return ()
+        return self.cgroups.add(sandbox_id + "-verifier", CgroupLimits(spec.memory_mb, spec.pids, spec.cpus))
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()
         assert self.engine is not None
         sandbox_id = "sb-" + secrets.token_hex(6)
-        container = await asyncio.wait_for(asyncio.to_thread(self.engine.start, self._spec(sandbox_id, request)),
-                                           self.cfg.start_timeout_s)
+        spec = self._spec(sandbox_id, request)
+        built = None
+        if self.cfg.build and request.build_context is not None and request.docker_image is None:
+            assert self.builder is not None
+            built = await self.builder.image(request.build_context, spec.network)
+            spec = replace(spec, image=built.tag)
+        container = await asyncio.wait_for(asyncio.to_thread(self.engine.start, spec), self.cfg.start_timeout_s)
         self._containers[sandbox_id] = container.id
         try:
+            if built is not None:  # provisioning applies what the image sets instead of replaying its Dockerfile
+                await asyncio.to_thread(container.put_archive, "/", built.marker())
             pid = int(container.attrs["State"]["Pid"])
+            layers = container_layers(container.attrs) if self.separates_verifier else None
+            if self.separates_verifier and layers is None:
+                raise RuntimeError(f"container of sandbox {sandbox_id} reports no overlay2 layers "
+                                   f"(GraphDriver {container.attrs.get('GraphDriver')!r})")
+            # The container's root is copy-on-write (`overlay`): its verifier builds its root over the pristine system.
             tree = SandboxTree(sandbox_id=sandbox_id, root=Path("/proc", str(pid), "root"), uid=None,
                                allow_network=request.allow_network, limits=self.cfg.limits, env=request.env,
-                               cgroup_procs=cgroup_procs(pid))
+                               cgroup_procs=cgroup_procs(pid), overlay=layers is not None,
+                               verifier_uid=VERIFIER_UID if layers is not None else None,
+                               verifier_cgroup_procs=self._verifier_cgroup(sandbox_id, spec))
+            if layers is not None:
+                await asyncio.to_thread(close_verifier_dirs, pid)
             self.server.trees[sandbox_id] = tree
             self.server.targets[sandbox_id] = NamespaceTarget(pid=pid, namespaces=container_namespaces(pid))
             endpoint = SshEndpoint(
                 host=self.server.host, port=self.server.port, user=sandbox_id,
                 client_keys=(self.server.client_key,), host_keys=(self.server.host_key.convert_to_public(),),
             )
-            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
+            if layers is None:
+                sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
+            else:
+                self.server.pristine[sandbox_id] = ContainerPristine(sandbox_id, pid, layers)
+                sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
+                                                   verifier=replace(endpoint, user=verifier_user(sandbox_id)),
+                                                   on_end_setup=lambda: self.server.end_setup(sandbox_id))
         except BaseException:
             await self._forget(sandbox_id)
             raise
@@ -122,11 +220,12 @@ class DockerProvider:
 
     async def _forget(self, sandbox_id: str) -> None:
         await self.server.end_sandbox(sandbox_id)
-        self.server.trees.pop(sandbox_id, None)
-        self.server.targets.pop(sandbox_id, None)
+        self.server.forget(sandbox_id)
         container_id = self._containers.pop(sandbox_id, None)
         if container_id is not None and self.engine is not None:
             await asyncio.to_thread(self.engine.remove, container_id)
+        if self.cgroups is not None:
+            self.cgroups.remove(sandbox_id + "-verifier")
 
     async def destroy(self, sandbox: Sandbox) -> None:
         ssh_sandbox = self._sandboxes.pop(sandbox.id, None)
@@ -141,3 +240,6 @@ class DockerProvider:
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        if self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None

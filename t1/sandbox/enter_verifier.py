@@ -65,6 +65,14 @@ def _capset(effective: int, permitted: int, inheritable: int) -> None:
     _check(libc.capset(ctypes.byref(header), data), "capset")
 
 
+def _permitted() -> int:
+    """This process's permitted capabilities (all of them in a user namespace just joined; host root's own otherwise)."""
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(libc.capget(ctypes.byref(header), data), "capget")
+    return data[0].permitted | data[1].permitted << 32
+
+
 def _read_plain(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
@@ -170,7 +178,8 @@ def enter(pid: int, namespaces: list[str], keep_caps: list[str], pristine: bool 
     cwd = os.readlink(f"/proc/{pid}/cwd")
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last_cap = int(f.read())
-    order = ["user", *[n for n in namespaces if n != "user"]]  # the user namespace first: it owns the others
+    # the user namespace first, where the sandbox has one (it owns the others); a container has none of its own
+    order = sorted(namespaces, key=lambda name: name != "user")
     fds = {ns: os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in order}
     for ns in order:
         _check(libc.setns(fds[ns], NS_FLAGS[ns]), f"setns {ns}")
@@ -179,7 +188,7 @@ def enter(pid: int, namespaces: list[str], keep_caps: list[str], pristine: bool 
     os.setgroups([])
     os.setresgid(VERIFIER_UID, VERIFIER_UID, VERIFIER_UID)
     os.setresuid(VERIFIER_UID, VERIFIER_UID, VERIFIER_UID)
-    everything = (1 << (last_cap + 1)) - 1
+    everything = _permitted() & ((1 << (last_cap + 1)) - 1)
     _capset(everything, everything, 0)
     _check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
     _private_mounts(pristine)

@@ -19,7 +19,7 @@ import ctypes
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TypeVar, cast
 
@@ -96,14 +96,15 @@ def idmapped_clone(path: str, userns_fd: int) -> int:
     return fd
 
 
-def detached_mount(fstype: str, options: dict[str, str], attrs: int) -> int:
+def detached_mount(fstype: str, options: dict[str, str] | Sequence[tuple[str, str]], attrs: int) -> int:
     """A new mount of `fstype` with `options`, attached nowhere yet (`attach` puts it in place); its descriptor.
 
-    Paths in `options` are resolved now, in the caller's mount namespace.
+    Paths in `options` are resolved now, in the caller's mount namespace. Pairs may repeat a key
+    (overlayfs's `lowerdir+` adds one lower layer each time).
     """
     fs = _check(_libc.syscall(SYS_FSOPEN, fstype.encode(), FSOPEN_CLOEXEC), f"fsopen {fstype}")
     try:
-        for key, value in options.items():
+        for key, value in (options.items() if isinstance(options, dict) else options):
             _check(_libc.syscall(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0),
                    f"fsconfig {fstype} {key}={value}")
         _check(_libc.syscall(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0), f"create a {fstype} superblock")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 
@@ -68,6 +69,11 @@ class Terminal(Shell, Protocol):
         ...
 
 
+BUILT_MARKER = "/run/t1-environment.json"
+"""In a sandbox whose provider built its image from the task's Dockerfile (`SandboxRequest.build_context`):
+JSON {"image", "workdir", "env", "user"} of that image, which provisioning applies instead of replaying it."""
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxRequest:
     """What a task asks of its sandbox."""
@@ -79,6 +85,9 @@ class SandboxRequest:
     storage_mb: int | None = None
     """Writable storage the task needs (Harbor's `storage_mb`); the provider's default when None."""
     env: tuple[tuple[str, str], ...] = field(default=())
+    build_context: Path | None = None
+    """The task's environment/ folder when its Dockerfile makes the image (no docker_image): a provider that
+    builds images (docker) builds the sandbox's image from it; the others replay the Dockerfile in the sandbox."""
 
 
 @runtime_checkable

@@ -225,6 +225,9 @@ async def run_task(
     except NeedsError as exc:  # the provider cannot give what the task asks (its image, the internet)
         return TaskRun(spec.id, mode, _NEED_STATUS[exc.kind], VerifierReport(failure_mode=FailureMode(str(exc.kind))),
                        0.0, str(exc))
+    except SetupError as exc:  # the provider could not make the task's environment (a failed image build)
+        return TaskRun(spec.id, mode, RunStatus.SETUP_FAILED, VerifierReport(failure_mode=FailureMode.SETUP_FAILED),
+                       0.0, f"task {spec.id}: {exc}", exc.output_tail)
     try:
         report, detail = await _run_phases(provider, sandbox, spec, mode, local)
     except _AfterSolution as exc:

@@ -6,7 +6,8 @@ first it refuses, by name, what this provider cannot give (t1.tasks.predict:
 GPUs, MCP servers, compose services, unset env templates); on local sandboxes
 the Dockerfile is replayed with container semantics (t1.tasks.dockerplan and
 t1.tasks.replay, installer stand-ins on PATH when offline); on providers that
-start the task's own image it is already applied. Environment files go into the
+start the task's own image it is already applied (and where the provider built
+that image from the Dockerfile, `BUILT_MARKER` says what the image sets). Environment files go into the
 workdir, and the healthcheck must pass before the agent starts. The result
 (workdir, env, user) is what every later shell of the episode starts from.
 """
@@ -14,10 +15,12 @@ workdir, and the healthcheck must pass before the agent starts. The result
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
-from t1.sandbox.types import SandboxRequest, Shell
+from t1.sandbox.types import BUILT_MARKER, SandboxRequest, Shell
 from t1.tasks.dockerplan import build_plan
 from t1.tasks.needs import NeedsImageError, raise_need
 from t1.tasks.predict import static_needs
@@ -42,10 +45,19 @@ class Provisioned:
         return f"{exports(self.env)}cd {shlex.quote(self.workdir)}; "
 
 
+async def built_image(shell: Shell) -> dict[str, Any] | None:
+    """What the sandbox's image sets, where the provider built it from the task's Dockerfile (`BUILT_MARKER`), else None."""
+    result = await shell.run(f"cat {BUILT_MARKER} 2>/dev/null", timeout_s=30)
+    if result.exit_code != 0 or not result.output.strip():
+        return None
+    return dict(json.loads(result.output))
+
+
 def sandbox_request(spec: TaskSpec) -> SandboxRequest:
     env = spec.environment
+    context = env.dockerfile.parent if env.dockerfile is not None and not env.docker_image else None
     return SandboxRequest(allow_network=env.allow_internet, docker_image=env.docker_image,
-                          cpus=env.cpus, memory_mb=env.memory_mb, env=env.env)
+                          cpus=env.cpus, memory_mb=env.memory_mb, env=env.env, build_context=context)
 
 
 async def run_healthcheck(shell: Shell, hc: Healthcheck, prefix: str) -> None:
@@ -86,7 +98,11 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
     workdir: str | None = env.workdir
     docker_env: Env = ()
     user = spec.agent_user
-    if env.dockerfile is not None and (local or not env.docker_image):
+    built = None if local or env.dockerfile is None or env.docker_image else await built_image(shell)
+    if built is not None:  # the provider built the Dockerfile into the sandbox's image: nothing to replay
+        workdir, user = workdir or built.get("workdir") or None, user or built.get("user") or None
+        docker_env = tuple((str(k), str(v)) for k, v in dict(built.get("env") or {}).items())
+    elif env.dockerfile is not None and (local or not env.docker_image):
         plan = build_plan(env.dockerfile)
         stand_ins = offline and bool(plan.run_lines())
         if stand_ins:

@@ -29,7 +29,8 @@ BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "
             "touch", "test", "true", "false", "grep", "sed", "wc", "dd", "id", "ps", "kill", "setpriv", "timeout",
             "python3", "stat", "printf", "sort", "tr", "cut", "uname", "hostname", "ln", "readlink", "find", "xargs",
             "nproc", "seq", "yes", "od", "base64", "md5sum", "sha256sum", "tee", "date", "pwd", "whoami", "ip",
-            "tar", "gzip", "awk", "mawk", "diff", "chown", "which", "basename", "dirname", "mktemp", "cmp", "du")
+            "tar", "gzip", "awk", "mawk", "diff", "chown", "which", "basename", "dirname", "mktemp", "cmp", "du",
+            "nohup", "setsid", "pgrep", "pkill")
 EXTRA_TREES = ("/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pygments", "/usr/lib/openssh/sftp-server", "/etc/passwd", "/etc/group",
                "/usr/lib/locale/C.utf8")
 

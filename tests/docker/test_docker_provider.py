@@ -120,3 +120,18 @@ async def test_pull_that_cannot_reach_a_registry_is_needs_image(dockerd: Private
             await provider.create(SandboxRequest(docker_image="127.0.0.1:1/t1-absent:2.0"))
     finally:
         await provider.close()
+
+
+async def test_storage_mb_is_enforced_or_said_not_to_be(docker_provider: DockerProvider, dockerd: PrivateDockerd,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    with contextlib.closing(dockerd.client()) as client:
+        backing = dict(client.info()["DriverStatus"]).get("Backing Filesystem")
+    sandbox = await docker_provider.create(SandboxRequest(storage_mb=64))
+    shell = await sandbox.open_shell()
+    wrote = await shell.run("dd if=/dev/zero of=/app/big bs=1M count=100 2>&1; echo rc=$?", timeout_s=60)
+    assert docker_provider.engine is not None
+    if docker_provider.engine.storage_quota:  # overlay2 on xfs with pquota: the write stops at 64 MiB
+        assert "rc=1" in wrote.output and "No space left" in wrote.output, wrote.output
+    else:  # this machine (overlay2 on ext4): created without a size, and the provider said so
+        assert backing != "xfs" and "rc=0" in wrote.output
+        assert "enforces no storage_mb" in caplog.text

@@ -41,15 +41,16 @@ def test_missing_image_and_internet_are_reports(dockerd: PrivateDockerd, tmp_pat
     assert run["status"] == "needs_network" and "sandbox.docker.internet_network" in run["detail"], run
 
 
-def test_simple_task_oracle_resolves_untouched_does_not(dockerd: PrivateDockerd, tmp_path: Path,
+def test_simple_task_replayed_oracle_resolves_untouched_does_not(dockerd: PrivateDockerd, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     from t1.cli.main import main
 
     task = offline_copy(REAL / "harbor" / "simple-task", tmp_path)
-    assert main(["tasks", "oracle", str(task), *sets(dockerd)]) == 0
+    replayed = [*sets(dockerd), "--set", "sandbox.docker.build=false"]  # the default image, its Dockerfile replayed
+    assert main(["tasks", "oracle", str(task), *replayed]) == 0
     oracle = capsys.readouterr().out
     assert '"resolved": true' in oracle and '"status": "ok"' in oracle, oracle
-    assert main(["tasks", "verify", str(task), *sets(dockerd)]) == 0
+    assert main(["tasks", "verify", str(task), *replayed]) == 0
     untouched = capsys.readouterr().out
     assert '"resolved": false' in untouched and '"status": "ok"' in untouched, untouched
     with contextlib.closing(dockerd.client()) as client:

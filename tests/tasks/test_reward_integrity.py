@@ -12,13 +12,14 @@ from __future__ import annotations
 import shlex
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
-from t1.sandbox.types import SandboxRequest, ShellRole
+from t1.sandbox.types import SandboxProvider, SandboxRequest, ShellRole
 from t1.tasks.dataset import load_task
 from t1.tasks.declared import DeclaredTests, check_report, declared_in_source, declared_tests
 from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task
@@ -165,8 +166,11 @@ def _task(root: Path, solution: str) -> Path:
     return root
 
 
-async def _oracle(provider: LocalProvider, root: Path, solution: str) -> TaskRun:
-    return await run_task(provider, load_task(_task(root, solution)), RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+async def _oracle(provider: SandboxProvider, root: Path, solution: str) -> TaskRun:
+    """The attack task's oracle run, offline (no attack needs the internet; the docker suite runs these too)."""
+    spec = load_task(_task(root, solution))
+    spec = replace(spec, environment=replace(spec.environment, allow_internet=False))
+    return await run_task(provider, spec, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
 
 
 HONEST = (1.0, 1, 5)

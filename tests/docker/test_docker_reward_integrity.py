@@ -1,0 +1,62 @@
+"""The reward-integrity attacks of tests/tasks/test_reward_integrity.py against docker sandboxes.
+
+The suite's honest-attempt and attack tests are collected here a second time with `provider` a
+docker provider on the private engine: each attack must score as the honest failed attempt does.
+Without the verifier's own user and pristine system (`DockerProvider.separates_verifier` off) a
+planted `/usr/bin/python3` forges a full pass: the isolation is what stops it. (The base image has
+no compiler: `plant_preloaded_library` fails before it plants anything there.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tasks.test_reward_integrity import (  # the suite's two tests, collected again with the fixture below
+    ATTACKS,
+    TESTS,
+    _oracle,
+    test_attack_scores_as_an_honest_failure,  # noqa: F401
+    test_honest_attempts,  # noqa: F401
+)
+
+from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.types import SandboxRequest, ShellRole
+
+
+@pytest.fixture
+def provider(docker_provider: DockerProvider) -> DockerProvider:
+    """The suite's `provider`: a docker one (256 MiB, 64 processes per container)."""
+    return docker_provider
+
+
+async def test_the_provider_separates_the_verifier(provider: DockerProvider) -> None:
+    await provider.start()
+    assert provider.separates_verifier
+
+
+async def test_without_the_isolation_a_planted_python_forges_the_reward(provider: DockerProvider, tmp_path: Path) -> None:
+    await provider.start()
+    provider.separates_verifier = False  # what the provider did before: the verifier logs in as the agent
+    forged = await _oracle(provider, tmp_path / "forged", ATTACKS["plant_python3"])
+    assert forged.resolved and forged.reward == 5.0, forged.as_json()
+
+
+async def test_the_agent_cannot_reach_the_verifiers_dirs(provider: DockerProvider) -> None:
+    box = await provider.create(SandboxRequest())
+    assert isinstance(box, SshSandbox) and box.separates_verifier
+    try:
+        agent, verifier = await box.open_shell(), await box.open_shell(role=ShellRole.VERIFIER)
+        await verifier.write_file("/tests/test_outputs.py", TESTS.encode())
+        who = await verifier.run("id -u; echo $$")
+        uid, verifier_pid = who.output.split()
+        assert uid == "64999"
+        seen = await agent.run("cat /tests/test_outputs.py; ls /tests /logs/verifier /tmp/.t1-verifier; "
+                               f"cat /proc/{verifier_pid}/environ; kill -STOP {verifier_pid}; "
+                               "umount /tests; mv /tests /tests-gone; rm -rf /logs/verifier")
+        assert seen.exit_code != 0 and "test_answer" not in seen.output, seen.output
+        assert seen.output.count("Permission denied") >= 5, seen.output
+        assert (await verifier.run("echo alive; ls /tests")).output.split() == ["alive", "test_outputs.py"]
+    finally:
+        await provider.destroy(box)
