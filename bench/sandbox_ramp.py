@@ -12,6 +12,11 @@ one can be made (root on cgroup v1), else only the host process itself.
 `--root both` (the default) times, at each live count, one window of read-only-system sandboxes
 and one of copy-on-write roots (`t1.sandbox.rootfs`) back to back; the live population is made
 of both kinds alike.
+
+`--providers local,docker` compares providers side by side instead (`bench/provider_compare.py`):
+sandbox start, command round trip, and how many live sandboxes fit, up to `--fit` (100):
+
+    .venv/bin/python bench/sandbox_ramp.py --providers local,docker --fit 100 --out FILE
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import provider_compare
 from bench.sandbox_host import HostedProvider
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxRequest
@@ -217,7 +223,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--root", choices=["readonly", "overlay", "both"], default="both",
                    help="sandbox roots: the read-only system, the copy-on-write overlay, or both side by side")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
+    p.add_argument("--providers", type=lambda s: s.split(","), default=None,
+                   help="compare these providers side by side (local,docker) instead of the ramp")
+    provider_compare.add_arguments(p)
     args = p.parse_args(argv)
+    if args.providers is not None:
+        report = provider_compare.compare(args)
+        provider_compare.print_table(report)
+        if args.out is not None:
+            args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        return
     args.kinds = {"readonly": (False,), "overlay": (True,), "both": (False, True)}[args.root]
     rows = asyncio.run(run(args))
     print(f"{'live':>6} {'root':>9} {'creates/s':>10} {'host ms/create':>15} {'host proc ms':>13} {'client ms':>10} {'idle host %':>12} {'idle client %':>14}")

@@ -94,10 +94,14 @@ class BuiltImage:
 
 def built_image(tag: str, config: dict[str, Any]) -> BuiltImage:
     """What an image's config (`Config` of its inspect attributes) sets (pure)."""
-    # The engine's default PATH is every session's already; left out, T1's toolchain stays first on PATH.
-    env = tuple((k, v) for k, _, v in (item.partition("=") for item in config.get("Env") or ())
-                if (k, v) != ("PATH", SANDBOX_PATH))
-    return BuiltImage(tag, config.get("WorkingDir") or None, env, config.get("User") or None)
+    env: list[tuple[str, str]] = []
+    for key, _, value in (item.partition("=") for item in config.get("Env") or ()):
+        if key == "PATH":  # already expanded by the build: the session's PATH (T1's toolchain in it) is kept after it
+            if value != SANDBOX_PATH:
+                env.append((key, f"{value}:$PATH"))
+        else:
+            env.append((key, value))
+    return BuiltImage(tag, config.get("WorkingDir") or None, tuple(env), config.get("User") or None)
 
 
 class EnvironmentBuilder:

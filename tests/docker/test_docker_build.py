@@ -19,7 +19,7 @@ from private_dockerd import BASE_IMAGE, PrivateDockerd
 from test_docker_real_task import REAL, offline_copy, sets
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_build import base_images, context_digest, env_tag
+from t1.sandbox.docker_build import BuiltImage, base_images, built_image, context_digest, env_tag
 from t1.sandbox.docker_provider import DockerProvider
 from t1.sandbox.types import SandboxRequest
 from t1.tasks.dataset import load_task
@@ -30,12 +30,12 @@ UBUNTU = "ubuntu:24.04"
 
 
 @pytest.fixture
-def ubuntu(dockerd: PrivateDockerd) -> Iterator[None]:
+def ubuntu(dockerd: PrivateDockerd) -> Iterator[str]:
     """The base image under the FROM name simple-task uses (removed after: other tests expect it absent)."""
     with contextlib.closing(dockerd.client()) as client:
         client.images.get(BASE_IMAGE).tag(UBUNTU)
         try:
-            yield
+            yield UBUNTU
         finally:
             for image in client.images.list(filters={"label": "t1.environment"}):
                 client.images.remove(image.id, force=True)
@@ -54,6 +54,14 @@ def test_base_images_of_a_dockerfile(tmp_path: Path) -> None:
     assert base_images(dockerfile) == ["python:3.12-slim", "debian:12"]
 
 
+def test_what_a_built_image_sets_for_the_shells() -> None:
+    config = {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"],
+              "WorkingDir": "/srv", "User": ""}
+    assert built_image("t1-env:x", config) == BuiltImage("t1-env:x", "/srv", (("LANG", "C.UTF-8"),), None)
+    conda = built_image("t1-env:y", {"Env": ["PATH=/opt/conda/bin:/usr/bin", "A=1=2"], "User": "app"})
+    assert conda.env == (("PATH", "/opt/conda/bin:/usr/bin:$PATH"), ("A", "1=2")) and conda.user == "app"
+
+
 def test_digest_follows_every_file_of_the_context(tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_text("FROM x\n")
     (tmp_path / "data").mkdir()
@@ -67,12 +75,12 @@ def test_digest_follows_every_file_of_the_context(tmp_path: Path) -> None:
     assert context_digest(tmp_path) != first
 
 
-@pytest.mark.usefixtures("ubuntu")
-def test_real_task_builds_once_oracle_resolves_untouched_does_not(dockerd: PrivateDockerd, tmp_path: Path,
+def test_real_task_builds_once_oracle_resolves_untouched_does_not(dockerd: PrivateDockerd, ubuntu: str, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from t1.cli.main import main
 
     task = offline_copy(REAL / "harbor" / "simple-task", tmp_path)
+    assert f"FROM {ubuntu}\n" in (task / "environment" / "Dockerfile").read_text()
     tag = env_tag(context_digest(task / "environment"))
     assert main(["tasks", "oracle", str(task), *sets(dockerd)]) == 0
     oracle = json.loads(capsys.readouterr().out)
@@ -88,11 +96,10 @@ def test_real_task_builds_once_oracle_resolves_untouched_does_not(dockerd: Priva
         assert not client.containers.list(all=True)
 
 
-@pytest.mark.usefixtures("ubuntu")
-async def test_concurrent_sandboxes_of_one_task_build_once(dockerd: PrivateDockerd, tmp_path: Path) -> None:
+async def test_concurrent_sandboxes_of_one_task_build_once(dockerd: PrivateDockerd, ubuntu: str, tmp_path: Path) -> None:
     context = tmp_path / "environment"
     context.mkdir()
-    (context / "Dockerfile").write_text(f"FROM {UBUNTU}\nRUN echo built > /built.txt\nENV T1_MARK=from-image\nWORKDIR /srv\n")
+    (context / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo built > /built.txt\nENV T1_MARK=from-image\nWORKDIR /srv\n")
     provider = DockerProvider(docker_config(dockerd), ShellConfig())
     try:
         boxes = await asyncio.gather(*(provider.create(SandboxRequest(build_context=context)) for _ in range(2)))
@@ -117,10 +124,10 @@ async def test_missing_from_image_is_needs_image(dockerd: PrivateDockerd, tmp_pa
         await provider.close()
 
 
-@pytest.mark.usefixtures("ubuntu")
-async def test_failed_build_is_a_setup_report_with_the_log_tail(dockerd: PrivateDockerd, tmp_path: Path) -> None:
+async def test_failed_build_is_a_setup_report_with_the_log_tail(dockerd: PrivateDockerd, ubuntu: str,
+                                                                tmp_path: Path) -> None:
     task = offline_copy(REAL / "harbor" / "simple-task", tmp_path)
-    (task / "environment" / "Dockerfile").write_text(f"FROM {UBUNTU}\nRUN echo t1-broken-step && exit 3\n")
+    (task / "environment" / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo t1-broken-step && exit 3\n")
     provider = DockerProvider(docker_config(dockerd), ShellConfig())
     try:
         run = await run_task(provider, load_task(task), RunMode.ORACLE, local=False)

@@ -1,15 +1,13 @@
-"""The docker provider next to the local one, side by side in one run: start, round trip, how many fit.
+"""Providers side by side in one run (`bench/sandbox_ramp.py --providers local,docker`): start, round trip, how many fit.
 
 For each provider, alternating round by round: sandbox start (create + the first command on a new
 framed shell), command round trip (`true` on a live framed shell), then a ramp that keeps creating
-sandboxes (each holding one shell) until `--fit` are live, a creation fails, or available memory
-falls under `--min-free-gib`, recording the processes the ramp added on the host and their resident memory per live sandbox
-(RSS counts shared pages once per process: an upper bound).
-
-    .venv/bin/python bench/docker_sandboxes.py --rounds 3 --creates 5 --commands 200 --fit 40 --out FILE
-
-`--socket` uses a running engine (the image `--image` must be on it); without it a private
-dockerd is started (tests/docker/private_dockerd.py) with the base image made from the host's files.
+sandboxes (each holding one shell) until `--fit` are live (the bound: 100 by default), a creation
+fails, or available memory falls under `--min-free-gib`, recording the processes the ramp added on
+the host and their resident memory per live sandbox (RSS counts shared pages once per process: an
+upper bound). The docker provider needs an engine: `--socket` uses a running one (the image
+`--image` must be on it); without it a private dockerd is started (tests/docker/private_dockerd.py)
+with the base image made from the host's files.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
@@ -35,6 +32,8 @@ from t1.config.sandbox import DockerProviderConfig, LocalProviderConfig, ShellCo
 from t1.sandbox.docker_provider import DockerProvider  # noqa: E402
 from t1.sandbox.local import LocalProvider  # noqa: E402
 from t1.sandbox.types import SandboxProvider, SandboxRequest  # noqa: E402
+
+SETTINGS = ("providers", "rounds", "creates", "commands", "fit", "min_free_gib", "socket", "image")
 
 
 async def _start_once(provider: SandboxProvider) -> tuple[float, Any]:
@@ -92,12 +91,17 @@ def _med(values: list[float]) -> float:
     return statistics.median(values) * 1000 if values else float("nan")
 
 
-async def main_async(args: argparse.Namespace, socket: Path, sandbox_root: Path) -> dict[str, Any]:
+async def main_async(args: argparse.Namespace, socket: Path | None, sandbox_root: Path) -> dict[str, Any]:
     shell_cfg = ShellConfig(command_timeout_s=60)
-    providers: dict[str, SandboxProvider] = {
-        "local": LocalProvider(LocalProviderConfig(root=sandbox_root), shell_cfg),
-        "docker": DockerProvider(DockerProviderConfig(socket=socket, default_image=args.image), shell_cfg),
-    }
+    providers: dict[str, SandboxProvider] = {}
+    for name in args.providers:
+        if name == "local":
+            providers[name] = LocalProvider(LocalProviderConfig(root=sandbox_root), shell_cfg)
+        elif name == "docker":
+            assert socket is not None
+            providers[name] = DockerProvider(DockerProviderConfig(socket=socket, default_image=args.image), shell_cfg)
+        else:
+            raise SystemExit(f"--providers: unknown provider {name!r} (local, docker)")
     samples: dict[str, dict[str, list[float]]] = {k: {"start_s": [], "round_trip_s": []} for k in providers}
     fits: dict[str, dict[str, Any]] = {}
     try:
@@ -113,45 +117,48 @@ async def main_async(args: argparse.Namespace, socket: Path, sandbox_root: Path)
     rows = {name: {"start_ms_p50": _med(s["start_s"]), "round_trip_ms_p50": _med(s["round_trip_s"]),
                    "round_trip_ms_p99": sorted(s["round_trip_s"])[int(0.99 * (len(s["round_trip_s"]) - 1))] * 1000,
                    **fits[name]} for name, s in samples.items()}
-    return {"machine": machine(), "settings": vars(args), "results": rows}
+    settings = {k: getattr(args, k) for k in SETTINGS}
+    return {"machine": machine(), "settings": settings, "results": rows}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--creates", type=int, default=5, help="Sandbox starts per provider per round.")
-    parser.add_argument("--commands", type=int, default=200, help="Round trips per provider per round.")
-    parser.add_argument("--fit", type=int, default=40, help="Most sandboxes the ramp creates per provider.")
-    parser.add_argument("--min-free-gib", type=float, default=4.0)
-    parser.add_argument("--socket", type=Path, default=None)
-    parser.add_argument("--image", default="t1-test-base:latest")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="t1-bench-docker-") as tmp:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("--providers (side by side)")
+    group.add_argument("--rounds", type=int, default=3)
+    group.add_argument("--creates", type=int, default=5, help="Sandbox starts per provider per round.")
+    group.add_argument("--commands", type=int, default=200, help="Round trips per provider per round.")
+    group.add_argument("--fit", type=int, default=100, help="Most sandboxes the ramp creates per provider (its bound).")
+    group.add_argument("--min-free-gib", type=float, default=4.0)
+    group.add_argument("--socket", type=Path, default=None, help="A running Docker engine (default: a private dockerd).")
+    group.add_argument("--image", default="t1-test-base:latest")
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the side-by-side measurement (starting a private dockerd when docker is compared without --socket)."""
+    with tempfile.TemporaryDirectory(prefix="t1-bench-providers-") as tmp:
         root = Path(tmp)
         root.chmod(0o711)
         engine = None
-        if args.socket is None:
+        socket = args.socket
+        if socket is None and "docker" in args.providers:
             from private_dockerd import PrivateDockerd
 
             engine = PrivateDockerd(root / "dockerd")
             engine.start()
             engine.import_base_image()
             socket = engine.socket
-        else:
-            socket = args.socket
         try:
-            report = asyncio.run(main_async(args, socket, root / "sandboxes"))
+            return asyncio.run(main_async(args, socket, root / "sandboxes"))
         finally:
             if engine is not None:
                 engine.stop()
+
+
+def print_table(report: dict[str, Any]) -> None:
     print(f"{'provider':<8} {'start p50 ms':>13} {'trip p50 ms':>12} {'trip p99 ms':>12} {'fit':>5} {'procs/sb':>9} {'RSS MiB/sb':>11}  stopped")
     for name, row in report["results"].items():
         print(f"{name:<8} {row['start_ms_p50']:>13.1f} {row['round_trip_ms_p50']:>12.2f} {row['round_trip_ms_p99']:>12.2f} "
               f"{row['live']:>5} {row['processes_per_sandbox']:>9.1f} {row['rss_mib_per_sandbox']:>11.1f}  {row['stopped']}")
-    if args.out is not None:
-        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    if len(report["results"]) == 2:
+        (a, ra), (b, rb) = report["results"].items()
+        print(f"{b}/{a}: start x{rb['start_ms_p50'] / ra['start_ms_p50']:.2f}, "
+              f"round trip x{rb['round_trip_ms_p50'] / ra['round_trip_ms_p50']:.2f}")
