@@ -60,3 +60,25 @@ async def test_the_agent_cannot_reach_the_verifiers_dirs(provider: DockerProvide
         assert (await verifier.run("echo alive; ls /tests")).output.split() == ["alive", "test_outputs.py"]
     finally:
         await provider.destroy(box)
+
+
+async def test_the_verifier_runs_the_system_as_setup_left_it(provider: DockerProvider) -> None:
+    box = await provider.create(SandboxRequest())
+    assert isinstance(box, SshSandbox)
+    pristine = provider.server.pristine[box.id]
+    try:
+        agent = await box.open_shell()
+        setup = await agent.run("mkdir -p /usr/local/bin && printf '#!/bin/sh\\necho from-setup\\n' > /usr/local/bin/t1-tool && "
+                                "chmod 755 /usr/local/bin/t1-tool && rm /usr/bin/od && mkdir -p /opt/t1 && echo setup > /opt/t1/data")
+        assert setup.exit_code == 0, setup.output
+        await box.end_setup()
+        acted = await agent.run("printf '#!/bin/sh\\necho from-agent\\n' > /usr/local/bin/t1-tool; cp /usr/bin/cat /usr/bin/od; "
+                                "echo agent > /opt/t1/data; echo mine > /app/work.txt")
+        assert acted.exit_code == 0, acted.output
+        verifier = await box.open_shell(role=ShellRole.VERIFIER)
+        seen = await verifier.run("t1-tool; test -e /usr/bin/od && echo od-present || echo od-gone; cat /opt/t1/data /app/work.txt")
+        assert seen.output.split() == ["from-setup", "od-gone", "setup", "mine"], seen.output
+        assert pristine.layers.setup_copy.is_dir()
+    finally:
+        await provider.destroy(box)
+    assert not pristine.layers.setup_copy.exists()  # the engine removed it with the container's layer
