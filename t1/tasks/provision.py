@@ -57,7 +57,8 @@ def sandbox_request(spec: TaskSpec) -> SandboxRequest:
     env = spec.environment
     context = env.dockerfile.parent if env.dockerfile is not None and not env.docker_image else None
     return SandboxRequest(allow_network=env.allow_internet, docker_image=env.docker_image,
-                          cpus=env.cpus, memory_mb=env.memory_mb, env=env.env, build_context=context)
+                          cpus=env.cpus, memory_mb=env.memory_mb, storage_mb=env.storage_mb, env=env.env,
+                          build_context=context)
 
 
 async def run_healthcheck(shell: Shell, hc: Healthcheck, prefix: str) -> None:

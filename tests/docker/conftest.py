@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from private_dockerd import BASE_IMAGE, DockerdUnavailable, PrivateDockerd
+from private_dockerd import DockerdUnavailable, PrivateDockerd, docker_config
 
-from t1.config.sandbox import DockerProviderConfig, ShellConfig
+from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_provider import DockerProvider
 
 
@@ -25,10 +25,6 @@ def dockerd() -> Iterator[PrivateDockerd]:
         yield engine
     finally:
         engine.stop()
-
-
-def docker_config(dockerd: PrivateDockerd, **overrides: object) -> DockerProviderConfig:
-    return DockerProviderConfig(socket=dockerd.socket, default_image=BASE_IMAGE, **overrides)  # type: ignore[arg-type]
 
 
 @pytest.fixture

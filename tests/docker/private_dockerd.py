@@ -24,6 +24,8 @@ from typing import IO
 import docker
 import docker.errors
 
+from t1.config.sandbox import DockerProviderConfig
+
 BASE_IMAGE = "t1-test-base:latest"
 BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "mkdir", "rm", "cp", "mv", "chmod",
             "touch", "test", "true", "false", "grep", "sed", "wc", "dd", "id", "ps", "kill", "setpriv", "timeout",
@@ -33,6 +35,11 @@ BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "
             "nohup", "setsid", "pgrep", "pkill")
 EXTRA_TREES = ("/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pygments", "/usr/lib/openssh/sftp-server", "/etc/passwd", "/etc/group",
                "/usr/lib/locale/C.utf8")
+
+
+def docker_config(dockerd: PrivateDockerd, **overrides: object) -> DockerProviderConfig:
+    """The docker provider's config for the private engine and its base image (tests' settings as `overrides`)."""
+    return DockerProviderConfig(socket=dockerd.socket, default_image=BASE_IMAGE, **overrides)  # type: ignore[arg-type]
 
 
 class DockerdUnavailable(RuntimeError):

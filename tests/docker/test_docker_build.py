@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import docker_config
-from private_dockerd import BASE_IMAGE, PrivateDockerd
+from private_dockerd import BASE_IMAGE, PrivateDockerd, docker_config
 from test_docker_real_task import REAL, offline_copy, sets
 
 from t1.config.sandbox import ShellConfig
@@ -25,6 +24,7 @@ from t1.sandbox.types import SandboxRequest
 from t1.tasks.dataset import load_task
 from t1.tasks.needs import NeedsImageError
 from t1.tasks.oracle import RunMode, RunStatus, run_task
+from t1.tasks.provision import sandbox_request
 
 UBUNTU = "ubuntu:24.04"
 
@@ -52,6 +52,15 @@ def test_base_images_of_a_dockerfile(tmp_path: Path) -> None:
     dockerfile.write_text("ARG V=3.12\nFROM python:${V}-slim AS build\nRUN true\nFROM build AS again\n"
                           "FROM --platform=linux/amd64 debian:12\nFROM scratch\n")
     assert base_images(dockerfile) == ["python:3.12-slim", "debian:12"]
+
+
+def test_a_dockerfile_task_asks_for_a_build_and_its_storage(tmp_path: Path) -> None:
+    spec = load_task(REAL / "harbor" / "simple-task")
+    request = sandbox_request(spec)
+    assert request.build_context == REAL / "harbor" / "simple-task" / "environment" and request.docker_image is None
+    assert (request.storage_mb, request.memory_mb, request.cpus) == (10240, 2048, 1)
+    pinned = offline_copy(REAL / "harbor" / "simple-task", tmp_path, 'docker_image = "t1-pinned:1"\n')
+    assert sandbox_request(load_task(pinned)).build_context is None  # a pinned image is never built
 
 
 def test_what_a_built_image_sets_for_the_shells() -> None:

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import docker_config
-from private_dockerd import PrivateDockerd
+from private_dockerd import PrivateDockerd, docker_config
 from sandbox.conftest import SHELL_CFG, Server
 from sandbox.test_shell import *  # noqa: F403  (the suite, collected again with the fixture below)
 

@@ -8,8 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import docker_config
-from private_dockerd import PrivateDockerd
+from private_dockerd import PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_engine import LABEL_SANDBOX

@@ -8,8 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import docker_config
-from private_dockerd import PrivateDockerd
+from private_dockerd import PrivateDockerd, docker_config
 from test_docker_provider import t1_containers
 
 from t1.config.sandbox import ShellConfig
