@@ -8,8 +8,11 @@ Here each layer has one key and one value buffer [S, H, C, D]; a session's cache
 and a length. A prefill chunk writes its keys and values in place; a decode batch writes each
 row's new key and value at that row's own length, then attends over its rows up to the longest
 length with a padding mask, each row's query at its own position (RoPE is exact per row). Rows
-on consecutive slots are a view of the buffer; other rows are gathered once per layer.
+of a batch are first moved onto slots 0..B-1 (a swap copies two rows, once when a session joins
+the decoding set; gathering scattered rows instead would copy every row every step), so the
+batch's keys and values are a view of the buffer (the decode forward's cache: slot_batch.py).
 
+The buffers are inference tensors (made and changed under torch.inference_mode only).
 Growth: the buffers double their slots or capacity (contents copied) only inside model steps,
 which run one at a time on the backend's worker thread, so no forward ever writes into a buffer
 that was replaced under it. A slot goes back to the free list when its SlotCache is garbage
@@ -25,7 +28,6 @@ from __future__ import annotations
 import heapq
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,6 +41,7 @@ FIRST_CAPACITY = 128
 class KvSlots:
     """The key and value buffers of every layer, the free slots, and the capacity of each slot."""
 
+    @torch.inference_mode()
     def __init__(self, num_layers: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
                  max_positions: int) -> None:
         self.max_positions = max_positions
@@ -46,7 +49,10 @@ class KvSlots:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self._free = list(range(FIRST_SLOTS))
+        self._owners: list[list[int] | None] = [None] * FIRST_SLOTS  # slot -> its holder's box [slot]
         self._lock = threading.Lock()
+        self.moves = 0  # rows moved by pack_front, for tests and metrics
+        self._row_ids = torch.arange(FIRST_SLOTS, device=device)
         self.position_nbytes = 2 * num_layers * heads * head_dim * self.keys[0].element_size()
 
     @classmethod
@@ -77,20 +83,67 @@ class KvSlots:
     def new_cache(self) -> SlotCache:
         return SlotCache(self)
 
-    def acquire(self) -> int:
-        """A free slot (the lowest, so busy rows stay on consecutive slots); doubles the slots when none is free."""
+    @property
+    def row_ids(self) -> torch.Tensor:
+        """0..S-1 on the buffers' device (indexes the rows of a batch)."""
+        if self._row_ids.numel() != self.num_slots:
+            self._row_ids = torch.arange(self.num_slots, device=self.keys[0].device)
+        return self._row_ids
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @torch.inference_mode()
+    def acquire(self) -> list[int]:
+        """A box [slot] holding the lowest free slot (pack_front may move it); doubles the slots when none is free."""
         with self._lock:
             if not self._free:
                 old = self.num_slots
                 self.keys = [self._grown(t, 0, old) for t in self.keys]
                 self.values = [self._grown(t, 0, old) for t in self.values]
                 self._free = list(range(old, 2 * old))
-            return heapq.heappop(self._free)
+                self._owners += [None] * old
+            box = [heapq.heappop(self._free)]
+            self._owners[box[0]] = box
+            return box
 
-    def release(self, slot: int) -> None:
+    def release(self, box: list[int]) -> None:
         with self._lock:
-            heapq.heappush(self._free, slot)
+            self._owners[box[0]] = None
+            heapq.heappush(self._free, box[0])
 
+    @torch.inference_mode()
+    def pack_front(self, boxes: list[list[int]]) -> None:
+        """Move the rows of `boxes` onto slots 0..B-1, swapping out (or into a free slot) whatever is there."""
+        with self._lock:
+            count = len(boxes)
+            taken = {box[0] for box in boxes}
+            targets = (slot for slot in range(count) if slot not in taken)
+            for box in boxes:
+                if box[0] >= count:
+                    self._swap(box[0], next(targets))
+
+    def _swap(self, slot: int, target: int) -> None:
+        """Exchange the contents and holders of two slots (one of them may be free)."""
+        self.moves += 1
+        for buffers in (self.keys, self.values):
+            for buffer in buffers:
+                row = buffer[target].clone()
+                buffer[target].copy_(buffer[slot])
+                buffer[slot].copy_(row)
+        moved, other = self._owners[slot], self._owners[target]
+        self._owners[slot], self._owners[target] = other, moved
+        if moved is not None:
+            moved[0] = target
+        if other is not None:
+            other[0] = slot
+        else:  # target was free: slot is free now
+            self._free.remove(target)
+            self._free.append(slot)
+            heapq.heapify(self._free)
+
+    @torch.inference_mode()
     def reserve(self, positions: int) -> None:
         """Make every slot hold at least `positions` positions (capacity doubled, at most max_positions)."""
         if positions <= self.capacity:
@@ -117,18 +170,22 @@ class _Row:
 
     def __init__(self, slots: KvSlots) -> None:
         self.slots = slots
-        self._slot: int | None = None
+        self.box: list[int] | None = None  # [slot]: KvSlots.pack_front may move the row to another slot
 
     @property
     def held(self) -> bool:
-        return self._slot is not None
+        return self.box is not None
+
+    def take(self) -> list[int]:
+        """The row's box [slot], taking a slot first if it has none."""
+        if self.box is None:
+            self.box = self.slots.acquire()
+            weakref.finalize(self, self.slots.release, self.box)
+        return self.box
 
     @property
     def slot(self) -> int:
-        if self._slot is None:
-            self._slot = self.slots.acquire()
-            weakref.finalize(self, self.slots.release, self._slot)
-        return self._slot
+        return self.take()[0]
 
 
 class SlotLayer(CacheLayerMixin):
@@ -203,79 +260,10 @@ class SlotCache(Cache):
         return self._row.slot
 
     @property
+    def box(self) -> list[int]:
+        return self._row.take()
+
+    @property
     def nbytes(self) -> int:
         """What the slot costs: the full capacity of its row (the buffers are not ragged)."""
         return self.slots.capacity * self.slots.position_nbytes if self._row.held else 0
-
-
-@dataclass(frozen=True, slots=True)
-class _BatchRows:
-    """Where the rows of a decode batch are: their slots, their lengths before the step, what they attend."""
-
-    slots: KvSlots
-    rows_B: torch.Tensor        # int64 slot of each row
-    lengths_B: torch.Tensor     # int64 cached positions of each row (its new position's index)
-    first: int | None           # the first slot when the rows are consecutive slots, else None
-    attended: int               # Lk: the longest row's length + 1
-
-
-class _BatchLayer(CacheLayerMixin):
-    """One layer of a decode batch over slot rows: writes each row's new position, returns the rows [B, H, Lk, D]."""
-
-    def __init__(self, batch: _BatchRows, layer: int) -> None:
-        self._batch, self._layer = batch, layer
-        self.is_initialized = True
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        pass
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        b = self._batch
-        keys, values = b.slots.keys[self._layer], b.slots.values[self._layer]
-        keys[b.rows_B, :, b.lengths_B] = key_states[:, :, 0]
-        values[b.rows_B, :, b.lengths_B] = value_states[:, :, 0]
-        if b.first is not None:  # consecutive slots: a view, nothing copied
-            span = slice(b.first, b.first + len(b.rows_B))
-            return keys[span, :, :b.attended], values[span, :, :b.attended]
-        return keys[:, :, :b.attended].index_select(0, b.rows_B), values[:, :, :b.attended].index_select(0, b.rows_B)
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self._batch.attended - 1 + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self._batch.attended - 1
-
-    def get_max_length(self) -> int:
-        return -1
-
-
-class SlotBatch(Cache):
-    """The cache of one decode forward over sessions' slots (one new position per row), built per step.
-
-    Its `attention_mask` [B, Lk] (None when every row has the same length) hides each row's
-    positions past its own length; `position_ids` [B, 1] is each row's own length.
-    """
-
-    def __init__(self, caches: list[SlotCache]) -> None:
-        self.caches = caches
-        slots = caches[0].slots
-        device = slots.keys[0].device
-        rows = [c.slot for c in caches]
-        lengths = [c.get_seq_length() for c in caches]
-        attended = max(lengths) + 1
-        slots.reserve(attended)
-        lengths_B = torch.tensor(lengths, dtype=torch.long, device=device)
-        first = rows[0] if rows == list(range(rows[0], rows[0] + len(rows))) else None
-        batch = _BatchRows(slots, torch.tensor(rows, dtype=torch.long, device=device), lengths_B, first, attended)
-        self.position_ids = lengths_B[:, None]
-        self.attention_mask: torch.Tensor | None = None
-        if min(lengths) != max(lengths):
-            self.attention_mask = torch.arange(attended, device=device)[None, :] <= lengths_B[:, None]
-        super().__init__(layers=[_BatchLayer(batch, i) for i in range(len(slots.keys))])
-
-    def commit(self) -> None:
-        """After the forward: every row's cache now holds its new position."""
-        for cache in self.caches:
-            for layer in cache.slot_layers:
-                layer.length += 1

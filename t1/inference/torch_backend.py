@@ -35,10 +35,11 @@ from t1.inference.batching import (
     split_routing,
     stack_caches,
 )
-from t1.inference.kv_slots import KvSlots, SlotBatch, SlotCache
+from t1.inference.kv_slots import KvSlots, SlotCache
 from t1.inference.routing_capture import MoeShape, RoutingRecorder
 from t1.inference.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_rows, sample_token
 from t1.inference.sessions import SessionEntry, SessionLRU, reusable_prefix
+from t1.inference.slot_batch import SlotBatch
 from t1.inference.types import (
     FinishReason,
     GenerateDone,
@@ -198,8 +199,10 @@ class TorchBackend:
                                   one.gen)]
         self.num_steps += 1
         loaded = items[0].loaded
+        order = list(range(len(items)))
         if isinstance(items[0].cache, SlotCache):
             batched: Any = SlotBatch([item.cache for item in items])
+            order, items = batched.order, [items[i] for i in batched.order]  # the batch's rows are in slot order
             extra = {"attention_mask": batched.attention_mask, "position_ids": batched.position_ids}
         else:
             batched, extra = stack_caches([item.cache for item in items], loaded.model.config), {}
@@ -219,7 +222,10 @@ class TorchBackend:
         if batch_sink is not None:
             split_routing(batch_sink, [item.sink for item in items])
         sampled = sample_rows(out.logits[:, -1], [item.params for item in items], [item.gen for item in items])
-        return [_Step(token, logprob) for token, logprob in sampled]
+        steps: list[_Step] = [_Step(-1, 0.0)] * len(items)
+        for row, (token, logprob) in zip(order, sampled, strict=True):
+            steps[row] = _Step(token, logprob)
+        return steps
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
         """Generate one turn, yielding TokenChunks then one GenerateDone; raises RequestError on bad input."""

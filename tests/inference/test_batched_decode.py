@@ -113,7 +113,29 @@ async def test_slots_and_capacity_grow_while_rows_decode(backend) -> None:
     for a, t in zip(alone, together, strict=True):
         assert_same(a, t)
     gc.collect()
-    assert len(fresh.slots._free) == fresh.slots.num_slots, "a finished request kept its slot"
+    assert fresh.slots.num_free == fresh.slots.num_slots, "a finished request kept its slot"
+
+
+async def test_rows_moved_to_the_front_slots_keep_idle_sessions_intact(backend) -> None:
+    backend.eos_ids = ()
+    sampling = {"temperature": 1.0, "seed": 3, "max_tokens": 6}
+    idle = [prompt(20 + 9 * i, seed=110 + i) for i in range(3)]
+    first = [await backend(req(p, f"idle-{i}", **sampling)) for i, p in enumerate(idle)]  # slots 0-2, then idle
+    busy = [prompt(15 + 11 * i, seed=120 + i) for i in range(3)]
+    alone = [await backend(req(p, **sampling)) for p in busy]
+    slots = backend._loaded.slots
+    moves_before = slots.moves
+    together = await asyncio.gather(*(backend(req(p, **sampling)) for p in busy))  # on slots 3-5: moved to 0-2
+    assert slots.moves > moves_before, "the batch never had to move rows"
+    for a, t in zip(alone, together, strict=True):
+        assert_same(a, t)
+    for i, (p, r) in enumerate(zip(idle, first, strict=True)):  # the idle sessions' caches were swapped, not lost
+        context = np.concatenate([p, r.token_ids, prompt(4, seed=130 + i)])
+        resumed = await backend(req(context, f"idle-{i}", **sampling))
+        fresh = await backend(req(context, **sampling))
+        assert resumed.cached_tokens == len(p) + len(r.token_ids) - 1
+        assert resumed.token_ids.tolist() == fresh.token_ids.tolist()
+        np.testing.assert_allclose(resumed.logprobs, fresh.logprobs, atol=1e-4, rtol=0)
 
 
 async def test_prefix_reuse_holds_when_turns_are_batched(backend) -> None:
@@ -155,7 +177,7 @@ async def test_a_cancelled_row_leaves_the_batch_and_the_others_finish(backend) -
     assert backend.sessions.take("doomed", backend.policy_version) is None
     gc.collect()
     slots = backend._loaded.slots
-    assert len(slots._free) == slots.num_slots, "the cancelled row kept its slot"
+    assert slots.num_free == slots.num_slots, "the cancelled row kept its slot"
 
 
 async def test_a_batch_never_mixes_weight_versions(backend, tmp_path: Path) -> None:
@@ -186,7 +208,7 @@ async def test_a_batch_never_mixes_weight_versions(backend, tmp_path: Path) -> N
     assert kept.cached_tokens == 0 and again.cached_tokens == 0, "a cache of the old weights was reused"
     assert backend._loaded.slots is not old_slots
     gc.collect()
-    assert len(old_slots._free) == old_slots.num_slots, "the old weights' slots are still held"
+    assert old_slots.num_free == old_slots.num_slots, "the old weights' slots are still held"
 
 
 @pytest.mark.parametrize("max_batch", [0, -1])

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from t1.inference.kv_slots import KvSlots, SlotBatch
+from t1.inference.kv_slots import KvSlots
 from t1.inference.sampling import make_generator, sample_rows, sample_token
+from t1.inference.slot_batch import SlotBatch
 from t1.inference.types import SamplingParams
 
 ROW_PARAMS = [
@@ -72,10 +73,11 @@ def test_a_decode_batch_writes_each_row_at_its_own_length(tiny_model_dir: Path) 
         for n, cache in zip((5, 9, 2), caches, strict=True):
             model(input_ids=torch.arange(16, 16 + n)[None], cache=cache, use_cache=True)
         before = [cache.layers[0].keys.clone() for cache in caches]
-        batch = SlotBatch([caches[2], caches[0], caches[1]])  # rows out of slot order: gathered, not a view
+        batch = SlotBatch([caches[2], caches[0], caches[1]])  # the batch's rows come in slot order
+        assert batch.order == [1, 2, 0]
         assert batch.attention_mask is not None
-        assert batch.attention_mask.sum(-1).tolist() == [3, 6, 10]
-        assert batch.position_ids[:, 0].tolist() == [2, 5, 9]
+        assert batch.attention_mask.sum(-1).tolist() == [6, 10, 3]
+        assert batch.position_ids[:, 0].tolist() == [5, 9, 2]
         model(input_ids=torch.tensor([[7], [7], [7]]), cache=batch, use_cache=True,
               attention_mask=batch.attention_mask, position_ids=batch.position_ids)
         batch.commit()
@@ -87,3 +89,24 @@ def test_a_decode_batch_writes_each_row_at_its_own_length(tiny_model_dir: Path) 
         alone = slots.new_cache()
         model(input_ids=torch.tensor([[16, 17, 7]]), cache=alone, use_cache=True)
     torch.testing.assert_close(alone.layers[0].keys[:, :, 2], caches[2].layers[0].keys[:, :, 2])
+
+
+def test_packing_a_batch_onto_the_front_slots_keeps_every_row_intact(tiny_model_dir: Path) -> None:
+    model, slots = _slots(tiny_model_dir)
+    caches = [slots.new_cache() for _ in range(6)]
+    with torch.inference_mode():
+        for i, cache in enumerate(caches):
+            model(input_ids=torch.arange(16 + i, 20 + 2 * i)[None], cache=cache, use_cache=True)
+    contents = [(c.layers[1].keys.clone(), c.layers[2].values.clone()) for c in caches]
+    assert [c.slot for c in caches] == list(range(6))
+    del caches[1]  # frees slot 1
+    assert slots.num_free == slots.num_slots - 5
+    del contents[1]
+    batch = SlotBatch([caches[4], caches[3], caches[2]])  # slots 5, 4, 3: two go to slots 0 and 1 (free)
+    assert sorted(c.slot for c in batch.caches) == [0, 1, 2]
+    assert [c.slot for c in batch.caches] == [0, 1, 2], "the batch's rows are in slot order"
+    assert [batch.caches[i] for i in range(3)] == [[caches[4], caches[3], caches[2]][i] for i in batch.order]
+    held = sorted(c.slot for c in caches)
+    assert len(set(held)) == 5 and slots.num_free == slots.num_slots - 5, "a slot is held twice or lost"
+    for cache, (keys, values) in zip(caches, contents, strict=True):
+        assert torch.equal(cache.layers[1].keys, keys) and torch.equal(cache.layers[2].values, values)
