@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from t1.inference.kv_slots import KvSlots
-from t1.inference.sampling import make_generator, sample_rows, sample_token
+from t1.inference.sampling import make_generator, sample_rows, sample_token, sampling_logprobs
 from t1.inference.slot_batch import SlotBatch
 from t1.inference.types import SamplingParams
 
@@ -110,3 +110,18 @@ def test_packing_a_batch_onto_the_front_slots_keeps_every_row_intact(tiny_model_
     assert len(set(held)) == 5 and slots.num_free == slots.num_slots - 5, "a slot is held twice or lost"
     for cache, (keys, values) in zip(caches, contents, strict=True):
         assert torch.equal(cache.layers[1].keys, keys) and torch.equal(cache.layers[2].values, values)
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.8, top_k=4),
+    SamplingParams(temperature=1.2, top_p=0.8),
+])
+def test_sampled_frequencies_follow_the_sampling_distribution(params: SamplingParams) -> None:
+    rows = 4000
+    logits_V = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0])
+    sampled = sample_rows(logits_V.expand(rows, -1), [params] * rows, [make_generator(s) for s in range(rows)])
+    counts = torch.bincount(torch.tensor([t for t, _ in sampled]), minlength=6).float() / rows
+    expected = sampling_logprobs(logits_V, params).exp()
+    assert (counts - expected).abs().max() < 0.03, (counts, expected)
+    assert counts[expected == 0].sum() == 0, "a token outside the sampling distribution was drawn"
