@@ -76,10 +76,6 @@ class KvSlots:
     def capacity(self) -> int:
         return self.keys[0].shape[2]
 
-    @property
-    def nbytes(self) -> int:
-        return self.num_slots * self.capacity * self.position_nbytes
-
     def new_cache(self) -> SlotCache:
         return SlotCache(self)
 
