@@ -123,12 +123,13 @@ class KvSlots:
     def _swap(self, slot: int, target: int) -> None:
         """Exchange the contents and holders of two slots (one of them may be free)."""
         self.moves += 1
+        moved, other = self._owners[slot], self._owners[target]
         for buffers in (self.keys, self.values):
             for buffer in buffers:
-                row = buffer[target].clone()
+                row = buffer[target].clone() if other is not None else None
                 buffer[target].copy_(buffer[slot])
-                buffer[slot].copy_(row)
-        moved, other = self._owners[slot], self._owners[target]
+                if row is not None:
+                    buffer[slot].copy_(row)
         self._owners[slot], self._owners[target] = other, moved
         if moved is not None:
             moved[0] = target
