@@ -18,9 +18,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from chaos import processes_under, wait_until
 from coordproc import CoordinatorProcess, eval_config, write_harbor_task
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.sandbox.holders import tree_processes
 from t1.sandbox.local import LocalProvider
 from t1.tasks.dataset import load_dataset
 from t1.tasks.oracle import RunMode, run_tasks
@@ -30,10 +32,14 @@ from t1.v1 import coordinator_pb2_grpc as pb_grpc
 
 @pytest.fixture()
 def sandbox_root() -> Iterator[Path]:
+    """The sandbox root of a test; after it, no process of its sandboxes may be left (kill -9 included)."""
     path = Path(tempfile.mkdtemp(prefix="t1-coord-test-"))
     path.chmod(0o711)
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        wait_until(lambda: not processes_under(path), 5, f"the processes left under {path}: {processes_under(path)}")
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _oracle_resolved(tasks_dir: Path, sandbox_root: Path) -> dict[str, bool]:
@@ -103,7 +109,9 @@ def test_kill_9_mid_job_then_restart_reruns_nothing_finished(tmp_path: Path, tin
         while len(_finished(db, job.job_id)) < 2:
             assert time.monotonic() < deadline, coord.log_text()[-2000:]
             time.sleep(0.2)
+        wait_until(lambda: bool(tree_processes(sandbox_root / "trees")), 60, "sandboxes live when the coordinator dies")
         coord.kill9()
+        wait_until(lambda: not tree_processes(sandbox_root / "trees"), 5, "the killed coordinator's sandboxes to end")
         before = _finished(db, job.job_id)
         assert 2 <= len(before) < 6
 
