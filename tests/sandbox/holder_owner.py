@@ -1,7 +1,7 @@
 """A stand-in T1 process for the holder-lifetime tests: `python holder_owner.py ROOT MODE`.
 
-MODE `sandboxes`: a local provider on ROOT with an overlay sandbox and a read-only-root one, each
-running a background job and a detached daemon; prints `ready` and the holders' host pids, then
+MODE `sandboxes`: a local provider on ROOT with an overlay sandbox (with internet, where slirp4netns
+is installed) and a read-only-root one, each running a background job and a detached daemon; prints `ready` and the holders' host pids, then
 waits to be killed. MODE `lifeline-closed`: the same, then it closes its lifeline's write end (as
 its death would) and stays alive. MODE `stuck-bwrap`: a bubblewrap over ROOT/sb-stuck whose child
 waits forever for uid maps: its outer process is killed with this one (--die-with-parent) while
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox import holders
 from t1.sandbox.local import LocalProvider
+from t1.sandbox.netns import SLIRP
 from t1.sandbox.types import SandboxRequest
 
 
@@ -28,7 +30,7 @@ async def sandboxes(root: Path, close_lifeline: bool) -> None:
     for overlay in (True, False):
         provider = LocalProvider(LocalProviderConfig(root=root / ("overlay" if overlay else "ro"), overlay=overlay),
                                  ShellConfig())
-        box = await provider.create(SandboxRequest())
+        box = await provider.create(SandboxRequest(allow_network=overlay and shutil.which(SLIRP) is not None))
         shell = await box.open_shell()
         await shell.run("sleep 1000 & setsid sleep 1001 > /dev/null 2>&1 < /dev/null & echo started")
         inits.append(provider.server._inits[box.id].target.pid)

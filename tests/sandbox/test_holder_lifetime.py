@@ -20,6 +20,7 @@ import pytest
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.holders import HOLDER_NAME, tree_processes
 from t1.sandbox.local import LocalProvider
+from t1.sandbox.netns import SLIRP
 
 from .conftest import sandbox_tmp_root
 
@@ -59,6 +60,10 @@ def _members(namespaces: set[int]) -> list[int]:
     return found
 
 
+def _children(pid: int) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+
+
 def _start_owner(root: Path, mode: str) -> tuple[subprocess.Popen[str], list[int]]:
     owner = subprocess.Popen([sys.executable, str(OWNER), str(root), mode], stdout=subprocess.PIPE, text=True)
     assert owner.stdout is not None
@@ -87,9 +92,13 @@ def test_every_process_of_its_sandboxes_dies_within_seconds_of_a_kill_9_of_the_o
         before = _members(namespaces)
         assert len(namespaces) == 2 and len(before) >= 6, before  # per sandbox: holder, the job, the daemon
         assert tree_processes(root / "overlay") and tree_processes(root / "ro")
+        # On the host, outside the sandbox's namespaces: its user-mode network.
+        slirps = [pid for pid in _children(owner.pid) if Path(f"/proc/{pid}/comm").read_text().strip() == SLIRP]
+        assert len(slirps) == (shutil.which(SLIRP) is not None)
     finally:
         _kill9(owner)
     _until(lambda: not _members(namespaces), 5, f"left in the sandboxes: {_members(namespaces)}")
+    _until(lambda: not any(_alive(pid) for pid in slirps), 5, f"{SLIRP} left: {slirps}")
     _until(lambda: not tree_processes(root / "overlay") and not tree_processes(root / "ro"), 5,
            f"left for the trees: {tree_processes(root / 'overlay') + tree_processes(root / 'ro')}")
 
