@@ -9,10 +9,12 @@ the spool up to its bound.
 
 T1 owns both directions of the stream: a writer task it creates sends envelopes with
 `call.write`, and acks are read with `call.read`. gRPC is never handed a request iterator: when
-a stream breaks, grpc's own task would close a generator suspended in `cursor.next()`
-("aclose(): asynchronous generator is already running") from inside its call machinery. On any
-end of a call the writer is cancelled and awaited before the call is cancelled, and a write
-refused because the call has ended (or a read of an ended call) makes the link reconnect.
+a call handed one broke, grpc cancelled its own task consuming the iterator while the generator
+was suspended in `cursor.next()`; the task was destroyed pending and closing the generator failed
+("aclose(): asynchronous generator is already running"), inside grpc's call machinery, just
+before the coordinator once died of SIGABRT. On any end of a call the writer is cancelled and
+awaited before the call is cancelled, and a write refused because the call has ended (or a read
+of an ended call) makes the link reconnect.
 """
 
 from __future__ import annotations
