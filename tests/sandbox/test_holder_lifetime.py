@@ -121,6 +121,7 @@ async def test_the_next_start_kills_what_a_dead_run_left_then_removes_its_trees(
         root: Path, caplog: pytest.LogCaptureFixture) -> None:
     owner, (keeper, outer) = _start_owner(root, "stuck-bwrap")
     holder: subprocess.Popen[bytes] | None = None
+    bystanders: list[subprocess.Popen[bytes]] = []
     try:
         child = int(Path(f"/proc/{outer}/task/{outer}/children").read_text().split()[0])
         _kill9(owner)
@@ -130,6 +131,9 @@ async def test_the_next_start_kills_what_a_dead_run_left_then_removes_its_trees(
         (root / "sb-dead").mkdir()
         holder = subprocess.Popen(["bash", "-c", "sleep 3600; :", HOLDER_NAME, str(root / "sb-dead")],
                                   start_new_session=True)
+        # Not this root's: a holder of another root (a live run's) and a process that only names the root.
+        bystanders = [subprocess.Popen(["bash", "-c", "sleep 3600; :", HOLDER_NAME, where], start_new_session=True)
+                      for where in (f"{root}-other/sb-live", str(root))]
         _until(lambda: set(tree_processes(root)) == {child, holder.pid}, 5, f"found {tree_processes(root)}")
         caplog.set_level(logging.WARNING)
         provider = LocalProvider(LocalProviderConfig(root=root), ShellConfig())
@@ -139,6 +143,7 @@ async def test_the_next_start_kills_what_a_dead_run_left_then_removes_its_trees(
             assert not _alive(child)
             assert not tree_processes(root)
             assert not (root / "sb-dead").exists() and not (root / "sb-stuck").exists()
+            assert all(b.poll() is None for b in bystanders), "only the root's tree processes are killed"
             assert any("killed 2 sandbox processes" in r.getMessage() for r in caplog.records)
         finally:
             await provider.close()
@@ -148,6 +153,8 @@ async def test_the_next_start_kills_what_a_dead_run_left_then_removes_its_trees(
         for pid in (keeper, outer):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        if holder is not None:  # its sleep, which the sweep does not know
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(holder.pid, signal.SIGKILL)
+        for group in [holder, *bystanders]:  # with their sleeps, which the sweep does not know
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group.pid, signal.SIGKILL)
+                group.wait()
