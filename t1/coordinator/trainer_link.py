@@ -3,7 +3,8 @@
 Each connection reads the spool from a fresh cursor, so everything not yet acknowledged
 is sent again after a reconnect (the trainer answers DUPLICATE for what it already has).
 ACCEPTED and DUPLICATE acks remove the record from the spool; a REJECTED record will never
-be accepted, so it is moved to `rejected/` beside the spool (kept for a person) and acked.
+be accepted, so it is moved to `rejected/` beside the spool (kept for a person) and acked; one
+that cannot be kept there (an unwritable disk) stays in the spool and is sent again later.
 When the trainer is unreachable the link retries with backoff while rollouts keep filling
 the spool up to its bound.
 
@@ -89,6 +90,9 @@ class TrainerLink:
                 except STREAM_ENDED as err:  # the fault-tolerance point: the trainer is away
                     log.warning("trainer link to %s: %s; %d trajectories wait in the spool (retry in %.1fs)",
                                 self.target, describe_end(err), self.spool.pending_count, delay)
+                except Exception:  # a local fault or a bug: delivery must go on for the rest of the run
+                    log.exception("trainer link to %s failed; %d trajectories wait in the spool (retry in %.1fs)",
+                                  self.target, self.spool.pending_count, delay)
                 finally:
                     self.connected = False
                     m.TRAINER_CONNECTED.set(0)
@@ -138,9 +142,14 @@ class TrainerLink:
     def _on_ack(self, ack: pb.PushAck) -> None:
         if ack.status == pb.ACK_STATUS_REJECTED:
             self.rejected += 1
+            try:
+                self._keep_rejected(ack.trajectory_id, ack.error)
+            except OSError as exc:  # not acked: a record is never dropped before it is kept aside
+                log.error("trainer rejected trajectory %s: %s; cannot keep it aside (%s): it stays in the spool "
+                          "and is sent again on the next connection", ack.trajectory_id, ack.error, exc)
+                return
             log.error("trainer rejected trajectory %s: %s (kept in %s)", ack.trajectory_id, ack.error,
                       self._rejected_dir)
-            self._keep_rejected(ack.trajectory_id, ack.error)
         elif ack.status not in (pb.ACK_STATUS_ACCEPTED, pb.ACK_STATUS_DUPLICATE):
             log.error("trainer sent an ack with unknown status %d for %s", ack.status, ack.trajectory_id)
             return

@@ -140,3 +140,53 @@ async def test_link_recovers_from_every_kind_of_broken_stream_losing_and_duplica
     assert not [r for r in caplog.records if "already running" in r.getMessage()]
     assert not loop_errors, loop_errors
     assert any("chaos:" in r.getMessage() for r in caplog.records if r.name == "t1.coordinator.trainer_link")
+
+
+class RejectingTrainer(pb_grpc.TrainerServiceServicer):
+    """Rejects every record (a record no model could take) and counts what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+
+    async def PushTrajectories(self, request_iterator: AsyncIterator[pb.TrajectoryEnvelope],
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[pb.PushAck]:
+        async for env in request_iterator:
+            self.seen[env.trajectory_id] += 1
+            yield pb.PushAck(trajectory_id=env.trajectory_id, status=pb.ACK_STATUS_REJECTED, error="ids out of vocab")
+
+
+async def test_a_rejected_record_that_cannot_be_kept_aside_stays_in_the_spool(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    servicer = RejectingTrainer()
+    server = GrpcServer([ServiceBinding("t1.v1.TrainerService", pb_grpc.add_TrainerServiceServicer_to_server,
+                                        servicer)], ServerConfig(port=0), AuthConfig())
+    await server.start()
+    port = server.port
+    spool = Spool.open(tmp_path / "spool", max_bytes=1 << 20, segment_bytes=1 << 20, fsync=False)
+    blocker = tmp_path / "spool" / "rejected"
+    blocker.write_text("a file where the rejected/ directory goes: keeping a record aside fails")
+    link = TrainerLink(spool, f"127.0.0.1:{port}", backoff_s=0.01, max_backoff_s=0.05)
+    task = asyncio.create_task(link.run())
+    try:
+        await spool.append("bad-1", b"payload")
+        async with asyncio.timeout(10):
+            while not servicer.seen["bad-1"]:
+                await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        assert not task.done(), "the link lives on"
+        assert spool.pending_count == 1, "not acked while it could not be kept"
+        assert any("cannot keep it aside" in r.getMessage() and "bad-1" in r.getMessage() for r in caplog.records)
+        blocker.unlink()  # the disk is fixed; the next connection sends it again and it is kept
+        await server.stop(0)
+        server = GrpcServer([ServiceBinding("t1.v1.TrainerService", pb_grpc.add_TrainerServiceServicer_to_server,
+                                            servicer)], ServerConfig(port=port), AuthConfig())
+        await server.start()
+        async with asyncio.timeout(10):
+            while spool.pending_count:
+                await asyncio.sleep(0.02)
+        assert (blocker / "bad-1.msgpack").read_bytes() == b"payload"
+        assert "ids out of vocab" in (blocker / "bad-1.error.txt").read_text()
+    finally:
+        await cancel_and_wait(task)
+        spool.close()
+        await server.stop(0)
