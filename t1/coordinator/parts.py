@@ -129,17 +129,19 @@ class Parts:
                    evals, scheduler, turn_rate, status, server, Background())
 
     async def start_services(self) -> str:
-        """gRPC server up (address written to <run_dir>/coordinator.json), unfinished eval jobs resumed;
-        returns the server's address. A local provider starts first, so the trees a dead run left are
-        swept before this run serves anything."""
+        """gRPC server up, unfinished eval jobs resumed, then the address written to
+        <run_dir>/coordinator.json; returns the server's address. A local provider starts first, so
+        what a dead run left is swept before this run serves anything. Jobs resume before the address
+        is published: a client that found the address and watched a job before it was resumed saw its
+        stream end while the job was still running."""
         if isinstance(self.provider, LocalProvider):
             await self.provider.start()
         await self.server.start()
         address = self.server.address
+        await self.evals.resume()
         (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": address, "pid": os.getpid()}) + "\n")
         self.runlog.write("start", address=address, name=self.cfg.name,
                           metrics_port=self.metrics.port if self.metrics else None)
-        await self.evals.resume()
         self.background.spawn(self._tick(), "status-ticker")
         return address
 

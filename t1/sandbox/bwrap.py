@@ -26,6 +26,7 @@ from pathlib import Path
 
 from t1.config.sandbox import LimitsConfig
 from t1.sandbox.cgroups import join_argv
+from t1.sandbox.holders import HOLDER_NAME
 from t1.sandbox.mountns import umount
 from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
 from t1.sandbox.rootfs import ROOTFS, separate_system_mounts
@@ -168,16 +169,21 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     return argv + inner
 
 
-HOLDER_SCRIPT = 'echo {ready}; exec {{hold}}<> <(:); while :; do read -r -u "$hold" _; done'
-"""PID 1 of a sandbox: bash blocked reading a pipe only it holds. Bash reaps every child in its
-SIGCHLD handler, orphans included, so it serves as the namespace's init by itself; bubblewrap's own
-init plus a `sleep` would be one host task more per sandbox, and every pivot_root on the host (two
-per sandbox start) walks all host tasks."""
+HOLDER_SCRIPT = 'echo {ready}; while read -r -u {lifeline} _; do :; done'
+"""PID 1 of a sandbox: bash blocked reading T1's lifeline pipe (`t1.sandbox.holders`), which ends
+when T1's process does, kill -9 included: bash then exits and the kernel kills the whole PID
+namespace. Bash reaps every child in its SIGCHLD handler, orphans included, so it serves as the
+namespace's init by itself; bubblewrap's own init plus a `sleep` would be one host task more per
+sandbox, and every pivot_root on the host (two per sandbox start) walks all host tasks."""
 
 
-def init_argv(tree: SandboxTree, info_fd: int, ready: str, userns_block_fd: int | None = None) -> list[str]:
-    """The sandbox's init: prints `ready` once every mount is in place, then holds the namespaces and reaps orphans."""
-    return bwrap_argv(tree, ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready=ready)],
+def init_argv(tree: SandboxTree, info_fd: int, ready: str, lifeline_fd: int,
+              userns_block_fd: int | None = None) -> list[str]:
+    """The sandbox's init: prints `ready` once every mount is in place, then holds the namespaces and reaps
+    orphans until `lifeline_fd` (inherited at that number) reads end-of-file. Its last argument names
+    its tree, so a sweep finds it (`t1.sandbox.holders.kill_leftovers`)."""
+    script = HOLDER_SCRIPT.format(ready=ready, lifeline=lifeline_fd)
+    return bwrap_argv(tree, ["/bin/bash", "--norc", "--noprofile", "-c", script, HOLDER_NAME, str(tree.root)],
                       info_fd, as_pid_1=True, userns_block_fd=userns_block_fd)
 
 

@@ -16,6 +16,8 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,25 @@ def _write(path: Path, value: str) -> None:
     path.write_text(value)
 
 
+def _kill_members(cgroup: Path, wait_s: float = 5.0) -> None:
+    """SIGKILL every process in `cgroup` and wait (bounded) until it is empty, so it can be removed."""
+    procs = cgroup / "cgroup.procs"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            pids = [int(p) for p in procs.read_text().split()]
+        except (OSError, ValueError):
+            return
+        if not pids or time.monotonic() > deadline:
+            if pids:
+                log.warning("cgroup %s: processes %s still alive after SIGKILL", cgroup, pids)
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
 class SandboxCgroups:
     """The cgroups of one provider instance: a folder per hierarchy, a cgroup per sandbox (and its verifier)."""
 
@@ -58,13 +79,15 @@ class SandboxCgroups:
 
     @staticmethod
     def sweep(parent: Path) -> None:
-        """Remove empty cgroup folders that providers of dead processes left in `parent` (`t1-<pid>-*`)."""
+        """Kill what is left in, then remove, the cgroup folders that providers of dead processes left in
+        `parent` (`t1-<pid>-*`)."""
         for stale in parent.glob("t1-*-*"):
             pid = stale.name.split("-")[1]
             if not pid.isdigit() or Path(f"/proc/{pid}").exists():
                 continue
             for child in stale.iterdir():
                 if child.is_dir():
+                    _kill_members(child)
                     with contextlib.suppress(OSError):
                         child.rmdir()
             with contextlib.suppress(OSError):

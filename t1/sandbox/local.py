@@ -6,7 +6,8 @@ SSH with the key T1 generated; `destroy` closes the connection, kills every sess
 init (so every process of the sandbox) and deletes the tree.
 
 Every provider on a sandbox root holds the root's lock shared; the first one to start while no
-other live provider holds it removes the `sb-*` trees that dead runs (kill -9) left behind.
+other live provider holds it kills the processes and removes the `sb-*` trees that dead runs
+(kill -9) left behind. A sandbox's processes die with T1's process anyway (`t1.sandbox.holders`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree, sweep_tree
 from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
+from t1.sandbox.holders import kill_leftovers
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
@@ -58,7 +60,9 @@ def _check_traversable(path: Path) -> None:
 
 
 def sweep_trees(root: Path) -> int:
-    """Remove every sandbox tree under root (call only while no live provider uses it); returns how many."""
+    """Kill the processes of, then remove, every sandbox tree under root (call only while no live provider
+    uses it); returns how many trees."""
+    kill_leftovers(root)  # first: a live holder keeps its tree's mounts busy
     left = [d for d in root.iterdir() if d.name.startswith("sb-") and d.is_dir() and not d.is_symlink()]
     for d in left:
         sweep_tree(d)  # unmounts what a dead overlay run left in this namespace, then deletes

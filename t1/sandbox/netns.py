@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from t1.sandbox.forker import Child, popen
+from t1.sandbox.holders import lifeline_fd
 
 SLIRP = "slirp4netns"
 SLIRP_READY_TIMEOUT_S = 10.0
@@ -49,25 +50,28 @@ def write_resolv_conf(root: Path) -> None:
     os.chmod(root / RESOLV_FILE, 0o644)
 
 
-def slirp_argv(ns_pid: int, ready_fd: int) -> list[str]:
+def slirp_argv(ns_pid: int, ready_fd: int, exit_fd: int) -> list[str]:
     """slirp4netns for the namespaces of `ns_pid` (pure).
 
     It runs as T1's user: opening /dev/net/tun needs it; `--enable-sandbox` then drops every
     capability but CAP_NET_BIND_SERVICE and confines it to a mount namespace of its own, and
-    `--enable-seccomp` limits its system calls, before it handles a packet.
+    `--enable-seccomp` limits its system calls, before it handles a packet. It exits when
+    `exit_fd` hangs up: T1's lifeline (`t1.sandbox.holders`), so it ends with T1's process as the
+    sandbox does (it runs on the host, outside the sandbox's PID namespace).
     """
     if shutil.which(SLIRP) is None:
         raise NetworkSetupError(f"{SLIRP} is not installed; a task that allows internet needs it (scripts/setup.sh)")
     return [SLIRP, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
-            "--enable-seccomp", f"--userns-path=/proc/{ns_pid}/ns/user", f"--ready-fd={ready_fd}", str(ns_pid), "tap0"]
+            "--enable-seccomp", f"--userns-path=/proc/{ns_pid}/ns/user", f"--ready-fd={ready_fd}", f"--exit-fd={exit_fd}", str(ns_pid), "tap0"]
 
 
 def start_slirp(sandbox_id: str, ns_pid: int) -> Child:
     """Start slirp4netns for a sandbox and return once its interface is up (blocking: call off the loop)."""
     ready_r, ready_w = os.pipe()
     try:
-        proc = popen(slirp_argv(ns_pid, ready_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.PIPE, pass_fds=(ready_w,), env={"PATH": "/usr/bin:/bin"},
+        lifeline = lifeline_fd()
+        proc = popen(slirp_argv(ns_pid, ready_w, lifeline), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.PIPE, pass_fds=(ready_w, lifeline), env={"PATH": "/usr/bin:/bin"},
                      start_new_session=True)
     finally:
         os.close(ready_w)

@@ -3,7 +3,7 @@
 Every session of one local sandbox shares one set of namespaces, as the shells of one VM do.
 `SandboxInit` starts a long-lived bubblewrap over the sandbox's tree whose only job is to hold
 its user, mount, PID, network, IPC, UTS and cgroup namespaces (its PID 1 there, a bash blocked
-on a pipe, also reaps orphans; see `t1.sandbox.bwrap.HOLDER_SCRIPT`); sessions enter them with
+on T1's lifeline pipe, also reaps orphans; see `t1.sandbox.bwrap.HOLDER_SCRIPT` and `t1.sandbox.holders`); sessions enter them with
 `nsenter` (`t1.sandbox.bwrap.enter_argv`). Killing the init kills its PID namespace and with it every process of the sandbox.
 
 `spawn` starts a process off the loop (a start that waits for the exec must not stall it) and
@@ -34,6 +34,7 @@ from t1.sandbox.bwrap import (
     init_argv,
 )
 from t1.sandbox.forker import Child, popen
+from t1.sandbox.holders import lifeline_fd
 from t1.sandbox.mountns import mount_thread
 from t1.sandbox.netns import start_slirp, stop_slirp, write_resolv_conf
 from t1.sandbox.pristine import PristineState, mount_pristine, snapshot_setup
@@ -226,11 +227,13 @@ class SandboxInit:
             return cls._start_with_overlay(tree)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe() if tree.verifier_uid is not None else (None, None)
+        lifeline = lifeline_fd()
         try:
             proc = popen(
-                host_prefix(tree, pty=False, count_processes=tree.verifier_uid is None) + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
+                host_prefix(tree, pty=False, count_processes=tree.verifier_uid is None)
+                + init_argv(tree, info_w, INIT_READY.decode().strip(), lifeline, block_r),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(info_w,) if block_r is None else (info_w, block_r),
+                pass_fds=(info_w, lifeline) if block_r is None else (info_w, lifeline, block_r),
                 env={"PATH": "/usr/bin:/bin"}, start_new_session=True,
             )
         finally:
@@ -264,11 +267,13 @@ class SandboxInit:
         """Start bubblewrap in `ns_fd`, map its user namespace, mount the overlay, let it go on."""
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
+        lifeline = lifeline_fd()
         try:
             proc = popen(
                 host_prefix(tree, pty=False, count_processes=False)
-                + init_argv(tree, info_w, INIT_READY.decode().strip(), block_r),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(info_w, block_r),
+                + init_argv(tree, info_w, INIT_READY.decode().strip(), lifeline, block_r),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(info_w, lifeline, block_r),
                 env={"PATH": "/usr/bin:/bin"}, start_new_session=True, mount_ns=ns_fd,
             )
         except BaseException:

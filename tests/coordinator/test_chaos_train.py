@@ -130,4 +130,6 @@ def test_kill_9_of_each_process_loses_nothing_and_trains_nothing_twice(root: Pat
     assert len(trained) == len(set(trained)), "no trajectory trained twice"
     assert set(trained) <= accepted_ids(buffer), "only accepted trajectories are trained"
     assert "UNIQUE constraint" not in (root / "trainer.log").read_text(errors="replace")
+    # The trainer link's stream broke during each outage: nothing of grpc's call machinery may fail under it.
+    assert "asynchronous generator is already running" not in log and "Fatal Python error" not in log
     assert not processes_under(root), f"left behind: {processes_under(root)}"

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from chaos import processes_under, wait_until
 from coordproc import CoordinatorProcess, eval_config, write_harbor_task
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.sandbox.holders import tree_processes
 from t1.sandbox.local import LocalProvider
 from t1.tasks.dataset import load_dataset
 from t1.tasks.oracle import RunMode, run_tasks
@@ -30,10 +32,14 @@ from t1.v1 import coordinator_pb2_grpc as pb_grpc
 
 @pytest.fixture()
 def sandbox_root() -> Iterator[Path]:
+    """The sandbox root of a test; after it, no process of its sandboxes may be left (kill -9 included)."""
     path = Path(tempfile.mkdtemp(prefix="t1-coord-test-"))
     path.chmod(0o711)
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        wait_until(lambda: not processes_under(path), 5, f"the processes left under {path}: {processes_under(path)}")
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _oracle_resolved(tasks_dir: Path, sandbox_root: Path) -> dict[str, bool]:
@@ -82,6 +88,18 @@ def test_eval_job_from_another_process_matches_oracle(tmp_path: Path, tiny_model
         coord.cleanup()
 
 
+def _argv0(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:  # gone meanwhile
+        return b""
+
+
+def _holders(root: Path) -> list[int]:
+    """The running holders (each sandbox's PID 1) of the trees under root."""
+    return [pid for pid in tree_processes(root) if _argv0(pid) == b"/bin/bash"]
+
+
 def _finished(db: Path, job_id: str) -> set[tuple[str, int]]:
     with sqlite3.connect(db) as con:
         return {(r[0], r[1]) for r in con.execute("SELECT task_id, attempt FROM attempts WHERE job_id = ?", (job_id,))}
@@ -103,11 +121,17 @@ def test_kill_9_mid_job_then_restart_reruns_nothing_finished(tmp_path: Path, tin
         while len(_finished(db, job.job_id)) < 2:
             assert time.monotonic() < deadline, coord.log_text()[-2000:]
             time.sleep(0.2)
+        wait_until(lambda: bool(tree_processes(sandbox_root / "trees")), 60, "sandboxes live when the coordinator dies")
         coord.kill9()
+        wait_until(lambda: not _holders(sandbox_root / "trees"), 5, "the killed coordinator's sandboxes to end")
+        # Only a bubblewrap caught mid-start (waiting for uid maps from the dead coordinator) may be left: the next
+        # start sweeps it.
+        left = tree_processes(sandbox_root / "trees")
         before = _finished(db, job.job_id)
         assert 2 <= len(before) < 6
 
         address = coord.start()
+        assert not set(left) & set(tree_processes(sandbox_root / "trees")), "the restart swept what the dead run left"
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.CoordinatorServiceStub(channel)
             events = list(stub.WatchJob(pb.WatchJobRequest(job_id=job.job_id), timeout=300))

@@ -8,14 +8,17 @@ untouched, and the limits come from the task's request (memory_mb, cpus) or the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from t1.config.sandbox import LimitsConfig, LocalProviderConfig
+from t1.sandbox.cgroups import SandboxCgroups
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 
@@ -83,3 +86,33 @@ async def test_a_fork_bomb_stops_at_the_sandbox_process_limit(small_provider: Lo
     assert current >= limit - 2, current
     verifier = await box.open_shell(role=ShellRole.VERIFIER)  # the verifier has a cgroup of its own
     assert (await verifier.run("echo verifier-runs")).output.strip() == "verifier-runs"
+
+
+def test_a_dead_providers_cgroups_are_emptied_then_removed() -> None:
+    """What a provider killed with kill -9 left in its cgroups is killed by the next provider's start."""
+    mine = SandboxCgroups.create()
+    if mine is None:
+        pytest.skip("no writable cgroups here")
+    parents = [base.parent for base in mine.bases.values()]
+    mine.close()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that was a process: the dead provider's
+    stale = [parent / f"t1-{gone.pid}-0000aa" / "sb-left" for parent in parents]
+    sleeper = subprocess.Popen(["sleep", "3600"])
+    try:
+        for cgroup in stale:
+            cgroup.mkdir(parents=True)
+            (cgroup / "cgroup.procs").write_text(str(sleeper.pid))
+        again = SandboxCgroups.create()
+        assert again is not None
+        again.close()
+        assert sleeper.wait(5) == -9, "the process left in the dead provider's cgroup is killed"
+        assert not any(c.parent.exists() for c in stale), "and its cgroup folders removed"
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+        for cgroup in stale:
+            for d in (cgroup, cgroup.parent):
+                with contextlib.suppress(OSError):
+                    d.rmdir()

@@ -88,6 +88,9 @@ def test_shell_returns_after_exit_while_a_background_job_holds_the_terminal(root
         read_until(b"# ", 30)  # the prompt: typed ahead of it, bash's start-up may discard the input
         os.write(master, f"{marker} &\necho started-$((6*7))\n".encode())
         read_until(b"started-42", 30)
+        deadline = time.monotonic() + 10  # the echo can come before the job's fork has exec'd sleep
+        while not _alive(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _alive(marker), "the background job runs"
         os.write(master, b"exit\n")
         t0 = time.monotonic()
