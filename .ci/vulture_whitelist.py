@@ -28,6 +28,12 @@ _.converter
 T1WorkerExtension
 _.t1_refresh_moe_kernels
 
+# transformers' cache-layer interface (CacheLayerMixin), called by its Cache and mask code: T1's KV-slot
+# layers (t1/inference/kv_slots.py, slot_batch.py) implement it.
+_.is_croppable, _.lazy_initialization, _.get_mask_sizes, _.get_max_length
+# Hugging Face config fields a test sets so that DynamicCache makes sliding-window layers.
+_.sliding_window, _.layer_types
+
 # Attributes set for a library to read: tokenizers' pre_tokenizer, tarfile's TarInfo owner fields,
 # Hugging Face config fields (use_cache, intermediate_size).
 _.pre_tokenizer, _.whitespace_split, _.chat_template

@@ -35,10 +35,13 @@ class InferenceServerConfig(Section):
     backend: Literal["torch", "vllm"] = Field("torch", description="Generation backend.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights and compute dtype.")
     device: str = Field("cpu", description="torch device for the torch backend.")
-    max_batch: int = Field(8, ge=1, description="Most sessions decoded together in one batch.")
+    max_batch: int = Field(8, ge=1, description="Most sessions decoded together in one forward (torch: of any cache "
+                                                "lengths; vllm: max_num_seqs).")
     session_cache_mb: int = Field(512, ge=0, description="Memory bound of the per-session KV-cache LRU.")
     capture_routing: bool = Field(True, description="Record MoE routing for every processed position.")
-    num_threads: int = Field(0, ge=0, description="torch intra-op threads for the torch backend; 0 keeps torch's default.")
+    num_threads: int = Field(0, ge=0, description="torch intra-op threads for the torch backend; 0 keeps torch's "
+                                                  "default (every core); on a shared 2-core machine 1 is faster "
+                                                  "(bench/decode_batching.py).")
     stream_chunk_tokens: int = Field(16, ge=1, description="Sampled tokens per streamed TokenChunk.")
     prefill_chunk_tokens: int = Field(1024, ge=1, description="Most prompt tokens prefilled in one model step (torch backend).")
     batch_linger_ms: float = Field(

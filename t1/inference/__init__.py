@@ -3,8 +3,9 @@
 Modules, from the seam outwards:
 - types.py: GenerateRequest / GenerateResult / GenerateFn, the streamed TokenChunk / GenerateDone,
   ModelInfo and the Backend protocol; `collect` folds a stream into a result.
-- torch_backend.py: `TorchBackend`, transformers model, KV-cache decoding, sampling, routing capture
-  (routing_capture.py), per-session prefix reuse (sessions.py), atomic weight swaps.
+- torch_backend.py: `TorchBackend`, transformers model, KV-cache decoding, sampling (sampling.py),
+  routing capture (routing_capture.py), per-session prefix reuse (sessions.py), atomic weight swaps;
+  decode batching (batching.py) over persistent per-session KV slots (kv_slots.py).
 - vllm_backend.py: `VllmBackend`, thin adapter over vLLM 0.32 AsyncLLM; routing validated by
   routing_check.py.
 - server.py: the InferenceService servicer; factory.py builds the configured backend;
@@ -36,7 +37,7 @@ Semantics every backend keeps:
 
 Scheduling in the torch backend: concurrent requests advance in fair FIFO order, one model step
 at a time: a prefill chunk (prefill_chunk_tokens) of one session, or one decode token for a batch
-of up to max_batch sessions that share a weight version and a cache length (batching.py; sessions
-of other lengths are not padded together, they take the next steps). Each session keeps its own
-DynamicCache between steps.
+of up to max_batch sessions of one weight version, whatever their cache lengths (batching.py). A
+session's cache is a slot of its weight version's KV slots (kv_slots.py), written in place: a
+decode batch attends each row to its own length under a padding mask, at its own position.
 """

@@ -5,10 +5,12 @@ sampling params and generator). `DecodeBatcher` queues them and one driver task 
 groups of at most max_batch; prefill chunks stay per session and go through the same FIFO step
 lock, so they interleave fairly with batched decode steps.
 
-A group only holds items of one weight version and one cache length: their caches stack along
-the batch dimension with no padding, every row's query sits at the same position, and the forward
-needs no attention mask. Batching rows of unequal length would need left padding and a mask;
-that is not done here. Rows are sampled one by one with their own params and generator, so a
+A group holds items of one weight version. Sessions whose caches are KV slots (kv_slots.py, the
+default) share a forward whatever their lengths: each row attends to its own length under a padding
+mask at its own position. Sessions with plain DynamicCaches (a model whose cache is not plain full
+attention, or a backend made with kv_slots=False) group only by equal cache length: their caches
+stack along the batch dimension with no padding (stack_caches) and each row's new position is
+appended back to its own cache. Rows are sampled with their own params and generator, so a
 request's tokens do not depend on what it was batched with beyond float rounding of the batched
 matmuls (a token changes only at a near tie).
 
@@ -27,6 +29,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from t1.inference.kv_slots import SlotCache
+
 log = logging.getLogger(__name__)
 
 
@@ -43,12 +47,16 @@ class DecodeItem:
 
     @property
     def key(self) -> tuple[int, int]:
-        """Items with equal keys can share one forward: same weights, same cache length."""
+        """Items with equal keys can share one forward: same weights, and for DynamicCaches the same length."""
+        if isinstance(self.cache, SlotCache):
+            return id(self.loaded), -1
         return id(self.loaded), self.cache.get_seq_length()
 
 
 def batchable(cache: Any) -> bool:
-    """Whether a cache stacks by plain concatenation (every layer a full, initialised DynamicLayer)."""
+    """Whether a cache can share a forward: KV slots, or every layer a full, initialised DynamicLayer."""
+    if isinstance(cache, SlotCache):
+        return True
     return all(type(layer) is DynamicLayer and layer.is_initialized for layer in cache.layers)
 
 

@@ -3,9 +3,11 @@
 Scheduling: every request runs as its own coroutine; each model step runs on one worker thread
 under a FIFO lock. A prefill chunk is one step of one session, so a long prefill is cut into
 chunks that cannot starve decoders. Decode steps go through a DecodeBatcher (batching.py): the
-sessions waiting to decode one token, up to max_batch of one weight version and one cache length,
-run as one batched forward, each row sampled with its own params and generator; sessions of other
-lengths take the next steps in FIFO order. Each session keeps its own DynamicCache between steps.
+sessions waiting to decode one token, up to max_batch of one weight version, run as one batched
+forward whatever their cache lengths, each row sampled with its own params and generator.
+Each session's cache is a slot of the weight version's KvSlots (kv_slots.py): written in place,
+never copied per step. A model whose cache is not plain full attention (or kv_slots=False) keeps
+a DynamicCache per session and batches only sessions of equal cache length.
 
 Weights: a request runs to its end on the model it started with; UpdateWeights loads the new
 folder on the side, then swaps it in and drops the session caches built with the old weights.
@@ -33,9 +35,11 @@ from t1.inference.batching import (
     split_routing,
     stack_caches,
 )
+from t1.inference.kv_slots import KvSlots, SlotCache
 from t1.inference.routing_capture import MoeShape, RoutingRecorder
-from t1.inference.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_token
+from t1.inference.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_rows, sample_token
 from t1.inference.sessions import SessionEntry, SessionLRU, reusable_prefix
+from t1.inference.slot_batch import SlotBatch
 from t1.inference.types import (
     FinishReason,
     GenerateDone,
@@ -61,6 +65,10 @@ class _Loaded:
     model: Any  # a transformers PreTrainedModel
     recorder: RoutingRecorder
     version: int
+    slots: KvSlots | None  # the sessions' KV slots; None: a DynamicCache per session
+
+    def new_cache(self) -> Any:
+        return self.slots.new_cache() if self.slots is not None else DynamicCache(config=self.model.config)
 
 
 @dataclass(slots=True)
@@ -77,6 +85,8 @@ def _load(path: Path, dtype: str, device: str) -> Any:
 
 
 def _cache_nbytes(cache: Any) -> int:
+    if isinstance(cache, SlotCache):
+        return cache.nbytes
     return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers if layer.keys is not None)
 
 
@@ -92,13 +102,15 @@ class TorchBackend:
 
     def __init__(self, model_dir: str | Path, *, dtype: str = "float32", device: str = "cpu",
                  capture_routing: bool = True, session_cache_mb: int = 512, chunk_tokens: int = 16,
-                 prefill_chunk: int = 1024, max_batch: int = 8, version: int = 0) -> None:
+                 prefill_chunk: int = 1024, max_batch: int = 8, version: int = 0,
+                 kv_slots: bool = True) -> None:
         self.model_dir = Path(model_dir)
         self.dtype, self.device = dtype, device
         self.capture_routing = capture_routing
         self.chunk_tokens, self.prefill_chunk = chunk_tokens, prefill_chunk
+        self.kv_slots = kv_slots
         model = _load(self.model_dir, dtype, device)
-        self._loaded = _Loaded(model, RoutingRecorder(model), version)
+        self._loaded = self._wrap(model, version)
         self._config: Any = model.config
         self.torch_device: torch.device = next(model.parameters()).device  # "cuda" resolved to "cuda:0"
         self.vocab_size = int(model.config.vocab_size)
@@ -110,6 +122,10 @@ class TorchBackend:
         self._update_lock: asyncio.Lock | None = None
         self.num_steps = 0  # model forwards run (prefill chunks and decode batches), for tests and metrics
         self.batcher = DecodeBatcher(self._run_decode, max_batch, self._lock)
+
+    def _wrap(self, model: Any, version: int) -> _Loaded:
+        slots = KvSlots.for_model(model) if self.kv_slots else None
+        return _Loaded(model, RoutingRecorder(model), version, slots)
 
     def _eos_ids(self, model: Any) -> tuple[int, ...]:
         try:
@@ -175,30 +191,40 @@ class TorchBackend:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._forward_batch, items)
 
     def _forward_batch(self, items: list[DecodeItem]) -> list[_Step]:
-        """One decode token for each item in one forward; every item has the same weights and cache length."""
+        """One decode token for each item in one forward; all items have the same weights (and, for
+        DynamicCaches, the same cache length)."""
         if len(items) == 1:
             one = items[0]
             return [self._forward(one.loaded, one.cache, np.array([one.token], np.int32), one.sink, one.params,
                                   one.gen)]
         self.num_steps += 1
         loaded = items[0].loaded
-        batched = stack_caches([item.cache for item in items], loaded.model.config)
+        order = list(range(len(items)))
+        if isinstance(items[0].cache, SlotCache):
+            batched: Any = SlotBatch([item.cache for item in items])
+            order, items = batched.order, [items[i] for i in batched.order]  # the batch's rows are in slot order
+            extra = {"attention_mask": batched.attention_mask, "position_ids": batched.position_ids}
+        else:
+            batched, extra = stack_caches([item.cache for item in items], loaded.model.config), {}
         capture = any(item.sink is not None for item in items)
         batch_sink = loaded.recorder.new_sink() if capture else None
         loaded.recorder.sink = batch_sink
         try:
             with torch.inference_mode():
                 input_ids_B1 = torch.tensor([[item.token] for item in items], dtype=torch.int64, device=self.device)
-                out = loaded.model(input_ids=input_ids_B1, cache=batched, use_cache=True, logits_to_keep=1)
+                out = loaded.model(input_ids=input_ids_B1, cache=batched, use_cache=True, logits_to_keep=1, **extra)
         finally:
             loaded.recorder.sink = None
-        append_new_positions(batched, [item.cache for item in items], 1)
+        if isinstance(batched, SlotBatch):
+            batched.commit()
+        else:
+            append_new_positions(batched, [item.cache for item in items], 1)
         if batch_sink is not None:
             split_routing(batch_sink, [item.sink for item in items])
-        steps = []
-        for row, item in enumerate(items):
-            token, logprob = sample_token(out.logits[row, -1], item.params, item.gen)
-            steps.append(_Step(token, logprob))
+        sampled = sample_rows(out.logits[:, -1], [item.params for item in items], [item.gen for item in items])
+        steps: list[_Step] = [_Step(-1, 0.0)] * len(items)
+        for row, (token, logprob) in zip(order, sampled, strict=True):
+            steps[row] = _Step(token, logprob)
         return steps
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
@@ -214,7 +240,7 @@ class TorchBackend:
             cache = entry.cache
             _crop(cache, reuse)
         else:
-            cache, reuse = DynamicCache(config=loaded.model.config), 0
+            cache, reuse = loaded.new_cache(), 0
         gen = make_generator(params.seed, self.torch_device)  # where the logits are: sampling stays on device
         stops = set(self.eos_ids) | set(params.stop_token_ids)
         sink = loaded.recorder.new_sink() if capture else None
@@ -263,7 +289,7 @@ class TorchBackend:
             t0 = time.perf_counter()
             model = await asyncio.to_thread(_load, folder, self.dtype, self.device)
             self._check_compatible(model, folder)
-            self._loaded = _Loaded(model, RoutingRecorder(model), int(version))
+            self._loaded = self._wrap(model, int(version))
             self.sessions.clear()
             seconds = time.perf_counter() - t0
         log.info("loaded weights version %d from %s in %.2fs", version, folder, seconds)

@@ -51,7 +51,7 @@ async def raw_stream(address: str, messages: list[pb.GenerateBatchRequest]) -> l
 
 
 async def test_batched_results_equal_generate_calls(served) -> None:
-    """Same seeded requests, both transports: identical ids, logprobs, versions, routing and cache counts."""
+    """Same seeded requests, both transports: identical ids, versions, routing and cache counts; logprobs to rounding."""
     prompts = [prompt(20 + 3 * i, seed=i) for i in range(6)]
     calls = InferencePool(InferencePoolConfig(batched_stream=False), [served])
     batched = InferencePool(InferencePoolConfig(), [served])
@@ -65,12 +65,14 @@ async def test_batched_results_equal_generate_calls(served) -> None:
         await batched.close()
     for w, g in zip(want, got, strict=True):
         assert g.token_ids.tolist() == w.token_ids.tolist()
-        np.testing.assert_array_equal(g.logprobs, w.logprobs)
+        # The concurrent requests share decode forwards (any lengths batch), the sequential ones do
+        # not: logprobs differ by the rounding of batched matmuls only.
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5, rtol=0)
         np.testing.assert_array_equal(g.token_versions, w.token_versions)
         assert g.finish_reason == w.finish_reason and g.prompt_tokens == w.prompt_tokens
         assert g.routing is not None and w.routing is not None
         assert g.routing.start == w.routing.start
-        np.testing.assert_array_equal(g.routing.experts, w.routing.experts)
+        np.testing.assert_array_equal(np.sort(g.routing.experts, -1), np.sort(w.routing.experts, -1))
     assert again.cached_tokens > len(prompts[0]) and again.prompt_tokens == len(follow)
 
 
