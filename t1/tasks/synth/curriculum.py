@@ -57,10 +57,10 @@ def _checks(*lines: str) -> str:
 
 
 def _task(family: str, instruction: str, files: dict[str, str], checks: str, turns: list[str],
-          setup: str = "", executable: tuple[str, ...] = ()) -> SynthTask:
+          setup: str = "", executable: tuple[str, ...] = (), solve: str = "") -> SynthTask:
     return SynthTask(family=family, difficulty="easy", category="curriculum", instruction=instruction,
                      files=files, setup=setup, executable=executable, check_sh=checks, turns=tuple(turns),
-                     agent_timeout_sec=120.0, verifier_timeout_sec=30.0)
+                     solve=solve, agent_timeout_sec=120.0, verifier_timeout_sec=30.0)
 
 
 def read_copy(rng: random.Random) -> SynthTask:
@@ -121,11 +121,34 @@ def fix_error(rng: random.Random) -> SynthTask:
                  executable=(f"{tool}.sh",))
 
 
+BUSY_PERCENT = 60  # how often retry_fetch's tool answers "busy"
+
+
+def retry_fetch(rng: random.Random) -> SynthTask:
+    """A tool that is often busy hands out a code: call it until it answers, then write the code where asked.
+
+    The oracle types its commands without reading the output, so its demonstrations resolve only when the
+    first call answered: SFT never shows the retry after "busy". Meeting that state and learning to call
+    again is left to RL (its solve.sh loops, so `t1 tasks oracle` still resolves every task).
+    """
+    tool, out, code = rng.choice(_TOOLS), rng.choice(_TARGETS), _code(rng)
+    script = (f"#!/bin/bash\nif [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; then echo \"error: {tool} is busy, "
+              f"try again\"; exit 1; fi\ntouch /app/.{tool}-answered\necho {code}\n")
+    instruction = f"Get the code from {tool}.sh and write it to {out}.txt."
+    checks = _checks(f"answered test -f /app/.{tool}-answered",
+                     f"code_written grep -qx {code} /app/{out}.txt",
+                     f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
+    return _task("retry_fetch", instruction, {f"{tool}.sh": script}, checks,
+                 [f"bash {tool}.sh", f"echo {code} > {out}.txt"], executable=(f"{tool}.sh",),
+                 solve=f"until bash {tool}.sh; do sleep 0.1; done\necho {code} > {out}.txt")
+
+
 CURRICULUM: dict[str, CurriculumFamily] = {
     "read_copy": read_copy,
     "pick_file": pick_file,
     "count_match": count_match,
     "fix_error": fix_error,
+    "retry_fetch": retry_fetch,
 }
 
 
