@@ -371,7 +371,7 @@ class Episode:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation")
             try:
                 async with asyncio.timeout(remaining):
-                    return await call_policy(self._generate, req, self.buf.messages, self.spec.fmt.tools,
+                    return await call_policy(self._generate, req, self.buf.messages, self._renderer.tools,
                                              self._renderer)
             except TimeoutError:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout during generation") from None

@@ -59,9 +59,12 @@ class T1Config(Section):
         return self
 
     @model_validator(mode="after")
-    def _validation_set_known(self) -> T1Config:
-        name = self.trainer.warm_start.sft_validation_set
-        if name is not None and name not in self.tasks.sets:
-            known = ", ".join(sorted(self.tasks.sets)) or "none"
-            raise ValueError(f"trainer.warm_start.sft_validation_set: {name!r} is not in tasks.sets (known: {known})")
+    def _warm_start_sets_known(self) -> T1Config:
+        ws = self.trainer.warm_start
+        named = [("sft_validation_set", ws.sft_validation_set)] if ws.sft_validation_set is not None else []
+        named += [("demo_sets", name) for name in ws.demo_sets or []]
+        known = ", ".join(sorted(self.tasks.sets)) or "none"
+        for field, name in named:
+            if name not in self.tasks.sets:
+                raise ValueError(f"trainer.warm_start.{field}: {name!r} is not in tasks.sets (known: {known})")
         return self

@@ -64,6 +64,9 @@ class WarmStartConfig(Section):
         None, gt=0, description="Policy learning rate of SFT steps; null uses the DeepSpeed optimizer's (PPO's) lr.")
     demos_path: Path | None = Field(
         None, description="Demonstrations for SFT: a spool file of msgpack trajectory records, or a folder of them.")
+    demo_sets: list[str] | None = Field(
+        None, description="Task sets (tasks.sets) whose oracle runs become the demonstrations when demos_path is "
+                          "missing; null: tasks.train. Sets of their own keep PPO on tasks SFT never saw.")
 
     @model_validator(mode="after")
     def _demos_for_sft(self) -> WarmStartConfig:

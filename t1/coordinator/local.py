@@ -40,8 +40,9 @@ class LocalStack:
     async def prepare(self) -> dict[str, list[TaskSpec]]:
         """Make the model if missing and load (synthesizing if configured) every task set in use."""
         await asyncio.to_thread(ensure_model, self.cfg)
-        val = self.cfg.trainer.warm_start.sft_validation_set
-        names = list(dict.fromkeys([*self.cfg.tasks.train, *self.cfg.tasks.eval, *([val] if val else [])]))
+        ws = self.cfg.trainer.warm_start
+        extra = [*(ws.demo_sets or []), *([ws.sft_validation_set] if ws.sft_validation_set else [])]
+        names = list(dict.fromkeys([*self.cfg.tasks.train, *self.cfg.tasks.eval, *extra]))
         sets = {}
         for name in names:
             sets[name] = await asyncio.to_thread(load_named_set, self.cfg.tasks, name)

@@ -15,8 +15,8 @@ from t1.tito.render import ChatTokenizer
 log = logging.getLogger(__name__)
 
 
-def make_renderers(model_path: Path) -> dict[FormatName, ChatRenderer]:
-    """One renderer per agent format (the tool-call format puts its tools into the template)."""
+def make_renderers(model_path: Path, tool_schemas: bool = True) -> dict[FormatName, ChatRenderer]:
+    """One renderer per agent format (the tool-call format puts its tools into the template unless told not to)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_path))
@@ -24,7 +24,8 @@ def make_renderers(model_path: Path) -> dict[FormatName, ChatRenderer]:
     if not eot:
         raise ValueError(f"inference.model.path: the tokenizer of {model_path} has no eos_token (end of turn)")
     chat = cast(ChatTokenizer, tok)
-    return {name: ChatRenderer(chat, end_of_turn=eot, tools=get_format(name).tools) for name in FormatName}
+    return {name: ChatRenderer(chat, end_of_turn=eot, tools=get_format(name).tools if tool_schemas else None)
+            for name in FormatName}
 
 
 def ensure_model(cfg: T1Config) -> Path:

@@ -77,6 +77,16 @@ def test_undefined_task_set_is_an_error():
     assert "set 'missing' is used but not defined" in err.value.problems[0]
 
 
+def test_warm_start_sets_must_be_task_sets():
+    sets = {"sets": {"a": {"path": "x", "split": "train"}}, "train": ["a"]}
+    for field, value in (("demo_sets", ["a", "nope"]), ("sft_validation_set", "nope")):
+        with pytest.raises(ConfigError) as err:
+            validate({"tasks": sets, "trainer": {"warm_start": {field: value}}})
+        assert any(f"trainer.warm_start.{field}: 'nope' is not in tasks.sets (known: a)" in p
+                   for p in err.value.problems), err.value.problems
+    assert validate({"tasks": sets, "trainer": {"warm_start": {"demo_sets": ["a"]}}}).trainer.warm_start.demo_sets == ["a"]
+
+
 def test_overrides_apply_typed_values(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("rollout:\n  max_turns: 10\n")

@@ -25,7 +25,7 @@ from t1.tasks.verifier import uses_toolchain
 def _hidden_value(family: str, turns: tuple[str, ...]) -> str:
     """The value a later turn carries that only an earlier command's output showed."""
     last = turns[-1]
-    if family == "read_copy" or family == "count_match":
+    if family in ("read_copy", "count_match", "retry_fetch"):
         return last.split()[1]                     # echo VALUE > target
     if family == "pick_file":
         return last.split("mv ")[1].split()[0].rsplit("/", 1)[1]  # the file name the listing showed
@@ -45,8 +45,10 @@ def test_every_task_needs_state_it_must_read(family: str) -> None:
         assert value not in task.instruction, (value, task.instruction)
         values[value] += 1
         assert task.check_sh.count("\ncheck ") >= 2  # several checks: the count reward is dense
-    # no constant answer: many values, none common (a count is 1-9, a code or a file name nearly unique)
-    assert len(values) >= 8 and values.most_common(1)[0][1] <= 8, f"{family}: answers over 40 tasks: {values}"
+    # no constant answer: every value of its role's vocabulary turns up, none dominates (a count is 1-9, a
+    # config name one of 8, a code or a listed file name one of dozens)
+    assert len(values) >= 8 and values.most_common(1)[0][1] <= 0.3 * sum(values.values()), \
+        f"{family}: answers over 40 tasks: {values}"
 
 
 def test_splits_disjoint_and_deterministic(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ class SynthTask:
     verifier_timeout_sec: float = 120.0
     check_sh: str = ""  # a bash tests/test.sh of its own (writes reward.json) instead of pytest over `tests`
     turns: tuple[str, ...] = ()  # the oracle's commands, one per turn (solution/turns.txt); solve.sh runs them all
+    solve: str = ""  # solve.sh's commands when they differ from the typed turns (e.g. a retry loop)
 
 
 Generator = Callable[[random.Random, str], SynthTask]
@@ -133,7 +134,7 @@ def write_task(task: SynthTask, root: Path, task_id: str, split: str, seed: int)
     elif task.check_sh:
         _write(out / "tests" / "test.sh", task.check_sh, 0o755)
         # no set -e: a turn may fail on purpose (the error it prints is what the next one reads)
-        _write(out / "solution" / "solve.sh", "#!/bin/bash\ncd /app\n" + "\n".join(task.turns) + "\n", 0o755)
+        _write(out / "solution" / "solve.sh", "#!/bin/bash\ncd /app\n" + (task.solve or "\n".join(task.turns)) + "\n", 0o755)
         _write(out / "solution" / TURNS_FILE, "\n".join(task.turns) + "\n")
     else:
         _write(out / "tests" / "test.sh", TEST_SH, 0o755)

@@ -22,11 +22,19 @@ from pathlib import Path
 
 from t1.tasks.synth.base import SynthTask, write_task
 
-_WORDS = ("alpha", "beta", "gamma", "delta", "omega", "cedar", "maple", "river", "stone", "ember", "frost",
-          "amber", "coral", "lunar", "solar", "pixel", "vapor", "quartz", "nova", "orbit", "tango", "zephyr")
+# Every role has its own small vocabulary of whole words (one token each with the learn tokenizer), and
+# files sit in the shell's working directory (/app): what a policy must carry is a token of a known kind
+# that only the instruction or the machine shows, which a model of this size can learn to copy.
+_FILES = ("alpha", "beta", "gamma", "delta", "omega", "cedar", "maple", "river", "stone", "ember")
+_TARGETS = ("red", "blue", "green", "pink", "gold", "gray", "black", "white", "brown", "cyan")
+_CODES = ("apple", "lemon", "mango", "olive", "pearl", "plum", "grape", "peach", "melon", "berry")
 _DIRS = ("data", "notes", "inbox", "store", "vault", "cache", "drop", "box")
+_FOLDERS = ("north", "south", "east", "west", "up", "down", "left", "right")
+_WORDS = ("cow", "dog", "fox", "owl", "bee", "ant", "elk", "yak", "emu", "bat")
+_TOOLS = ("build", "deploy", "sync", "check", "render", "index", "backup", "report")
+_CONFS = ("main", "base", "core", "site", "user", "net", "disk", "auth")
 _EXTS = ("txt", "log", "csv", "cfg", "dat")
-_HEX = "0123456789abcdef"
+
 
 CHECKS_HEADER = """#!/bin/bash
 # Verifier: one entry per check in /logs/verifier/reward.json (1 passed, 0 failed).
@@ -40,17 +48,8 @@ CurriculumFamily = Callable[[random.Random], SynthTask]
 
 
 def _code(rng: random.Random) -> str:
-    """A value of varying length and format: hex, word-number, or digits."""
-    kind = rng.randrange(3)
-    if kind == 0:
-        return "".join(rng.choice(_HEX) for _ in range(rng.randint(3, 6)))
-    if kind == 1:
-        return f"{rng.choice(_WORDS)}{rng.randint(1, 99)}"
-    return str(rng.randint(10, 99999))
-
-
-def _names(rng: random.Random, k: int) -> list[str]:
-    return rng.sample(_WORDS, k)
+    """A value that is only in the machine's state: a code word or a two-digit number."""
+    return rng.choice(_CODES) if rng.randrange(2) else str(rng.randint(10, 99))
 
 
 def _checks(*lines: str) -> str:
@@ -58,71 +57,90 @@ def _checks(*lines: str) -> str:
 
 
 def _task(family: str, instruction: str, files: dict[str, str], checks: str, turns: list[str],
-          setup: str = "", executable: tuple[str, ...] = ()) -> SynthTask:
+          setup: str = "", executable: tuple[str, ...] = (), solve: str = "") -> SynthTask:
     return SynthTask(family=family, difficulty="easy", category="curriculum", instruction=instruction,
                      files=files, setup=setup, executable=executable, check_sh=checks, turns=tuple(turns),
-                     agent_timeout_sec=120.0, verifier_timeout_sec=30.0)
+                     solve=solve, agent_timeout_sec=120.0, verifier_timeout_sec=30.0)
 
 
 def read_copy(rng: random.Random) -> SynthTask:
     """A code only in a file goes into another file (read, then write the value seen)."""
-    folder, src, out = rng.choice(_DIRS), *_names(rng, 2)
-    code = _code(rng)
-    path, target = f"/app/{folder}/{src}.txt", f"/app/{out}.txt"
-    instruction = f"The file {path} holds a code. Write that code to {target}."
-    checks = _checks(f"target_exists test -f {target}",
-                     f"code_written grep -qx {shlex.quote(code)} {target}",
-                     f"one_line test \"$(wc -l < {target})\" -eq 1")
-    return _task("read_copy", instruction, {f"{folder}/{src}.txt": code + "\n"}, checks,
-                 [f"cat {path}", f"echo {code} > {target}"])
+    src, out, code = rng.choice(_FILES), rng.choice(_TARGETS), _code(rng)
+    instruction = f"The file {src}.txt holds a code. Write that code to {out}.txt."
+    checks = _checks(f"target_exists test -f /app/{out}.txt",
+                     f"code_written grep -qx {code} /app/{out}.txt",
+                     f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
+    return _task("read_copy", instruction, {f"{src}.txt": code + "\n"}, checks,
+                 [f"cat {src}.txt", f"echo {code} > {out}.txt"])
 
 
 def pick_file(rng: random.Random) -> SynthTask:
     """One file of a listing has the named extension: move it (list, then move the name seen)."""
-    box, dest = rng.sample(_DIRS, 2)
+    box, dest = rng.choice(_DIRS), rng.choice(_FOLDERS)
     ext, *others = rng.sample(_EXTS, 3)
-    stems = _names(rng, 3)
-    wanted = f"{stems[0]}{rng.randint(1, 99)}.{ext}"
+    stems = rng.sample(_FILES, 3)
+    wanted = f"{stems[0]}.{ext}"
     files = {f"{box}/{wanted}": _code(rng) + "\n"}
     for stem, other in zip(stems[1:], others, strict=True):
-        files[f"{box}/{stem}{rng.randint(1, 99)}.{other}"] = _code(rng) + "\n"
-    instruction = f"Exactly one file in /app/{box} ends in .{ext}. Move that file into the folder /app/{dest}."
+        files[f"{box}/{stem}.{other}"] = _code(rng) + "\n"
+    instruction = f"One file in {box} ends in .{ext}. Move it into the folder {dest}."
     checks = _checks(f"moved_in test -f /app/{dest}/{wanted}",
                      f"moved_out test ! -e /app/{box}/{wanted}",
                      f"others_stay test \"$(ls /app/{box} | wc -l)\" -eq {len(files) - 1}")
     return _task("pick_file", instruction, files, checks,
-                 [f"ls /app/{box}", f"mkdir -p /app/{dest} && mv /app/{box}/{wanted} /app/{dest}/"])
+                 [f"ls {box}", f"mv {box}/{wanted} {dest}"], setup=f"mkdir -p /app/{dest}\n")
 
 
 def count_match(rng: random.Random) -> SynthTask:
     """A number only a command's output tells (count matching lines), written where asked."""
-    log, out = _names(rng, 2)
-    word, *noise = _names(rng, 3)
+    log, out = rng.choice(_FILES), rng.choice(_TARGETS)
+    word, *noise = rng.sample(_WORDS, 3)
     n = rng.randint(1, 9)
-    lines = [f"{word} {_code(rng)}" for _ in range(n)] + [f"{rng.choice(noise)} {_code(rng)}"
+    lines = [f"{word} {rng.randint(10, 99)}" for _ in range(n)] + [f"{rng.choice(noise)} {rng.randint(10, 99)}"
                                                           for _ in range(rng.randint(1, 6))]
     rng.shuffle(lines)
-    path, target = f"/app/{log}.log", f"/app/{out}.txt"
-    instruction = f"Count the lines of {path} that contain the word {word}. Write the number to {target}."
-    checks = _checks(f"target_exists test -f {target}",
-                     f"count_written grep -qx {n} {target}")
+    instruction = f"Count the lines of {log}.log that contain {word}. Write the number to {out}.txt."
+    checks = _checks(f"target_exists test -f /app/{out}.txt",
+                     f"count_written grep -qx {n} /app/{out}.txt")
     return _task("count_match", instruction, {f"{log}.log": "\n".join(lines) + "\n"}, checks,
-                 [f"grep -c {word} {path}", f"echo {n} > {target}"])
+                 [f"grep -c {word} {log}.log", f"echo {n} > {out}.txt"])
 
 
 def fix_error(rng: random.Random) -> SynthTask:
     """A script fails with an error naming a missing file: create it, then run the script again."""
-    tool, conf, out = _names(rng, 3)
+    tool, conf, out = rng.choice(_TOOLS), rng.choice(_CONFS), rng.choice(_TARGETS)
     token = _code(rng)
-    script = (f"#!/bin/bash\nif [ ! -f /app/etc/{conf}.cfg ]; then echo \"error: missing /app/etc/{conf}.cfg\"; "
+    script = (f"#!/bin/bash\nif [ ! -f /app/{conf}.cfg ]; then echo \"error: missing {conf}.cfg\"; "
               f"exit 1; fi\necho ok {token}\n")
-    instruction = f"Run /app/{tool}.sh and save its output in /app/{out}.log. Fix what it needs first."
-    checks = _checks(f"config_made test -f /app/etc/{conf}.cfg",
+    instruction = f"Run {tool}.sh and save its output in {out}.log. Fix what it needs first."
+    checks = _checks(f"config_made test -f /app/{conf}.cfg",
                      f"output_saved test -f /app/{out}.log",
                      f"output_ok grep -qx {shlex.quote('ok ' + token)} /app/{out}.log")
     return _task("fix_error", instruction, {f"{tool}.sh": script}, checks,
-                 [f"bash /app/{tool}.sh", f"touch /app/etc/{conf}.cfg", f"bash /app/{tool}.sh > /app/{out}.log"],
-                 setup="mkdir -p /app/etc\n", executable=(f"{tool}.sh",))
+                 [f"bash {tool}.sh", f"touch {conf}.cfg", f"bash {tool}.sh > {out}.log"],
+                 executable=(f"{tool}.sh",))
+
+
+BUSY_PERCENT = 60  # how often retry_fetch's tool answers "busy"
+
+
+def retry_fetch(rng: random.Random) -> SynthTask:
+    """A tool that is often busy hands out a code: call it until it answers, then write the code where asked.
+
+    The oracle types its commands without reading the output, so its demonstrations resolve only when the
+    first call answered: SFT never shows the retry after "busy". Meeting that state and learning to call
+    again is left to RL (its solve.sh loops, so `t1 tasks oracle` still resolves every task).
+    """
+    tool, out, code = rng.choice(_TOOLS), rng.choice(_TARGETS), _code(rng)
+    script = (f"#!/bin/bash\nif [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; then echo \"error: {tool} is busy, "
+              f"try again\"; exit 1; fi\ntouch /app/.{tool}-answered\necho {code}\n")
+    instruction = f"Get the code from {tool}.sh and write it to {out}.txt."
+    checks = _checks(f"answered test -f /app/.{tool}-answered",
+                     f"code_written grep -qx {code} /app/{out}.txt",
+                     f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
+    return _task("retry_fetch", instruction, {f"{tool}.sh": script}, checks,
+                 [f"bash {tool}.sh", f"echo {code} > {out}.txt"], executable=(f"{tool}.sh",),
+                 solve=f"until bash {tool}.sh; do sleep 0.1; done\necho {code} > {out}.txt")
 
 
 CURRICULUM: dict[str, CurriculumFamily] = {
@@ -130,6 +148,7 @@ CURRICULUM: dict[str, CurriculumFamily] = {
     "pick_file": pick_file,
     "count_match": count_match,
     "fix_error": fix_error,
+    "retry_fetch": retry_fetch,
 }
 
 
