@@ -21,7 +21,6 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
-from t1.sandbox.bwrap import HOLDER_SCRIPT
 from t1.tasks.needs import NeedsImageError
 
 log = logging.getLogger(__name__)
@@ -30,8 +29,10 @@ LABEL_SANDBOX = "t1.sandbox"
 LABEL_HOST = "t1.owner.host"
 LABEL_PID = "t1.owner.pid"
 LABEL_START = "t1.owner.start"
-HOLD_COMMAND = ["/bin/bash", "--norc", "--noprofile", "-c", HOLDER_SCRIPT.format(ready="t1-sandbox-ready")]
-"""PID 1 of the container: bash blocked on a pipe only it holds, reaping orphans (`t1.sandbox.bwrap.HOLDER_SCRIPT`).
+HOLD_COMMAND = ["/bin/bash", "--norc", "--noprofile", "-c",
+                'echo t1-sandbox-ready; exec {hold}<> <(:); while :; do read -r -u "$hold" _; done']
+"""PID 1 of the container: bash blocked on a pipe only it holds, reaping orphans in its SIGCHLD handler. It needs
+no lifeline (`t1.sandbox.holders`): a dead run's containers are found by their owner labels and removed at start.
 Not `sleep` under the engine's `--init`: the agent, the container's root, could kill that sleep and with it
 the container; the kernel delivers no signal from inside the namespace to a PID 1 without a handler for it."""
 START_ATTEMPTS = 3
