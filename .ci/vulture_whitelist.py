@@ -61,6 +61,7 @@ attention_mask
 # Public surface read by docs and callers outside the package (SshSandbox.separates_verifier).
 _.separates_verifier
 # Task fields parsed for the record: Harbor's allowed_hosts (refused by name), an artifact's destination
-# (not honoured yet: artifacts land at their source path), TB1's run_tests_in_same_shell (the verifier
+# (a host-side path under a trial's artifacts folder; T1 keeps no per-attempt artifact folder yet, so there
+# is nothing to place it under), TB1's run_tests_in_same_shell (the verifier
 # always gets its own shell; see docs/security.md).
 _.allowed_hosts, _.destination, _.same_shell
