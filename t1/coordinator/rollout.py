@@ -10,7 +10,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -95,12 +95,19 @@ class RolloutRunner:
                           timeout_multiplier: float | None = None, job: EvalAttempt | None = None,
                           reward_mode: RewardMode | None = None, subdir: str = "train",
                           generate: GenerateFn | None = None,
-                          persist: Callable[[Trajectory], Awaitable[None]] | None = None) -> EpisodeResult:
+                          persist: Callable[[Trajectory], Awaitable[None]] | None = None,
+                          process_rewards: bool = False) -> EpisodeResult:
+        """One episode. The verifiers run after every K-th turn (reward.process_every_k_turns) only when
+        `process_rewards`: the per-turn rewards are a training signal, so evals and demonstrations run only the
+        final verification (a verifier run per turn was most of their wall time)."""
         fmt = get_format(fmt_name or self.cfg.rollout.agent_format)
         # Eval attempts may run again after a restart: each run gets its own id (and transcript).
         episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
-        spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg),
-                           EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier), reward_mode or self._reward_mode)
+        limits = EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier)
+        if not process_rewards:
+            limits = replace(limits, process_every_k=None)
+        spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg), limits,
+                           reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
                           Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes)
@@ -142,7 +149,7 @@ class RolloutRunner:
             self.stats.versions.update(versions)
             await spool.append(traj.id, payload)
 
-        result = await self.run_episode(task, group_id, attempt, persist=persist)
+        result = await self.run_episode(task, group_id, attempt, persist=persist, process_rewards=True)
         if result.status is not EpisodeStatus.INFRA_ERROR:
             self.stats.train_scored += 1
             self.stats.train_resolved += result.report.resolved

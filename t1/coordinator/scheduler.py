@@ -2,10 +2,13 @@
 
 A group is admitted only when
   - the spool has room (back-pressure from a slow or absent trainer), and
-  - admitting it keeps the run within the staleness bound: at most
-    (policy_version + max_policy_lag + 1) * groups_per_step groups have been admitted, so no
-    admitted episode can still be waiting for training once its policy is more than
-    max_policy_lag versions old (the bound AReaL uses).
+  - admitting it keeps the run within the staleness bound: at most (max_policy_lag + 1) *
+    groups_per_step admitted groups that the trainer has not yet taken, so no admitted episode can
+    still be waiting for training once its policy is more than max_policy_lag versions old (the
+    bound AReaL uses). What the trainer has taken is counted in its steps since admission began
+    (every critic warm-up or PPO step takes groups_per_step groups) and the groups it set aside,
+    not in policy versions: SFT moves the version without taking a group, a critic warm-up step
+    takes groups without moving it.
 Each attempt then waits for a slot of the global concurrency limit (shared with eval jobs).
 
 The scheduler owns the episode tasks it starts: `stop()` ends admission (and wakes whoever waits on
@@ -19,10 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from t1.coordinator.spool import Spool
-from t1.coordinator.weights import WeightSync
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
 
@@ -31,9 +33,17 @@ log = logging.getLogger(__name__)
 AttemptFn = Callable[[TaskSpec, str, int], Coroutine[Any, Any, object]]
 
 
-def staleness_allows(admitted_groups: int, policy_version: int, max_policy_lag: int, groups_per_step: int) -> bool:
+class TrainerProgress(Protocol):
+    """How many of the admitted groups the trainer has taken, and a wait for that to change."""
+
+    def groups_taken(self) -> int: ...
+
+    async def changed(self) -> None: ...
+
+
+def staleness_allows(admitted_groups: int, groups_taken: int, max_policy_lag: int, groups_per_step: int) -> bool:
     """Whether one more group fits the staleness bound (pure)."""
-    return admitted_groups < (policy_version + max_policy_lag + 1) * groups_per_step
+    return admitted_groups - groups_taken < (max_policy_lag + 1) * groups_per_step
 
 
 class Scheduler:
@@ -62,10 +72,11 @@ class Scheduler:
         """Episode tasks started and not yet ended."""
         return len(self._episodes)
 
-    async def run(self, tasks: Iterator[TaskSpec], weights: WeightSync | None, attempt: AttemptFn) -> None:
-        """Admit groups of `tasks` until stop(); returns without waiting for running episodes."""
+    async def run(self, tasks: Iterator[TaskSpec], progress: TrainerProgress | None, attempt: AttemptFn) -> None:
+        """Admit groups of `tasks` until stop(); returns without waiting for running episodes. Without
+        `progress` (no trainer) admission ends at the staleness bound."""
         while not self.stopping:
-            if not await self._until_admissible(weights):
+            if not await self._until_admissible(progress):
                 return
             task = next(tasks)
             group_id = self._new_group_id(task)
@@ -114,17 +125,17 @@ class Scheduler:
         finally:
             self._limiter.release()
 
-    async def _until_admissible(self, weights: WeightSync | None) -> bool:
+    async def _until_admissible(self, progress: TrainerProgress | None) -> bool:
         while not self.stopping:
             if not self._spool.has_room:
                 await wait_or_stop(self._spool.wait_for_room(), self.stopped)
                 continue
-            version = weights.version if weights is not None else 0
-            if not staleness_allows(self.admitted_groups, version, self._lag, self._groups_per_step):
-                if weights is None:
+            taken = progress.groups_taken() if progress is not None else 0
+            if not staleness_allows(self.admitted_groups, taken, self._lag, self._groups_per_step):
+                if progress is None:
                     await self.stopped.wait()
                 else:
-                    await wait_or_stop(weights.changed(), self.stopped)
+                    await wait_or_stop(progress.changed(), self.stopped)
                 continue
             return True
         return False

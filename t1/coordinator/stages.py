@@ -99,7 +99,9 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
     async def attempt(task: TaskSpec, group_id: str, i: int) -> None:
         await parts.runner.train_episode(task, group_id, i, parts.spool)
 
-    admit = asyncio.ensure_future(sched.run(training_stream(shard_tasks(tasks, parts.cfg.coordinator.shard), parts.cfg.seed), trainer.weights, attempt))
+    progress = trainer.poller.progress(parts.cfg.trainer.rl.groups_per_step)
+    stream = training_stream(shard_tasks(tasks, parts.cfg.coordinator.shard), parts.cfg.seed)
+    admit = asyncio.ensure_future(sched.run(stream, progress, attempt))
     try:
         trainer_done = await wait_or_stop(trainer.poller.done.wait(), sched.stopped)
     finally:

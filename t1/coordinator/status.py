@@ -41,6 +41,7 @@ class TrainerStatusPoller:
         self.done = asyncio.Event()
         self.last_metrics: dict[str, float] = {}
         self.last_quarantined: int | None = None
+        self._moved = asyncio.Event()  # replaced after each move: waiters of the old one wake
 
     async def run(self) -> None:
         channel = make_channel(self.target, self._auth)
@@ -63,11 +64,15 @@ class TrainerStatusPoller:
             self.last_metrics = dict(st.last_metrics)
             m.set_trainer_metrics(self.last_metrics)
         m.TRAINER_STEP.set(st.step)
+        quarantined_before = self.last_quarantined
         if st.quarantined_groups > (self.last_quarantined or 0):
             log.error("trainer quarantined %d groups so far; last: %s", st.quarantined_groups,
                       st.last_quarantine_reason)
         self.last_quarantined = st.quarantined_groups
         m.TRAINER_QUARANTINED_GROUPS.set(st.quarantined_groups)
+        if moved or st.quarantined_groups != quarantined_before:
+            self._moved.set()
+            self._moved = asyncio.Event()
         if moved and self._runlog is not None:
             extra = {"rollouts": dict(self._rollouts())} if self._rollouts is not None else {}
             self._runlog.write("trainer", step=st.step, stage=pb.TrainerStage.Name(st.stage), version=st.policy_version,
@@ -75,11 +80,44 @@ class TrainerStatusPoller:
         if st.stage == pb.TRAINER_STAGE_DONE:
             self.done.set()
 
+    async def moved(self) -> None:
+        """Return at the next status whose step, stage or quarantine count differs from the last one."""
+        await self._moved.wait()
+
+    def progress(self, groups_per_step: int) -> TrainerProgressFromStatus:
+        """The trainer's progress from now on, for the scheduler's staleness bound."""
+        return TrainerProgressFromStatus(self, groups_per_step)
+
     @property
     def stage_name(self) -> str:
         if self.last is None:
             return "unknown"
         return pb.TrainerStage.Name(self.last.stage).removeprefix("TRAINER_STAGE_").lower()
+
+
+class TrainerProgressFromStatus:
+    """Groups the trainer has taken since this was made: its steps since then (each takes groups_per_step
+    groups: made when SFT is over, every later step is a warm-up or PPO step) plus the groups it set aside."""
+
+    def __init__(self, poller: TrainerStatusPoller, groups_per_step: int) -> None:
+        self._poller = poller
+        self._per_step = groups_per_step
+        self._start = self._counts()
+
+    def _counts(self) -> tuple[int, int] | None:
+        st = self._poller.last
+        return None if st is None else (st.step, st.quarantined_groups)
+
+    def groups_taken(self) -> int:
+        now = self._counts()
+        if now is None:
+            return 0
+        if self._start is None:  # no status had come yet when admission began: count from the first one
+            self._start = now
+        return (now[0] - self._start[0]) * self._per_step + (now[1] - self._start[1])
+
+    async def changed(self) -> None:
+        await self._poller.moved()
 
 
 class TurnRate:

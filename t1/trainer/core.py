@@ -177,7 +177,19 @@ class TrainerCore:
             return
         self.state = replace(self.state, sft_ended=True)
         log.info("SFT ended by the client after %d steps", self.state.sft_steps)
+        self._critic_from_warm_start()
         self.commit()
+
+    def _critic_from_warm_start(self) -> None:
+        """At the end of SFT the critic's backbone becomes the warm-started policy's (unless trainer.critic_path
+        names a critic of its own): its warm-up then starts from features that know the tasks, not from the
+        model SFT began with. Before the checkpoint that ends SFT, so a restart resumes the same critic."""
+        if self.tc.critic_path is not None:
+            return
+        if ds.copy_backbone(self.policy, self.critic):
+            log.info("critic backbone set from the warm-started policy (version %d)", self.state.policy_version)
+        else:
+            log.warning("ZeRO-3: the critic keeps the backbone it was loaded with (not the warm-started policy's)")
 
     def reported_status(self) -> tuple[TrainState, Stage]:
         """What GetStatus reports: DONE only once the last step is committed (durable in the buffer)."""
@@ -223,6 +235,8 @@ class TrainerCore:
         new = replace(new, step=s.step + 1, policy_version=s.policy_version + int(updated_policy),
                       last_metrics=metrics)
         self.state = new
+        if stage == Stage.SFT and self.stage() != Stage.SFT:
+            self._critic_from_warm_start()
         self._uncommitted.append(StepRecord(new.step, str(stage), new.policy_version, ids, metrics, group_ids))
         log.info("step %d (%s) version %d: %s", new.step, stage, new.policy_version,
                  ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))

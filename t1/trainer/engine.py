@@ -135,6 +135,23 @@ def learning_rate(engine: Any, lr: float | None) -> Iterator[None]:
             g["lr"] = old
 
 
+def copy_backbone(src: Any, dst: Any) -> bool:
+    """Load the policy engine `src`'s transformer backbone into the critic engine `dst` (same shapes), and
+    refresh dst's optimizer master copy so its next step starts from them. False, with nothing changed,
+    under ZeRO-3 (partitioned parameters: not supported here)."""
+    if src.zero_optimization_stage() == 3 or dst.zero_optimization_stage() == 3:
+        return False
+    source = src.module.base_model.state_dict()
+    target = dst.module.backbone
+    missing, unexpected = target.load_state_dict(source, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"critic backbone does not match the policy's: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    refresh = getattr(dst.optimizer, "refresh_fp32_params", None)
+    if refresh is not None:
+        refresh()
+    return True
+
+
 def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
     """Every parameter and buffer, gathered (a collective under ZeRO-3); None on ranks other than 0."""
     if engine.zero_optimization_stage() == 3:

@@ -174,6 +174,28 @@ async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, 
     spool.close()
 
 
+async def test_only_training_episodes_run_the_per_turn_verifiers(tmp_path: Path, provider, renderers) -> None:
+    """Process rewards are a training signal: a training episode gets its turn rewards, while an eval attempt
+    and a demonstration (run_episode's default) run only the final verification, with the same outcome."""
+    from t1.coordinator.rollout import RolloutRunner
+    from t1.coordinator.spool import Spool
+
+    task = load_task(_task(tmp_path, "per-turn", "yes"))
+    policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS])
+    cfg = load_config(None, ["reward.process_every_k_turns=1"])
+    runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, task, fmt: policy.for_episode(task, fmt),
+                           tmp_path / "tx")
+    spool = Spool.open(tmp_path / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
+    trained = await runner.train_episode(task, "grp", 0, spool)
+    spool.close()
+    plain = await runner.run_episode(task, "grp", 1)
+    assert [t.reward for t in trained.trajectory.segments[0].turns] == [1.0, 0.0]
+    assert [t.reward for t in plain.trajectory.segments[0].turns] == [0.0, 0.0]
+    assert trained.report.resolved and plain.report.resolved and plain.trajectory.reward == 1.0
+    assert "Verifier (turn 1)" in Path(trained.transcript).read_text()
+    assert "Verifier (turn" not in Path(plain.transcript).read_text()
+
+
 async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: Path, provider, renderers,
                                                                       monkeypatch) -> None:
     """RolloutRunner: between its export and the end of `persist`, an episode holds one slot: copies stay bounded."""

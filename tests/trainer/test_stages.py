@@ -12,6 +12,14 @@ from t1.trainer.core import Stage, TrainerCore
 from t1.trajectory.serialization import encode_trajectory
 
 
+def _backbone_gap(core: TrainerCore) -> float:
+    """Largest |policy backbone - critic backbone| over their parameters."""
+    policy = core.policy.module.base_model.state_dict()
+    critic = core.critic.module.backbone.state_dict()
+    assert policy.keys() == critic.keys()
+    return max(float((policy[k].float() - critic[k].float()).abs().max()) for k in policy)
+
+
 def _rollouts(core: TrainerCore, step: int, version: int = 0) -> None:
     assert core.buffer is not None
     for g in range(2):
@@ -34,15 +42,25 @@ def test_sft_then_critic_warmup_then_ppo(tmp_path: Path, tiny_model_dir: Path) -
     nll = []
     for i in range(4):
         assert core.stage() == Stage.SFT
+        if i == 3:
+            sft_moved = _backbone_gap(core)  # SFT moved the policy away from the model the critic was made of
         out = core.step(None)
         assert out.published is not None and out.published.version == i + 1
         nll.append(out.state.last_metrics["sft_nll"])
     assert nll[-1] < nll[0] * 0.7, nll
+    # SFT's end: the critic's warm-up starts from the warm-started policy's backbone, restored so after a restart
+    assert _backbone_gap(core) == 0.0
+    core.close()
+    core = TrainerCore(cfg)
+    assert core.stage() == Stage.CRITIC_WARMUP and _backbone_gap(core) == 0.0
     for i in range(2):
         assert core.stage() == Stage.CRITIC_WARMUP
         _rollouts(core, i, version=4)
         out = core.step(core.take_groups())
         assert out.published is None and out.state.policy_version == 4
+    # the critic stepped from there (its zero head passes the backbone no gradient until the first step has moved it);
+    # a stale optimizer master copy would have put the old backbone back
+    assert 0.0 < _backbone_gap(core) < sft_moved / 4
     assert core.stage() == Stage.PPO
     _rollouts(core, 9, version=4)
     out = core.step(core.take_groups())
