@@ -1,4 +1,4 @@
-"""The learning run (examples/learning.yaml) for several seeds, with the count reward and the binary
+"""The learning run (examples/local.yaml) for several seeds, with the count reward and the binary
 reward side by side: does RL lift the held-out solve rate over the warm start, and does the dense reward help?
 
     python -m bench.learning --out bench/results/learning_cpu.json [--seeds 0,1] [--rewards count,binary]
@@ -78,6 +78,7 @@ def run_config(base_cfg: dict[str, Any], root: Path, seed: int, reward: str) -> 
     model["path"], model["init_seed"] = str(root / "model"), seed
     cfg["trainer"]["work_dir"], cfg["trainer"]["seed"] = str(root / "trainer"), seed
     cfg["trainer"]["warm_start"]["demos_path"] = str(root / "run" / "demos.msgpack")
+    cfg["coordinator"].pop("runs_dir", None)  # one run directory, inside root, where the report is looked for
     cfg["coordinator"]["run_dir"] = str(root / "run")
     cfg["coordinator"]["server"]["port"] = 0
     return cfg
@@ -128,7 +129,7 @@ def print_table(runs: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--config", type=Path, default=Path("examples/learning.yaml"))
+    p.add_argument("--config", type=Path, default=Path("examples/local.yaml"))
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--rewards", default="count,binary")
     p.add_argument("--root", type=Path, default=Path(".t1/learning"))

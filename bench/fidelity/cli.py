@@ -2,8 +2,8 @@
 
     python -m bench.fidelity --out FILE [--trained DIR|none] [--preset tiny --episodes 4 --turns 4 ...]
 
-By default the measured model is the learning run's policy (`make learn`: the newest published version
-under the newest .t1/runs/learning-<n>/trainer/weights), so R3 is measured on a trained router; the random-init model of the same
+By default the measured model is the learning run's policy (`make run`: the newest published version
+under the newest .t1/runs/local-<n>/trainer/weights), so R3 is measured on a trained router; the random-init model of the same
 preset is the second row (`random_init` in the JSON). Without a learning run, only the random-init row.
     python -m bench.fidelity --sweep --out FILE [--sweep-shapes ... --sweep-scales ...]
 
@@ -29,15 +29,15 @@ from bench.fidelity.measure import (
 from bench.fidelity.sweep import run_sweep
 from bench.machine_info import machine
 
-DEFAULT_TRAINED = "newest"  # the newest learning run's published policy versions (`make learn`)
+DEFAULT_TRAINED = "newest"  # the newest learning run's published policy versions (`make run`)
 RUNS_DIR = Path(".t1/runs")
 
 
 def newest_weights(runs_dir: Path = RUNS_DIR) -> Path:
-    """The weights folder of the newest numbered learning run (`<runs_dir>/learning-<n>/trainer/weights`)."""
-    runs = [p for p in runs_dir.glob("learning-*") if p.name.rsplit("-", 1)[-1].isdigit()]
+    """The weights folder of the newest numbered learning run (`<runs_dir>/local-<n>/trainer/weights`)."""
+    runs = [p for p in runs_dir.glob("local-*") if p.name.rsplit("-", 1)[-1].isdigit()]
     runs.sort(key=lambda p: int(p.name.rsplit("-", 1)[-1]))
-    return runs[-1] / "trainer" / "weights" if runs else runs_dir / "learning-1" / "trainer" / "weights"
+    return runs[-1] / "trainer" / "weights" if runs else runs_dir / "local-1" / "trainer" / "weights"
 
 
 def trained_model(arg: str) -> Path | None:

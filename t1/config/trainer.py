@@ -34,7 +34,9 @@ class RlConfig(Section):
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
     kl_coef: float = Field(0.0, ge=0, description="KL-to-reference weight.")
     is_truncation: float = Field(2.0, gt=0, description="Cap of behaviour/proximal importance weights.")
-    advantage_norm: Literal["global", "group", "none"] = Field("global", description="Advantage normalisation.")
+    advantage_norm: Literal["global", "group", "group_centered", "none"] = Field(
+        "global", description="Advantage normalisation: whiten over the batch or within each group; group_centered: "
+        "subtract each group's mean, then divide by the batch's std.")
     max_policy_lag: int = Field(4, ge=0, description="Drop tokens sampled more than this many versions ago.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
     groups_per_step: int = Field(4, ge=1, description="Complete groups per PPO step.")

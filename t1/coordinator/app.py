@@ -153,6 +153,8 @@ class Coordinator:
         if ws.sft_steps > 0 and not stop.is_set():
             self.state.phase = RunPhase.SFT
             curve = await self._sft(trainer)
+            # the plan's SFT part: the steps SFT took (a fresh run has no PPO version yet; a resumed one is capped)
+            self.state.sft_steps_taken = min(trainer.weights.version, ws.sft_steps)
             if cfg.tasks.eval and not stop.is_set():
                 evals["warm_start"] = await self._eval("warm_start", cfg.tasks.eval)
         if not stop.is_set():

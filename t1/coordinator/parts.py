@@ -147,10 +147,16 @@ class Parts:
 
     def show_progress(self) -> asyncio.Task[None]:
         """The live display; cancel the task it returns to hide it (before the final report is printed)."""
-        ws = self.cfg.trainer.warm_start
-        total = ws.sft_steps + ws.critic_warmup_steps + self.cfg.trainer.max_steps if self.cfg.coordinator.train else 0
-        view = ProgressView(self.run_status, self.current_eval, total, self.runner.stats.training_tallies)
+        view = ProgressView(self.run_status, self.current_eval, self.planned_steps, self.runner.stats.training_tallies)
         return self.background.spawn(view.run(), "progress")
+
+    def planned_steps(self) -> int:
+        """The run's trainer steps: SFT (its cap until it has ended), critic warm-up, PPO; 0 without training."""
+        if not self.cfg.coordinator.train:
+            return 0
+        ws = self.cfg.trainer.warm_start
+        sft = ws.sft_steps if self.state.sft_steps_taken is None else self.state.sft_steps_taken
+        return sft + ws.critic_warmup_steps + self.cfg.trainer.max_steps
 
     def current_eval(self) -> EvalProgress | None:
         job = self.state.eval_job

@@ -121,11 +121,12 @@ class ProgressView:
     """`await run()` until cancelled."""
 
     def __init__(self, status: Callable[[], cpb.RunStatus], current_eval: Callable[[], EvalProgress | None],
-                 total_steps: int, training: Callable[[], Mapping[str, float]] | None = None,
+                 total_steps: int | Callable[[], int], training: Callable[[], Mapping[str, float]] | None = None,
                  every_s: float = 1.0, line_every_s: float = 30.0, console: Console | None = None) -> None:
         self._status = status
         self._eval = current_eval
-        self._total_steps = total_steps
+        # a callable: the plan changes when SFT ends before its cap (steered SFT)
+        self._total = total_steps if callable(total_steps) else (lambda: total_steps)
         self._training = training or dict
         self._every_s = every_s
         self._line_every_s = line_every_s
@@ -142,8 +143,8 @@ class ProgressView:
         if ev is not None:
             eta = self._pace.eta(f"eval {ev.label}", ev.finished, ev.total)
         else:
-            eta = self._pace.eta(f"steps {st.stage}", st.trainer_step, self._total_steps)
-        return st, ev, progress_line(st, self._total_steps, self._training(), ev, eta)
+            eta = self._pace.eta(f"steps {st.stage}", st.trainer_step, self._total())
+        return st, ev, progress_line(st, self._total(), self._training(), ev, eta)
 
     async def run(self) -> None:
         if not self._console.is_terminal:
@@ -160,7 +161,7 @@ class ProgressView:
                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn())
         with _logs_through(self._console), Progress(*columns, console=self._console, refresh_per_second=4,
                                                      redirect_stdout=False, redirect_stderr=False) as progress:
-            steps = progress.add_task("trainer steps", total=self._total_steps or None, info="")
+            steps = progress.add_task("trainer steps", total=self._total() or None, info="")
             evals: dict[str, TaskID] = {}
             while True:
                 self._refresh(progress, steps, evals)
@@ -171,7 +172,8 @@ class ProgressView:
         tr = self._training()
         info = (f"{st.stage} · v{st.policy_version} · {st.finished_episodes} episodes ({st.active_episodes} running)"
                 f" · training {_rate(tr.get('resolved', 0), tr.get('episodes', 0))}")
-        progress.update(steps, completed=min(st.trainer_step, self._total_steps or st.trainer_step), info=info)
+        total = self._total()
+        progress.update(steps, total=total or None, completed=min(st.trainer_step, total or st.trainer_step), info=info)
         if ev is not None:
             if ev.label not in evals:
                 evals[ev.label] = progress.add_task(ev.label, total=ev.total, info="")

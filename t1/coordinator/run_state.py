@@ -53,3 +53,4 @@ class RunState:
     phase: RunPhase = RunPhase.STARTING
     eval_job: EvalJobRef | None = None
     trainer: TrainerSide | None = None
+    sft_steps_taken: int | None = None  # once SFT has ended (steered SFT may end before its cap)

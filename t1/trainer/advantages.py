@@ -14,7 +14,7 @@ import numpy as np
 
 from t1.trajectory.types import TurnSpan
 
-AdvantageNorm = Literal["global", "group", "none"]
+AdvantageNorm = Literal["global", "group", "group_centered", "none"]
 
 
 def place_rewards(
@@ -110,7 +110,10 @@ def normalize_advantages(
     advantages: Sequence[np.ndarray], masks: Sequence[np.ndarray], group_ids: Sequence[str],
     mode: AdvantageNorm, eps: float = 1e-8,
 ) -> list[np.ndarray]:
-    """Whiten advantages over action tokens: over the whole batch, within each group, or not at all.
+    """Whiten advantages over action tokens: over the whole batch, within each group, or not at all;
+    `group_centered`: each group's mean subtracted (a baseline of the task's own attempts), then one scale for
+    the batch, its std after centring. Unlike `group`, a group whose attempts did equally well keeps its small
+    advantages small instead of being blown up to unit spread.
 
     A group (or batch) whose advantages are all equal is centred but not scaled.
     """
@@ -118,6 +121,8 @@ def normalize_advantages(
         raise ValueError("advantages, masks and group_ids must have one entry per sequence")
     if mode == "none":
         return [a.copy() for a in advantages]
+    if mode == "group_centered":
+        return _scale(_centre_groups(advantages, masks, group_ids), masks, eps)
     keys = list(group_ids) if mode == "group" else ["*"] * len(advantages)
     out = [a.astype(np.float32).copy() for a in advantages]
     for key in dict.fromkeys(keys):
@@ -130,3 +135,24 @@ def normalize_advantages(
             scaled = (advantages[i] - mean) / (std + eps) if std > eps else advantages[i] - mean
             out[i] = np.where(masks[i], scaled, 0.0).astype(np.float32)
     return out
+
+
+def _centre_groups(advantages: Sequence[np.ndarray], masks: Sequence[np.ndarray], group_ids: Sequence[str]
+                   ) -> list[np.ndarray]:
+    """Each group's action-token mean subtracted; positions outside the masks set to 0."""
+    out = [np.where(m, a, 0.0).astype(np.float32) for a, m in zip(advantages, masks, strict=True)]
+    for key in dict.fromkeys(group_ids):
+        members = [i for i, k in enumerate(group_ids) if k == key]
+        vals = np.concatenate([advantages[i][masks[i]] for i in members])
+        if vals.size:
+            mean = float(vals.mean())
+            for i in members:
+                out[i] = np.where(masks[i], advantages[i] - mean, 0.0).astype(np.float32)
+    return out
+
+
+def _scale(advantages: list[np.ndarray], masks: Sequence[np.ndarray], eps: float) -> list[np.ndarray]:
+    """Divided by the std of all action tokens (unchanged when they have no spread)."""
+    vals = np.concatenate([a[m] for a, m in zip(advantages, masks, strict=True)]) if advantages else np.zeros(0)
+    std = float(vals.std()) if vals.size else 0.0
+    return [(a / (std + eps)).astype(np.float32) if std > eps else a for a in advantages]

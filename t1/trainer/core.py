@@ -177,13 +177,16 @@ class TrainerCore:
             return
         self.state = replace(self.state, sft_ended=True)
         log.info("SFT ended by the client after %d steps", self.state.sft_steps)
-        self._critic_from_warm_start()
+        self._after_sft()
         self.commit()
 
-    def _critic_from_warm_start(self) -> None:
-        """At the end of SFT the critic's backbone becomes the warm-started policy's (unless trainer.critic_path
-        names a critic of its own): its warm-up then starts from features that know the tasks, not from the
-        model SFT began with. Before the checkpoint that ends SFT, so a restart resumes the same critic."""
+    def _after_sft(self) -> None:
+        """At the end of SFT (before the checkpoint that ends it, so a restart resumes the same state):
+        - the policy's optimizer forgets SFT's moments: PPO's first steps follow PPO's gradients, at PPO's lr,
+          not the momentum and second moments of the imitation loss;
+        - the critic's backbone becomes the warm-started policy's (unless trainer.critic_path names a critic of
+          its own): its warm-up starts from features that know the tasks, not from the model SFT began with."""
+        ds.reset_optimizer_state(self.policy)
         if self.tc.critic_path is not None:
             return
         if ds.copy_backbone(self.policy, self.critic):
@@ -236,7 +239,7 @@ class TrainerCore:
                       last_metrics=metrics)
         self.state = new
         if stage == Stage.SFT and self.stage() != Stage.SFT:
-            self._critic_from_warm_start()
+            self._after_sft()
         self._uncommitted.append(StepRecord(new.step, str(stage), new.policy_version, ids, metrics, group_ids))
         log.info("step %d (%s) version %d: %s", new.step, stage, new.policy_version,
                  ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))

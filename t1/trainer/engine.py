@@ -152,6 +152,12 @@ def copy_backbone(src: Any, dst: Any) -> bool:
     return True
 
 
+def reset_optimizer_state(engine: Any) -> None:
+    """Forget the engine's optimizer moments (its next step starts them anew, as a fresh optimizer would)."""
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)  # the torch optimizer inside ZeRO's wrapper
+    inner.state.clear()
+
+
 def full_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
     """Every parameter and buffer, gathered (a collective under ZeRO-3); None on ranks other than 0."""
     if engine.zero_optimization_stage() == 3:

@@ -34,11 +34,12 @@ def test_verdict_needs_lift_apart_intervals_and_warm_above_base() -> None:
 
 
 def test_each_run_gets_its_own_valid_config(tmp_path: Path) -> None:
-    base = yaml.safe_load((ROOT / "examples" / "learning.yaml").read_text())
+    base = yaml.safe_load((ROOT / "examples" / "local.yaml").read_text())
     cfg = run_config(base, tmp_path / "binary-s1", 1, "binary")
     validate(cfg)
     assert cfg["reward"]["mode"] == "binary" and cfg["seed"] == cfg["trainer"]["seed"] == 1
     paths = [cfg["coordinator"]["run_dir"], cfg["trainer"]["work_dir"], cfg["inference"]["model"]["path"],
              *(s["path"] for s in cfg["tasks"]["sets"].values())]
     assert all(str(p).startswith(str(tmp_path / "binary-s1")) for p in paths)
+    assert "runs_dir" not in cfg["coordinator"]  # else the run would go to a numbered dir outside root
     assert base["reward"]["mode"] == "count"  # the example itself is untouched

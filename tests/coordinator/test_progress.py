@@ -67,10 +67,13 @@ async def test_not_a_terminal_prints_plain_stage_and_progress_lines(caplog: pyte
         st.stage = stage[0]
         return st
 
-    view = ProgressView(status, lambda: ev[0], total_steps=5, training=lambda: {"episodes": 4, "resolved": 1},
-                        every_s=0.02, line_every_s=0.05, console=console)
+    plan = [1212]  # SFT's cap in the plan until SFT ends early, then the steps it took
+    view = ProgressView(status, lambda: ev[0], total_steps=lambda: plan[0],
+                        training=lambda: {"episodes": 4, "resolved": 1}, every_s=0.02, line_every_s=0.05, console=console)
     with caplog.at_level(logging.INFO, logger="t1.console"):
         task = asyncio.create_task(view.run())
+        await asyncio.sleep(0.15)
+        plan[0] = 5
         await asyncio.sleep(0.15)
         stage[0], ev[0] = "eval-after", EvalProgress("eval rl", 3, 10, 1, 3)
         await asyncio.sleep(0.15)
@@ -78,6 +81,7 @@ async def test_not_a_terminal_prints_plain_stage_and_progress_lines(caplog: pyte
     lines = [r.getMessage() for r in caplog.records if r.name == "t1.console"]
     assert lines[0] == "t1: stage warm-start-demos"
     assert "t1: stage eval-after (eval rl, 10 attempts)" in lines
+    assert any(line.startswith("t1: warm-start-demos: trainer step 2/1212, 7 episodes") for line in lines)
     assert any(line.startswith("t1: warm-start-demos: trainer step 2/5, 7 episodes") and
                "training solve rate 0.25 of 4" in line for line in lines)
     assert any(line.startswith("t1: eval-after: eval rl 3/10 attempts, solve rate 0.33 of 3 so far") for line in lines)

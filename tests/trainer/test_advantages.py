@@ -84,3 +84,10 @@ def test_advantage_normalisation_modes() -> None:
     a = np.array([1, 3, 5.0])
     np.testing.assert_allclose(grp[0], (np.array([1, 3]) - a.mean()) / a.std(), rtol=1e-5)
     np.testing.assert_array_equal(grp[2], [0.0, 0.0])  # no spread: centred, not scaled
+    cen = normalize_advantages(advs, masks, groups, "group_centered")
+    centred = np.array([1 - 3, 3 - 3, 5 - 3, 0, 0.0])  # group a's mean is 3, group b's 2
+    np.testing.assert_allclose(cen[0], np.array([-2, 0]) / centred.std(), rtol=1e-5)
+    np.testing.assert_allclose(cen[1], [2 / centred.std(), 0.0], rtol=1e-5)
+    np.testing.assert_array_equal(cen[2], [0.0, 0.0])
+    small = normalize_advantages([np.array([1.0, 3.0]), np.array([2.0, 2.1])], masks[::2], ["a", "b"], "group_centered")
+    assert abs(small[1]).max() < 0.1 < abs(small[0]).max()  # a group of near-equal attempts stays near 0

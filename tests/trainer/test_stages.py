@@ -48,8 +48,10 @@ def test_sft_then_critic_warmup_then_ppo(tmp_path: Path, tiny_model_dir: Path) -
         assert out.published is not None and out.published.version == i + 1
         nll.append(out.state.last_metrics["sft_nll"])
     assert nll[-1] < nll[0] * 0.7, nll
-    # SFT's end: the critic's warm-up starts from the warm-started policy's backbone, restored so after a restart
+    # SFT's end: the critic's warm-up starts from the warm-started policy's backbone, restored so after a restart;
+    # the policy's optimizer starts PPO without SFT's moments
     assert _backbone_gap(core) == 0.0
+    assert not core.policy.optimizer.optimizer.state
     core.close()
     core = TrainerCore(cfg)
     assert core.stage() == Stage.CRITIC_WARMUP and _backbone_gap(core) == 0.0
@@ -61,9 +63,10 @@ def test_sft_then_critic_warmup_then_ppo(tmp_path: Path, tiny_model_dir: Path) -
     # the critic stepped from there (its zero head passes the backbone no gradient until the first step has moved it);
     # a stale optimizer master copy would have put the old backbone back
     assert 0.0 < _backbone_gap(core) < sft_moved / 4
-    assert core.stage() == Stage.PPO
+    assert core.stage() == Stage.PPO and not core.policy.optimizer.optimizer.state
     _rollouts(core, 9, version=4)
     out = core.step(core.take_groups())
+    assert core.policy.optimizer.optimizer.state
     assert out.published is not None and out.published.version == 5 and core.stage() == Stage.DONE
     assert [r.kind for r in core.buffer.steps()] == ["sft"] * 4 + ["critic_warmup"] * 2 + ["ppo"]
     core.close()

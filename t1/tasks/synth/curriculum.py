@@ -132,8 +132,8 @@ def retry_fetch(rng: random.Random) -> SynthTask:
     again is left to RL (its solve.sh loops, so `t1 tasks oracle` still resolves every task).
     """
     tool, out, code = rng.choice(_TOOLS), rng.choice(_TARGETS), _code(rng)
-    script = (f"#!/bin/bash\nif [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; then echo \"error: {tool} is busy, "
-              f"try again\"; exit 1; fi\ntouch /app/.{tool}-answered\necho {code}\n")
+    script = (f"#!/bin/bash\nif [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; then echo \"{tool} is busy: run bash "
+              f"{tool}.sh again\"; exit 1; fi\ntouch /app/.{tool}-answered\necho {code}\n")
     instruction = f"Get the code from {tool}.sh and write it to {out}.txt."
     checks = _checks(f"answered test -f /app/.{tool}-answered",
                      f"code_written grep -qx {code} /app/{out}.txt",
