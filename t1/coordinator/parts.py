@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 MB = 1 << 20
 ADDRESS_FILE = "coordinator.json"
 STATUS_EVERY_S = 5.0
+STAGE_CHECK_S = 0.5
 
 
 class Background:
@@ -185,9 +186,15 @@ class Parts:
         self.runlog.write("weights", version=version, path=path)
 
     async def _tick(self) -> None:
+        """A status record every STATUS_EVERY_S, and at once when the stage changes (looked at every
+        STAGE_CHECK_S), so the run page's stage timeline holds stages shorter than the period too."""
+        last_t, last_stage = asyncio.get_running_loop().time(), ""
         while True:
-            await asyncio.sleep(STATUS_EVERY_S)
-            st = self.run_status()
+            await asyncio.sleep(STAGE_CHECK_S)
+            st, now = self.run_status(), asyncio.get_running_loop().time()
+            if now - last_t < STATUS_EVERY_S and st.stage == last_stage:
+                continue
+            last_t, last_stage = now, st.stage
             self.runlog.write("status", stage=st.stage, active=st.active_episodes, finished=st.finished_episodes,
                               turns_per_s=round(st.turns_per_second, 3), spool_pending=st.spool_pending,
                               version=st.policy_version, trainer_step=st.trainer_step,
