@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = make_model(args.model_dir or Path(tmp) / "model", args)
         random_init = measure(model_dir, args, schedule_check=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    note = DEFAULT_NOTE if (args.router_scale, args.moe_scale) == (INIT_ROUTER_SCALE, 1.0) else ""
+    note = DEFAULT_NOTE if (args.preset, args.router_scale, args.moe_scale) == ("tiny", INIT_ROUTER_SCALE, 1.0) else ""
     result: dict = {"machine": machine(args.device), "settings": settings, "note": note}
     if trained is None:
         result |= {"model_source": "random-init", **random_init}

@@ -48,6 +48,10 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
     gen = GenerationConfig(eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=True,
                            temperature=1.0, top_p=1.0, top_k=0)
     tmp = Path(tempfile.mkdtemp(prefix=".init-", dir=out_dir.parent if out_dir.parent.exists() else None))
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards" would reach the run's terminal
     try:
         model.save_pretrained(str(tmp), safe_serialization=True)
         _add_config_aliases(tmp / "config.json", spec.num_experts)
@@ -60,6 +64,8 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, out_dir)
     finally:
+        if bars:
+            hf_logging.enable_progress_bar()
         if tmp.exists():
             shutil.rmtree(tmp)
     return out_dir
