@@ -14,7 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,7 +23,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support.ui import Select, WebDriverWait
 from smoke_run import SMOKE_TIMEOUT, SmokeRun
 
 from t1.trajectory.serialization import decode_trajectory
@@ -79,6 +79,14 @@ def load(driver: WebDriver, url: str) -> None:
     assert not errors, f"{url}: console errors {errors}"
 
 
+def follow(driver: WebDriver, click: Callable[[], None]) -> None:
+    """Click something that navigates, wait for the new address (a reload of the old one races it), load it."""
+    before = driver.current_url
+    click()
+    WebDriverWait(driver, 30).until(lambda d: d.current_url != before)
+    load(driver, driver.current_url)
+
+
 def buffer_records(smoke_run: SmokeRun) -> dict[str, Trajectory]:
     """The trainer's own records, read with the codec (not through the viewer)."""
     with sqlite3.connect(f"file:{smoke_run.trainer_dir / 'buffer.sqlite'}?mode=ro", uri=True) as db:
@@ -117,13 +125,12 @@ def test_episodes_table_filters_sorts_and_links(viewer: str, browser: WebDriver,
     browser.save_screenshot(str(tmp_path / "episodes.png"))
 
     Select(browser.find_element(By.NAME, "source")).select_by_visible_text("train")
-    browser.find_element(By.CSS_SELECTOR, ".filters button").click()
-    load(browser, browser.current_url)
+    follow(browser, browser.find_element(By.CSS_SELECTOR, ".filters button").click)
+    assert "source=train" in browser.current_url
     rows = browser.find_elements(By.CSS_SELECTOR, "#episodes tr.ep")
     assert {r.get_attribute("data-id") for r in rows} == set(trained)
 
-    browser.find_element(By.LINK_TEXT, "reward").click()  # first click: descending
-    load(browser, browser.current_url)
+    follow(browser, browser.find_element(By.LINK_TEXT, "reward").click)  # first click: descending
     rewards = [float(r.find_elements(By.TAG_NAME, "td")[6].text) for r in
                browser.find_elements(By.CSS_SELECTOR, "#episodes tr.ep")]
     assert rewards == sorted(rewards, reverse=True) and len(rewards) == len(trained)
