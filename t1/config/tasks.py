@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from t1.config.base import Section
 
@@ -19,7 +19,17 @@ class TaskSetConfig(Section):
     synth_seed: int = Field(0, description="Seed for synthesis.")
     synth_kind: Literal["ood", "curriculum"] = Field(
         "ood", description="What to synthesize: the ten OOD families, or the learnable multi-turn curriculum.")
+    synth_shortcuts: float = Field(
+        0.0, ge=0, le=1, description="Curriculum only: the share of tasks whose typed demonstration (turns.txt) "
+        "is the family's shortcut, right only when hidden state allows it (a teacher of mixed quality).")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
+
+    @model_validator(mode="after")
+    def _shortcuts_need_curriculum(self) -> TaskSetConfig:
+        if self.synth_shortcuts and self.synth_kind != "curriculum":
+            raise ValueError(f"synth_shortcuts is {self.synth_shortcuts} but synth_kind is {self.synth_kind!r}: "
+                             "only the curriculum's families have shortcuts")
+        return self
 
 
 class DecontamConfig(Section):

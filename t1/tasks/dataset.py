@@ -60,8 +60,10 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
         from t1.tasks.synth.curriculum import synthesize_curriculum
 
         split = "eval" if s.split == "eval" else "train"
-        make = synthesize_curriculum if s.synth_kind == "curriculum" else synthesize
-        make(s.path, n=s.synth, seed=s.synth_seed, split=split)
+        if s.synth_kind == "curriculum":
+            synthesize_curriculum(s.path, n=s.synth, seed=s.synth_seed, split=split, shortcuts=s.synth_shortcuts)
+        else:
+            synthesize(s.path, n=s.synth, seed=s.synth_seed, split=split)
     return load_dataset([s.path], limit=s.limit)
 
 

@@ -56,7 +56,10 @@ class SynthTask:
     verifier_timeout_sec: float = 120.0
     check_sh: str = ""  # a bash tests/test.sh of its own (writes reward.json) instead of pytest over `tests`
     turns: tuple[str, ...] = ()  # the oracle's commands, one per turn (solution/turns.txt); solve.sh runs them all
-    solve: str = ""  # solve.sh's commands when they differ from the typed turns (e.g. a retry loop)
+    solve: str = ""  # solve.sh's commands when they differ from the typed turns
+    # a hurried teacher's commands: a step skipped, right only when state the instruction does not show allows
+    # it (`synthesize_curriculum(shortcuts=...)` types them in some demonstrations; solve.sh stays `turns`)
+    shortcut: tuple[str, ...] = ()
 
 
 Generator = Callable[[random.Random, str], SynthTask]

@@ -11,6 +11,12 @@ Verifiers are `tests/test.sh` scripts that write /logs/verifier/reward.json with
 check (1 passed, 0 failed): milliseconds per run where a pytest run costs about 1.8 s.
 `synthesize_curriculum(out, n, seed, split)` mirrors `t1.tasks.synth.synthesize`: families in
 round-robin, task seeds from `task_seed`, so train and eval seeds are disjoint.
+
+Three families have a shortcut (`SynthTask.shortcut`): a step skipped, right only when state the
+instruction does not show allows it (a file without a label, a config already there, a tool that
+answered the first call). `synthesize_curriculum(shortcuts=s)` makes a teacher of mixed quality:
+a share s of its tasks demonstrate the shortcut, and since only resolved demonstrations are kept,
+SFT learns both ways at a rate that reward alone can tell apart: what RL adds beyond imitation.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import random
 import shlex
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from t1.tasks.synth.base import SynthTask, write_task
@@ -34,6 +41,8 @@ _WORDS = ("cow", "dog", "fox", "owl", "bee", "ant", "elk", "yak", "emu", "bat")
 _TOOLS = ("build", "deploy", "sync", "check", "render", "index", "backup", "report")
 _CONFS = ("main", "base", "core", "site", "user", "net", "disk", "auth")
 _EXTS = ("txt", "log", "csv", "cfg", "dat")
+CONFIG_PRESENT_PERCENT = 40  # fix_error tasks whose script already has what it needs
+BUSY_PERCENT = 60  # how often retry_fetch's tool answers "busy"
 
 
 CHECKS_HEADER = """#!/bin/bash
@@ -57,21 +66,25 @@ def _checks(*lines: str) -> str:
 
 
 def _task(family: str, instruction: str, files: dict[str, str], checks: str, turns: list[str],
-          setup: str = "", executable: tuple[str, ...] = (), solve: str = "") -> SynthTask:
+          setup: str = "", executable: tuple[str, ...] = (), shortcut: list[str] | None = None) -> SynthTask:
     return SynthTask(family=family, difficulty="easy", category="curriculum", instruction=instruction,
                      files=files, setup=setup, executable=executable, check_sh=checks, turns=tuple(turns),
-                     solve=solve, agent_timeout_sec=120.0, verifier_timeout_sec=30.0)
+                     shortcut=tuple(shortcut or ()), agent_timeout_sec=120.0, verifier_timeout_sec=30.0)
 
 
 def read_copy(rng: random.Random) -> SynthTask:
-    """A code only in a file goes into another file (read, then write the value seen)."""
+    """A code only in a file goes into another file (read, then write the value seen).
+
+    Half the files label their code (`code: apple`): the shortcut, a blind `cp`, is right for the others only.
+    """
     src, out, code = rng.choice(_FILES), rng.choice(_TARGETS), _code(rng)
+    labelled = rng.randrange(2) == 0
     instruction = f"The file {src}.txt holds a code. Write that code to {out}.txt."
     checks = _checks(f"target_exists test -f /app/{out}.txt",
                      f"code_written grep -qx {code} /app/{out}.txt",
                      f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
-    return _task("read_copy", instruction, {f"{src}.txt": code + "\n"}, checks,
-                 [f"cat {src}.txt", f"echo {code} > {out}.txt"])
+    return _task("read_copy", instruction, {f"{src}.txt": f"code: {code}\n" if labelled else code + "\n"}, checks,
+                 [f"cat {src}.txt", f"echo {code} > {out}.txt"], shortcut=[f"cp {src}.txt {out}.txt"])
 
 
 def pick_file(rng: random.Random) -> SynthTask:
@@ -107,40 +120,44 @@ def count_match(rng: random.Random) -> SynthTask:
 
 
 def fix_error(rng: random.Random) -> SynthTask:
-    """A script fails with an error naming a missing file: create it, then run the script again."""
+    """A script may fail with an error naming a missing file: create it if so, then run the script again.
+
+    Some tasks already have the file (CONFIG_PRESENT_PERCENT): the shortcut, saving the first run's output
+    without looking at it, is right for those only.
+    """
     tool, conf, out = rng.choice(_TOOLS), rng.choice(_CONFS), rng.choice(_TARGETS)
     token = _code(rng)
+    present = rng.randrange(100) < CONFIG_PRESENT_PERCENT
     script = (f"#!/bin/bash\nif [ ! -f /app/{conf}.cfg ]; then echo \"error: missing {conf}.cfg\"; "
               f"exit 1; fi\necho ok {token}\n")
     instruction = f"Run {tool}.sh and save its output in {out}.log. Fix what it needs first."
     checks = _checks(f"config_made test -f /app/{conf}.cfg",
                      f"output_saved test -f /app/{out}.log",
                      f"output_ok grep -qx {shlex.quote('ok ' + token)} /app/{out}.log")
-    return _task("fix_error", instruction, {f"{tool}.sh": script}, checks,
-                 [f"bash {tool}.sh", f"touch {conf}.cfg", f"bash {tool}.sh > {out}.log"],
-                 executable=(f"{tool}.sh",))
-
-
-BUSY_PERCENT = 60  # how often retry_fetch's tool answers "busy"
+    files = {f"{tool}.sh": script, **({f"{conf}.cfg": "ready=1\n"} if present else {})}
+    fix = [] if present else [f"touch {conf}.cfg"]
+    return _task("fix_error", instruction, files, checks, [f"bash {tool}.sh", *fix, f"bash {tool}.sh > {out}.log"],
+                 executable=(f"{tool}.sh",), shortcut=[f"bash {tool}.sh > {out}.log"])
 
 
 def retry_fetch(rng: random.Random) -> SynthTask:
-    """A tool that is often busy hands out a code: call it until it answers, then write the code where asked.
+    """A tool that is often busy hands out a code: call it with `--wait` (it waits until it can answer), then
+    write the code where asked.
 
-    The oracle types its commands without reading the output, so its demonstrations resolve only when the
-    first call answered: SFT never shows the retry after "busy". Meeting that state and learning to call
-    again is left to RL (its solve.sh loops, so `t1 tasks oracle` still resolves every task).
+    The shortcut calls it without `--wait`, right only when that call happened to answer (100 - BUSY_PERCENT
+    in 100). The wait is the tool's own, so a mistyped name fails at once where a shell loop would spin.
     """
     tool, out, code = rng.choice(_TOOLS), rng.choice(_TARGETS), _code(rng)
-    script = (f"#!/bin/bash\nif [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; then echo \"{tool} is busy: run bash "
-              f"{tool}.sh again\"; exit 1; fi\ntouch /app/.{tool}-answered\necho {code}\n")
+    script = (f"#!/bin/bash\nwhile [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; do\n"
+              f"  if [ \"$1\" != --wait ]; then echo \"{tool} is busy (--wait waits for it)\"; exit 1; fi\n"
+              f"  sleep 0.1\ndone\ntouch /app/.{tool}-answered\necho {code}\n")
     instruction = f"Get the code from {tool}.sh and write it to {out}.txt."
     checks = _checks(f"answered test -f /app/.{tool}-answered",
                      f"code_written grep -qx {code} /app/{out}.txt",
                      f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
     return _task("retry_fetch", instruction, {f"{tool}.sh": script}, checks,
-                 [f"bash {tool}.sh", f"echo {code} > {out}.txt"], executable=(f"{tool}.sh",),
-                 solve=f"until bash {tool}.sh; do sleep 0.1; done\necho {code} > {out}.txt")
+                 [f"bash {tool}.sh --wait", f"echo {code} > {out}.txt"], executable=(f"{tool}.sh",),
+                 shortcut=[f"bash {tool}.sh", f"echo {code} > {out}.txt"])
 
 
 CURRICULUM: dict[str, CurriculumFamily] = {
@@ -164,17 +181,32 @@ def generate_curriculum(family: str, seed: int) -> SynthTask:
     return CURRICULUM[family](random.Random(seed))
 
 
-def synthesize_curriculum(out: str | Path, n: int, seed: int = 0, split: str = "train") -> list[Path]:
-    """Write n curriculum task folders under `out`; returns their paths in plan order."""
+def teacher_turns(task: SynthTask, seed: int, shortcuts: float) -> SynthTask:
+    """The task as a teacher of mixed quality demonstrates it: its shortcut typed in a `shortcuts` share of
+    tasks (drawn from the task seed), the robust turns otherwise; solve.sh runs the robust turns either way."""
+    if not task.shortcut or random.Random(f"teacher-{seed}").random() >= shortcuts:
+        return task
+    return replace(task, turns=task.shortcut, solve=task.solve or "\n".join(task.turns))
+
+
+def synthesize_curriculum(out: str | Path, n: int, seed: int = 0, split: str = "train",
+                          shortcuts: float = 0.0) -> list[Path]:
+    """Write n curriculum task folders under `out`; returns their paths in plan order.
+
+    `shortcuts`: the share of tasks whose typed turns (solution/turns.txt, what the scripted oracle types) are
+    the family's shortcut, for demonstrations of mixed quality.
+    """
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    return [write_task(generate_curriculum(family, tseed), root, f"{family}-{split}-{tseed}", split, tseed)
+    return [write_task(teacher_turns(generate_curriculum(family, tseed), tseed, shortcuts), root,
+                       f"{family}-{split}-{tseed}", split, tseed)
             for family, tseed in curriculum_plan(n, seed, split)]
 
 
 def curriculum_texts(n: int = 200, seed: int = 0) -> Iterator[str]:
-    """Instructions and oracle commands of a curriculum (for training a tokenizer on it)."""
+    """Instructions and oracle commands (robust and shortcut) of a curriculum (for training a tokenizer on it)."""
     for family, tseed in curriculum_plan(n, seed, "train"):
         task = generate_curriculum(family, tseed)
         yield task.instruction
         yield from task.turns
+        yield from task.shortcut
