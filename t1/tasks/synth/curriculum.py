@@ -145,12 +145,14 @@ def retry_fetch(rng: random.Random) -> SynthTask:
     write the code where asked.
 
     The shortcut calls it without `--wait`, right only when that call happened to answer (100 - BUSY_PERCENT
-    in 100). The wait is the tool's own, so a mistyped name fails at once where a shell loop would spin.
+    in 100). The wait is the tool's own, so a mistyped name fails at once where a shell loop would spin. It
+    prints `code: X`, so the value the echo needs is the token it printed (` X`), not a line-initial `X`, a
+    different token with the byte-level tokenizer that a model of this size did not learn to map for numbers.
     """
     tool, out, code = rng.choice(_TOOLS), rng.choice(_TARGETS), _code(rng)
     script = (f"#!/bin/bash\nwhile [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; do\n"
               f"  if [ \"$1\" != --wait ]; then echo \"{tool} is busy (--wait waits for it)\"; exit 1; fi\n"
-              f"  sleep 0.1\ndone\ntouch /app/.{tool}-answered\necho {code}\n")
+              f"  sleep 0.1\ndone\ntouch /app/.{tool}-answered\necho \"code: {code}\"\n")
     instruction = f"Get the code from {tool}.sh and write it to {out}.txt."
     checks = _checks(f"answered test -f /app/.{tool}-answered",
                      f"code_written grep -qx {code} /app/{out}.txt",
