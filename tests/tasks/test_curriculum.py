@@ -149,3 +149,13 @@ def test_teacher_of_mixed_quality(tmp_path: Path) -> None:
         else:
             assert turns == list(task.turns)
     assert 0.65 < typed[True] / (typed[True] + typed[False]) < 0.85, typed
+
+
+def test_shortcuts_are_refused_outside_the_curriculum(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from t1.config.tasks import TaskSetConfig
+
+    with pytest.raises(ValidationError, match=r"synth_shortcuts is 0\.5 but synth_kind is 'ood'"):
+        TaskSetConfig(path=tmp_path, synth=4, synth_shortcuts=0.5)
+    assert TaskSetConfig(path=tmp_path, synth=4, synth_kind="curriculum", synth_shortcuts=0.5).synth_shortcuts == 0.5
