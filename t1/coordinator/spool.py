@@ -193,17 +193,15 @@ class Spool:
         head = sf.record_head(trajectory_id, len(payload))
         size = sf.record_frame_size(head, len(payload))
         if self._active_size and self._active_size + size > self.segment_bytes:
-            self._active += 1
-            self._active_size = 0
+            self._roll()
         index = self._active
         path = sf.segment_path(self.directory, index)
         try:
             # The frame's CRC, write and fsync run on a thread: the loop never touches the payload's bytes.
-            await asyncio.to_thread(self._write, path, head, payload)
+            await asyncio.to_thread(sf.append_record, path, head, payload, self.fsync)
         except OSError as exc:
-            # Whatever part of the frame reached the file stays at its tail; later frames go to a new segment.
-            self._active += 1
-            self._active_size = 0
+            # The partial frame was cut off (or, failing that, is a torn tail); later frames go to a new segment.
+            self._roll()
             raise OSError(exc.errno, f"{path}: {exc.strerror or exc}") from exc
         self._active_size += size
         self._seg_live[index] = self._seg_live.get(index, 0) + 1
@@ -215,12 +213,18 @@ class Spool:
         for q in self._cursors:
             q.put_nowait(seq)
 
-    def _write(self, path: Path, head: bytes, payload: bytes) -> None:
-        with path.open("ab") as f:
-            sf.write_record(f, head, payload)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+    def _roll(self) -> None:
+        """Start a new active segment; the old one goes at once if acks emptied it while it was active.
+
+        ack() drops a segment only once it is no longer active, so a trainer that keeps up (every
+        record acknowledged while its segment is still written to) would otherwise leave each one on
+        disk until the next open, and a full disk would never get back what its acks freed.
+        """
+        old = self._active
+        self._active += 1
+        self._active_size = 0
+        if self._seg_live.get(old, 0) == 0:
+            self._drop_segment(old, rewrite=bool(self._seg_acked.get(old)))
 
     def _failing(self, exc: OSError) -> None:
         m.SPOOL_WRITE_ERRORS.inc()
@@ -347,7 +351,7 @@ class Spool:
         while self._held:
             tid, payload = self._held[0]
             try:
-                self._write(path, sf.record_head(tid, len(payload)), payload)
+                sf.append_record(path, sf.record_head(tid, len(payload)), payload, self.fsync)
             except OSError as exc:
                 log.error("spool closing with %d finished trajectories that could not be written (%s: %s): "
                           "they are lost", len(self._held), path, exc)

@@ -7,12 +7,12 @@ Reading a file back, and recovering one that is torn or damaged, is t1/coordinat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import msgpack
 
@@ -69,14 +69,39 @@ def record_frame_size(head: bytes, payload_len: int) -> int:
     return HEADER.size + len(head) + payload_len
 
 
-def write_record(f: BinaryIO, head: bytes, payload: bytes) -> None:
+def write_record(fd: int, head: bytes, payload: bytes) -> None:
     """Write the frame of encode_record(id, payload) given record_head(id, len(payload)), in place of a copy.
 
     Pure C work on the payload (CRC, write) that releases the GIL: meant for a worker thread.
     """
     crc = zlib.crc32(payload, zlib.crc32(head))
-    f.write(HEADER.pack(len(head) + len(payload), crc) + head)
-    f.write(payload)
+    for part in (HEADER.pack(len(head) + len(payload), crc) + head, payload):
+        view = memoryview(part)
+        while view:  # os.write may write less than asked (a signal, a nearly full disk)
+            view = view[os.write(fd, view):]
+
+
+def append_record(path: Path, head: bytes, payload: bytes, fsync: bool) -> None:
+    """Append one frame to `path`; a write that fails leaves the file as it was (the partial frame cut off).
+
+    A tail left behind would hold disk space nobody accounts for: on a full disk every failed retry would
+    eat what acknowledgements freed. If the cut fails too, the damage is a torn tail, which recovery skips.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            write_record(fd, head, payload)
+            if fsync:
+                os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+                if start == 0:
+                    path.unlink()
+            raise
+    finally:
+        os.close(fd)
 
 
 def decode_record(body: bytes, path: Path) -> tuple[str, bytes]:

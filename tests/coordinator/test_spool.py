@@ -161,8 +161,11 @@ def test_record_written_in_pieces_is_byte_identical(tmp_path: Path, size: int, t
     payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
     head = sf.record_head(tid, len(payload))
     path = tmp_path / "f"
-    with path.open("wb") as f:
-        sf.write_record(f, head, payload)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        sf.write_record(fd, head, payload)
+    finally:
+        os.close(fd)
     assert path.read_bytes() == sf.encode_record(tid, payload)
     assert sf.record_frame_size(head, len(payload)) == path.stat().st_size
     scan = sr.scan_segment(path)

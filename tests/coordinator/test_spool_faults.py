@@ -8,12 +8,14 @@ import asyncio
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from t1.cli.main import main as t1_main
 from t1.coordinator import spool_files as sf
+from t1.coordinator import spool_recovery as sr
 from t1.coordinator.spool import Spool
 from t1.metrics import registry as m
 
@@ -141,30 +143,75 @@ async def test_unwritable_spool_holds_stops_admission_and_recovers(tmp_path: Pat
     assert _pending(directory) == ["a", "b", "c", "d"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="mounting a tmpfs needs root")
-async def test_a_full_disk_holds_and_recovers(tmp_path: Path) -> None:
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs: four 16 KiB records do not fit."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.system(f"mount -t tmpfs -o size=64k tmpfs {mnt} 2>/dev/null") != 0:
         pytest.skip("cannot mount a tmpfs here")
     try:
-        spool = Spool.open(mnt, max_bytes=1 << 30, segment_bytes=1 << 30)
-        try:
-            ids = [f"t{i}" for i in range(12)]
-            for i, tid in enumerate(ids):  # 12 x 16 KiB > 64 KiB: ENOSPC partway
-                assert await spool.append(tid, bytes([i]) * (16 << 10))
-            assert "No space left" in spool.write_error and not spool.has_room and spool.held_count > 0
-            sent: list[str] = []
-            with spool.cursor() as cur:  # a trainer drains the spool: acknowledged segments free the disk
-                for _ in range(600):
-                    while (rec := cur.next_nowait()) is not None:
-                        sent.append(rec.trajectory_id)
-                        spool.ack(rec.trajectory_id)
-                    if len(sent) == len(ids) and spool.has_room:
-                        break
-                    await asyncio.sleep(0.05)
-            assert sent == ids and spool.held_count == 0 and spool.has_room and not spool.write_error
-        finally:
-            spool.close()
+        yield mnt
     finally:
         os.system(f"umount {mnt}")
+
+
+async def _drain(spool: Spool, expected: int) -> list[str]:
+    """A trainer that sends and acknowledges everything, for up to 30 s; the ids in the order sent."""
+    sent: list[str] = []
+    with spool.cursor() as cur:
+        for _ in range(600):
+            while (rec := cur.next_nowait()) is not None:
+                sent.append(rec.trajectory_id)
+                spool.ack(rec.trajectory_id)
+            if len(sent) == expected and spool.has_room:
+                break
+            await asyncio.sleep(0.05)
+    return sent
+
+
+async def test_a_full_disk_holds_and_recovers(small_disk: Path) -> None:
+    spool = Spool.open(small_disk, max_bytes=1 << 30, segment_bytes=1 << 30)
+    try:
+        ids = [f"t{i}" for i in range(12)]
+        for i, tid in enumerate(ids):  # 12 x 16 KiB > 64 KiB: ENOSPC partway
+            assert await spool.append(tid, bytes([i]) * (16 << 10))
+        assert "No space left" in spool.write_error and not spool.has_room and spool.held_count > 0
+        sent = await _drain(spool, len(ids))  # acknowledged segments free the disk
+        assert sent == ids and spool.held_count == 0 and spool.has_room and not spool.write_error
+    finally:
+        spool.close()
+
+
+async def test_acks_while_a_segment_is_active_free_the_full_disk(small_disk: Path) -> None:
+    """Every record of the segment being written is acknowledged, then the next write finds the disk full.
+
+    That segment must go (it holds nothing unacknowledged) and the failed write must leave no partial
+    frame behind: otherwise the space the acks freed is never given back and the held record waits
+    forever. A trainer that keeps up acknowledges exactly like this.
+    """
+    spool = Spool.open(small_disk, max_bytes=1 << 30, segment_bytes=1 << 30)
+    try:
+        for i in range(3):
+            assert await spool.append(f"t{i}", bytes([i]) * (16 << 10))
+        assert await _drain(spool, 3) == ["t0", "t1", "t2"]
+        assert await spool.append("t3", b"3" * (20 << 10))  # 3 x 16 KiB + 20 KiB > 64 KiB
+        assert spool.held_count == 1 or not spool.write_error  # held, or written once the full segment went
+        assert await _drain(spool, 1) == ["t3"] and spool.held_count == 0 and not spool.write_error
+        segments = sf.list_segments(small_disk)
+        assert len(segments) <= 1, f"acknowledged segments left on disk: {segments}"
+    finally:
+        spool.close()
+
+
+async def test_a_trainer_that_keeps_up_leaves_one_segment(tmp_path: Path) -> None:
+    spool = Spool.open(tmp_path, max_bytes=1 << 30, segment_bytes=4096)
+    for i in range(200):
+        assert await spool.append(f"t{i}", b"x" * 1000)
+        assert spool.ack(f"t{i}")
+    assert len(sf.list_segments(tmp_path)) == 1, "segments whose records were all acknowledged are deleted"
+    assert len(sr.load_acks(tmp_path)) <= 4, "the ack log keeps only acks of segments still on disk"
+    spool.close()
+    assert _pending(tmp_path) == []
