@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from t1.agent.baseline import SharedBaselines
 from t1.agent.compaction import compact_messages
 from t1.agent.episode_limits import LOCAL_SANDBOXES, EpisodeLimits, SandboxTraits
 from t1.agent.formats import AgentFormat, format_output
@@ -143,8 +144,10 @@ class Episode:
     """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
-                 transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES) -> None:
+                 transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES,
+                 baselines: SharedBaselines | None = None) -> None:
         self.spec = spec
+        self._baselines = baselines
         self._generate = generate
         self._acquire = acquire
         self._renderer = renderer
@@ -253,7 +256,7 @@ class Episode:
                       ) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
         if self.spec.limits.process_every_k:
-            self._baseline = (await self._verify(sandbox, task.phases()[0], provisioned, "baseline")).passed
+            self._baseline = await self._measure_baseline(sandbox, task.phases()[0], provisioned)
         done: list[tuple[StepSpec, VerifierReport]] = []
         status, why = EpisodeStatus.OK, ""
         for i, phase in enumerate(task.phases()):
@@ -383,6 +386,22 @@ class Episode:
                 log.warning("episode %s turn %d: generate failed (try %d): %s", self.spec.episode_id, self.turns,
                             attempt + 1, exc)
         raise InferenceFailed(f"generate failed {self.spec.limits.turn_retries + 1} times: {last}")
+
+    async def _measure_baseline(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned) -> int:
+        """Passing verifiers before the first turn: this sandbox's, or the group's when another attempt has it."""
+        ran = False
+
+        async def measure() -> int:
+            nonlocal ran
+            ran = True
+            return (await self._verify(sandbox, phase, provisioned, "baseline")).passed
+
+        if self._baselines is None:
+            return await measure()
+        passed = await self._baselines.get(f"{self.spec.task.id}\0{self.spec.group_id}", measure)
+        if not ran:
+            self.tx.note(f"verifier baseline: {passed} passed (measured by another attempt of the group)")
+        return passed
 
     async def _verify(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned, label: str
                       ) -> VerifierReport:

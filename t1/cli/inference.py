@@ -47,14 +47,14 @@ def _check_backend(cfg: T1Config) -> None:
 
 def _ensure_model(cfg: T1Config) -> None:
     model = cfg.inference.model
-    if (model.path / "config.json").is_file():
+    from t1.model.init import init_model, why_make
+
+    if why_make(model.path, model.init_preset, model.init_seed) is None:
         return
     if model.init_preset is None:
         print(f"error: inference.model.path: {model.path} holds no model (config.json) and "
               "inference.model.init_preset is null", file=sys.stderr)
         raise SystemExit(EXIT_BAD_CONFIG)
-    from t1.model.init import init_model
-
     init_model(model.path, model.init_preset, model.init_seed)
 
 

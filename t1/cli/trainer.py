@@ -67,10 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         own_dir_or_exit(cfg.trainer.work_dir, "t1-trainer", cfg.trainer.lock_wait_s)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     src = cfg.trainer.policy_path or cfg.inference.model.path
-    if not (src / "config.json").is_file() and cfg.inference.model.init_preset is not None:
-        from t1.model.init import init_model
+    model = cfg.inference.model
+    if model.init_preset is not None:
+        from t1.model.init import init_model, why_make
 
-        init_model(src, cfg.inference.model.init_preset, cfg.inference.model.init_seed)
+        if why_make(src, model.init_preset, model.init_seed) is not None:
+            init_model(src, model.init_preset, model.init_seed)
     from t1.trainer.app import serve
 
     return run_service(serve(cfg))

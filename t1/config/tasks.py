@@ -58,6 +58,10 @@ class RewardConfig(Section):
 
     mode: Literal["count", "fraction", "binary"] = Field("count", description="Episode reward from verifiers.")
     process_every_k_turns: int | None = Field(None, ge=1, description="Run verifiers every K turns; null disables process rewards.")
+    shared_baseline: bool = Field(
+        True, description="A group's attempts share one verifier run before their first turns (the process "
+        "rewards' baseline); false measures it per attempt (tasks whose set-up is not deterministic)."
+    )
     infra_error_policy: Literal["drop_group", "drop_attempt"] = Field(
         "drop_attempt", description="A group with an infra error: drop it, or normalise without the failed attempt."
     )

@@ -29,13 +29,14 @@ def make_renderers(model_path: Path, tool_schemas: bool = True) -> dict[FormatNa
 
 
 def ensure_model(cfg: T1Config) -> Path:
-    """The policy model folder, created from its preset when missing (the local run)."""
+    """The policy model folder, made from its preset when missing or made by an older recipe (the local run)."""
+    from t1.model.init import init_model, why_make
+
     model = cfg.inference.model
-    if (model.path / "config.json").is_file():
+    why = why_make(model.path, model.init_preset, model.init_seed)
+    if why is None:
         return model.path
     if model.init_preset is None:
         raise FileNotFoundError(f"inference.model.path: {model.path} holds no model and init_preset is null")
-    from t1.model.init import init_model
-
-    log.info("creating the %s model in %s", model.init_preset, model.path)
+    log.info("creating the %s model in %s: %s", model.init_preset, model.path, why)
     return init_model(model.path, model.init_preset, model.init_seed)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from t1.agent.baseline import SharedBaselines
 from t1.agent.episode import (
     LOCAL_SANDBOXES,
     Episode,
@@ -90,6 +91,7 @@ class RolloutRunner:
         self._reward_mode = RewardMode(reward_mode or cfg.reward.mode)
         self.stats = RolloutStats()
         self._ending = asyncio.Semaphore(ENDING_SLOTS)
+        self._baselines = SharedBaselines() if cfg.reward.shared_baseline else None
 
     async def run_episode(self, task: TaskSpec, group_id: str, attempt: int, *, fmt_name: str = "",
                           timeout_multiplier: float | None = None, job: EvalAttempt | None = None,
@@ -110,7 +112,8 @@ class RolloutRunner:
                            reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
-                          Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes)
+                          Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes,
+                          baselines=self._baselines)
         self.stats.active += 1
         try:
             end = await episode.play()

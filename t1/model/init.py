@@ -18,7 +18,7 @@ from typing import Any
 
 from t1.model.corpus import curriculum_corpus, default_corpus
 from t1.model.presets import ModelPreset, PresetName, get_preset
-from t1.model.tokenizer import END_OF_TEXT, IM_END, save_tokenizer, train_bpe
+from t1.model.tokenizer import END_OF_TEXT, IM_END, TOKENIZER_RECIPE, save_tokenizer, train_bpe
 
 
 def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[str] | None = None) -> Path:
@@ -58,7 +58,8 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         gen.save_pretrained(str(tmp))
         save_tokenizer(tok, tmp, spec.max_position_embeddings)
         (tmp / "t1_model.json").write_text(json.dumps(
-            {"preset": preset, "seed": seed, "weights_sha256": _sha256(tmp / "model.safetensors")}, indent=2) + "\n")
+            {"preset": preset, "seed": seed, "tokenizer": TOKENIZER_RECIPE,
+             "weights_sha256": _sha256(tmp / "model.safetensors")}, indent=2) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -69,6 +70,31 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         if tmp.exists():
             shutil.rmtree(tmp)
     return out_dir
+
+
+def why_make(out_dir: Path, preset: str | None, seed: int) -> str | None:
+    """Why `init_model(out_dir, preset, seed)` should run now, or None to use the folder as it is.
+
+    A folder without a model needs one. A folder T1 made (t1_model.json) from another preset or seed, or
+    with another tokenizer recipe, is remade, unless its weights are no longer the ones it was made with
+    (someone trained or replaced them): that folder is kept as it is. A folder T1 did not make is kept.
+    """
+    out_dir = Path(out_dir)
+    if not (out_dir / "config.json").is_file():
+        return "it holds no model"
+    try:
+        made = json.loads((out_dir / "t1_model.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if preset is None or not isinstance(made, dict):
+        return None
+    wanted = {"preset": preset, "seed": seed, "tokenizer": TOKENIZER_RECIPE}
+    differ = {k: v for k, v in wanted.items() if made.get(k) != v}
+    if not differ or not (out_dir / "model.safetensors").is_file():
+        return None
+    if made.get("weights_sha256") != _sha256(out_dir / "model.safetensors"):
+        return None
+    return "it was made with " + ", ".join(f"{k} {made.get(k)!r}, not {v!r}" for k, v in differ.items())
 
 
 def model_config(spec: ModelPreset, vocab_size: int, eos_id: int | None = None, pad_id: int | None = None) -> Any:

@@ -265,3 +265,37 @@ async def test_every_generate_session_is_ended_when_the_episode_ends(tmp_path: P
     result = await Episode(spec, Sessions(), acquire_from(provider), renderer, Transcript(None, task.id, "e")).run()
     assert result.status is EpisodeStatus.OK and len(requested) == 2
     assert [s for s, _ in ended] == ["ep-6/s1"] and ended[0][1] == len(requested)
+
+
+def _task_with_a_passing_check(root: Path) -> Path:
+    """Two checks in reward.json, one already passing before the agent's first turn (a baseline of 1)."""
+    d = _task(root, "baseline", "yes")
+    (d / "environment").mkdir()
+    (d / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\nRUN echo ready > /app/ready.txt\n")
+    (d / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nmkdir -p /logs/verifier\nr=0; a=0\n[ -f /app/ready.txt ] && r=1\n'
+        '[ "$(cat /app/answer.txt 2>/dev/null)" = yes ] && a=1\n'
+        'echo "{\\"ready\\": $r, \\"answer\\": $a}" > /logs/verifier/reward.json\n')
+    return d
+
+
+@pytest.mark.parametrize("shared", [True, False])
+async def test_a_group_measures_its_baseline_once(tmp_path: Path, provider, renderers, shared: bool) -> None:
+    """The attempts of a group start alike: one verifier run before their first turns serves them all, and
+    the process rewards are what each attempt would have measured itself (the answer's check: +1)."""
+    from t1.coordinator.rollout import RolloutRunner
+    from t1.coordinator.spool import Spool
+
+    task = load_task(_task_with_a_passing_check(tmp_path))
+    policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS])
+    cfg = load_config(None, ["reward.process_every_k_turns=1", f"reward.shared_baseline={str(shared).lower()}"])
+    runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, task, fmt: policy.for_episode(task, fmt),
+                           tmp_path / "tx")
+    spool = Spool.open(tmp_path / "spool", max_bytes=1 << 30, segment_bytes=1 << 20)
+    results = await asyncio.gather(*(runner.train_episode(task, "grp", i, spool) for i in range(4)))
+    spool.close()
+    for r in results:
+        assert [t.reward for t in r.trajectory.segments[0].turns] == [1.0, 0.0] and r.report.passed == 2
+    texts = [Path(r.transcript).read_text() for r in results]
+    assert sum("Verifier (baseline)" in t for t in texts) == (1 if shared else 4)
+    assert sum("measured by another attempt of the group" in t for t in texts) == (3 if shared else 0)

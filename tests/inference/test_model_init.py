@@ -69,3 +69,36 @@ def test_refuses_to_overwrite_a_non_model_folder(tmp_path: Path, capsys: pytest.
     (tmp_path / "keep.txt").write_text("mine")
     assert t1_main(["model", "init", "--out", str(tmp_path), "--preset", "tiny"]) == 2
     assert "refusing" in capsys.readouterr().out and (tmp_path / "keep.txt").exists()
+
+
+def test_a_number_is_the_same_tokens_wherever_it_stands(tiny_model_dir: Path) -> None:
+    """Qwen3's pre-tokenizer: single digits without a leading space, so a value printed at the start of a
+    line and typed after `echo ` are the same tokens (the byte-level GPT-2 split made them different)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    def pieces(text: str) -> list[str]:
+        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
+
+    for number in ("7", "59", "2048"):
+        printed, typed = pieces(f"{number}\n"), pieces(f"echo {number} > red.txt")
+        assert printed[:-1] == list(number) and typed[1:2 + len(number)] == [" ", *number], (printed, typed)
+
+
+def test_a_folder_made_by_another_recipe_is_remade_a_trained_one_kept(tmp_path: Path) -> None:
+    from t1.model.init import init_model, why_make
+
+    path = init_model(tmp_path / "m", "tiny", seed=0)
+    assert why_make(path, "tiny", 0) is None
+    assert why_make(tmp_path / "none", "tiny", 0) == "it holds no model"
+    made = json.loads((path / "t1_model.json").read_text())
+    (path / "t1_model.json").write_text(json.dumps({**made, "tokenizer": "bpe-gpt2-split"}))
+    assert why_make(path, "tiny", 0) == "it was made with tokenizer 'bpe-gpt2-split', not 'bpe-qwen2-split'"
+    assert "seed 0, not 1" in (why_make(path, "tiny", 1) or "")
+    assert why_make(path, None, 0) is None, "no preset configured: the folder is the model"
+    weights = path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + b"\0" * 8)  # weights someone trained into the folder
+    assert why_make(path, "tiny", 0) is None, "a folder whose weights changed since it was made is kept"
+    (path / "t1_model.json").unlink()
+    assert why_make(path, "tiny", 1) is None, "a folder T1 did not make is kept"
