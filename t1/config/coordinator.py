@@ -25,6 +25,9 @@ class EvalConfig(Section):
     attempts: int = Field(1, ge=1, description="Attempts per task in the final eval.")
     concurrency: int = Field(16, ge=1, description="Default concurrent attempts per job.")
     before_training: bool = Field(True, description="Also evaluate before training for a before/after report.")
+    base_attempts: int | None = Field(
+        None, ge=1, description="Attempts per task of the eval before training (the `base` row: a floor, not a "
+        "comparison that needs the tightest interval); null: attempts.")
 
 
 class ShardConfig(Section):

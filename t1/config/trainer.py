@@ -57,6 +57,9 @@ class WarmStartConfig(Section):
         "and ends SFT when its solve rate stops rising (sft_patience evals without a new best); sft_steps is then "
         "the cap. Null: SFT runs sft_steps.")
     sft_patience: int = Field(2, ge=1, description="Validation evals without a new best solve rate that end SFT.")
+    sft_min_gain: float = Field(
+        0.0, ge=0, lt=1, description="A validation solve rate is a new best only if it beats the best so far by at "
+        "least this (a rise within the eval's noise is not a rise; 0.05 is 2 of 40 attempts).")
     sft_validation_set: str | None = Field(
         None, description="The task set (tasks.sets) of steered SFT's validation evals: training tasks held out.")
     sft_eval_attempts: int = Field(1, ge=1, description="Attempts per task of each validation eval.")
@@ -64,6 +67,9 @@ class WarmStartConfig(Section):
         None, ge=1, description="Demonstration sequences per SFT step (shuffled epochs); null: all of them every step.")
     sft_lr: float | None = Field(
         None, gt=0, description="Policy learning rate of SFT steps; null uses the DeepSpeed optimizer's (PPO's) lr.")
+    sft_threads: int = Field(
+        0, ge=0, description="torch intra-op threads of SFT steps (no rollouts compete for the cores then); 0 keeps "
+        "the trainer's (OMP_NUM_THREADS). Warm-up and PPO steps use the trainer's.")
     demos_path: Path | None = Field(
         None, description="Demonstrations for SFT: a spool file of msgpack trajectory records, or a folder of them.")
     demo_sets: list[str] | None = Field(

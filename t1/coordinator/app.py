@@ -146,7 +146,7 @@ class Coordinator:
         ws = cfg.trainer.warm_start
         evals: dict[str, dict[str, dict[str, Any]]] = {}
         if cfg.coordinator.eval.before_training and cfg.tasks.eval and not stop.is_set():
-            evals["base"] = await self._eval("base", cfg.tasks.eval)
+            evals["base"] = await self._eval("base", cfg.tasks.eval, cfg.coordinator.eval.base_attempts)
         self.state.phase = RunPhase.STARTING_TRAINER
         self.state.trainer = trainer = parts.connect_trainer(await trainer_target)
         curve: list[CurvePoint] = []

@@ -33,12 +33,18 @@ class CurvePoint:
     attempts: int
 
 
-def plateaued(rates: list[float], patience: int) -> bool:
-    """True when the rate has risen above 0 and the last `patience` rates hold no new best over everything
-    before them (pure). A curve still at 0 has not begun to rise: SFT goes on (up to sft_steps)."""
+def plateaued(rates: list[float], patience: int, min_gain: float = 0.0) -> bool:
+    """True when the rate has risen above 0 and the last `patience` rates hold no new best (pure). A new best
+    beats the best before it, by at least `min_gain` if that is set (a rise within the validation eval's
+    noise is not a rise). A curve still at 0 has not begun to rise: SFT goes on (up to sft_steps)."""
     if len(rates) <= patience or max(rates) <= 0.0:
         return False
-    return max(rates[-patience:]) <= max(rates[:-patience])
+    best = 0
+    for i, rate in enumerate(rates):
+        gain = rate - rates[best]
+        if gain > 0 and gain >= min_gain - 1e-9:
+            best = i
+    return best < len(rates) - patience
 
 
 class SftSteer:
@@ -73,7 +79,7 @@ async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig
         attempts = int(summary.get("attempts", summary.get("num_tasks", 0) * ws.sft_eval_attempts))
         curve.append(CurvePoint(taken, float(summary["resolve_rate"]), attempts))
         log.info("SFT step %d: validation solve rate %.3f", taken, summary["resolve_rate"])
-        if taken >= ws.sft_steps or plateaued([p.solve_rate for p in curve], ws.sft_patience):
+        if taken >= ws.sft_steps or plateaued([p.solve_rate for p in curve], ws.sft_patience, ws.sft_min_gain):
             break
     await steer.steer(allow_steps=taken, end=True)
     log.info("SFT ended after %d steps (validation solve rates %s)", taken,

@@ -135,6 +135,7 @@ class TrainerCore:
         self._uncommitted: list[StepRecord] = []
         # Steered SFT waits at this many steps until the client allows more (or ends SFT); else no gate.
         self.sft_allowed = self.state.sft_steps if tc.warm_start.sft_eval_every else tc.warm_start.sft_steps
+        self._threads = torch.get_num_threads()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -218,6 +219,7 @@ class TrainerCore:
         s = self.state
         ids: tuple[str, ...] = ()
         group_ids: tuple[str, ...] = ()
+        _use_threads(self.tc.warm_start.sft_threads if stage == Stage.SFT else 0, self._threads)
         if stage == Stage.SFT:
             with ds.learning_rate(self.policy, self.tc.warm_start.sft_lr):
                 metrics = self.learner.sft_step(sft_batch(self.demos, self.tc.warm_start.sft_batch, s.sft_steps,
@@ -245,7 +247,10 @@ class TrainerCore:
                  ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
         if new.step % self.tc.checkpoint_every == 0 or self.stage() != stage:
             self.commit()
-        published = self._publish(new.policy_version, new.step) if updated_policy else None
+        # SFT publishes where someone waits for its weights: a steered round's last step and SFT's end (every
+        # step's folder would be loaded by the inference servers, competing with SFT for the cores).
+        sft_midway = stage == Stage.SFT and self.stage() == Stage.SFT and new.sft_steps < self.sft_allowed
+        published = self._publish(new.policy_version, new.step) if updated_policy and not sft_midway else None
         return StepOutcome(stage, self.state, published)
 
     def _rl_metrics(self, seqs: list[TrainSequence], stats: BatchStats, update_policy: bool) -> dict[str, float]:
@@ -292,3 +297,10 @@ class TrainerCore:
     def close(self) -> None:
         if self.buffer is not None:
             self.buffer.close()
+
+
+def _use_threads(wanted: int, default: int) -> None:
+    """Set this thread's torch intra-op threads (OpenMP keeps them per calling thread: steps run on a worker)."""
+    n = wanted or default
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)

@@ -26,6 +26,11 @@ def test_plateau_rule() -> None:
     assert not plateaued([0.1, 0.3, 0.2, 0.4], 2)        # a new best within the window
     assert plateaued([0.1, 0.4, 0.3, 0.4], 2)            # ties are not a rise
     assert not plateaued([0.2, 0.1], 2)                  # too few points to judge
+    # With a minimum gain, a rise inside the eval's noise is no new best (two learning runs' curves):
+    assert plateaued([0.6, 0.65, 0.675, 0.575], 2, 0.05)  # 0.65 beat 0.6 by 2 of 40; 0.675 did not beat it
+    assert plateaued([0.5, 0.45, 0.6, 0.6, 0.625], 2, 0.05)
+    assert not plateaued([0.5, 0.45, 0.6, 0.6, 0.625], 2)
+    assert not plateaued([0.5, 0.45, 0.6, 0.65, 0.6], 2, 0.05)
 
 
 def test_sft_batches_cover_each_epoch_once() -> None:
@@ -46,10 +51,13 @@ def test_steered_sft_waits_and_ends_durably(tmp_path: Path, tiny_model_dir: Path
     core = TrainerCore(cfg)
     assert core.stage() == Stage.SFT and core.sft_waiting()  # nothing allowed yet
     core.allow_sft(2)
-    nll = []
+    nll, published = [], []
     while not core.sft_waiting():
-        nll.append(core.step(None).state.last_metrics["sft_nll"])
+        out = core.step(None)
+        nll.append(out.state.last_metrics["sft_nll"])
+        published.append(None if out.published is None else out.published.version)
     assert len(nll) == 2 and core.state.sft_steps == 2
+    assert published == [None, 2], "only the round's last step publishes: the validation eval waits for it"
     # the SFT lr (1e-2), not PPO's 1e-6, moved the policy; the optimizer's own lr is back afterwards
     assert nll[1] < nll[0] - 0.05, nll
     assert core.policy.optimizer.param_groups[0]["lr"] == 1e-6

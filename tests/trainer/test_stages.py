@@ -45,7 +45,8 @@ def test_sft_then_critic_warmup_then_ppo(tmp_path: Path, tiny_model_dir: Path) -
         if i == 3:
             sft_moved = _backbone_gap(core)  # SFT moved the policy away from the model the critic was made of
         out = core.step(None)
-        assert out.published is not None and out.published.version == i + 1
+        # SFT publishes where weights are awaited: its end (and a steered round's last step), not every step
+        assert (out.published is not None and out.published.version == 4) if i == 3 else out.published is None
         nll.append(out.state.last_metrics["sft_nll"])
     assert nll[-1] < nll[0] * 0.7, nll
     # SFT's end: the critic's warm-up starts from the warm-started policy's backbone, restored so after a restart;
