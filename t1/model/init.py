@@ -18,7 +18,7 @@ from typing import Any
 
 from t1.model.corpus import curriculum_corpus, default_corpus
 from t1.model.presets import ModelPreset, PresetName, get_preset
-from t1.model.tokenizer import END_OF_TEXT, IM_END, TOKENIZER_RECIPE, save_tokenizer, train_bpe
+from t1.model.tokenizer import END_OF_TEXT, IM_END, recipe, save_tokenizer, train_bpe
 
 
 def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[str] | None = None) -> Path:
@@ -37,7 +37,7 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         raise FileExistsError(f"--out {out_dir} exists, is not empty and holds no model; refusing to overwrite")
     if corpus is None:
         corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else default_corpus(seed)
-    tok = train_bpe(corpus, spec.tokenizer_vocab)
+    tok = train_bpe(corpus, spec.tokenizer_vocab, spec.tokenizer_split)
     vocab_size = tok.get_vocab_size()
     eos_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(END_OF_TEXT)
     config = model_config(spec, vocab_size, eos_id, pad_id)
@@ -58,7 +58,7 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         gen.save_pretrained(str(tmp))
         save_tokenizer(tok, tmp, spec.max_position_embeddings)
         (tmp / "t1_model.json").write_text(json.dumps(
-            {"preset": preset, "seed": seed, "tokenizer": TOKENIZER_RECIPE,
+            {"preset": preset, "seed": seed, "tokenizer": recipe(spec.tokenizer_split),
              "weights_sha256": _sha256(tmp / "model.safetensors")}, indent=2) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -88,7 +88,11 @@ def why_make(out_dir: Path, preset: str | None, seed: int) -> str | None:
         return None
     if preset is None or not isinstance(made, dict):
         return None
-    wanted = {"preset": preset, "seed": seed, "tokenizer": TOKENIZER_RECIPE}
+    try:
+        split = get_preset(preset).tokenizer_split
+    except ValueError:
+        return None  # the config validates the preset's name; nothing to compare here
+    wanted = {"preset": preset, "seed": seed, "tokenizer": recipe(split)}
     differ = {k: v for k, v in wanted.items() if made.get(k) != v}
     if not differ or not (out_dir / "model.safetensors").is_file():
         return None

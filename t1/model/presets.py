@@ -23,6 +23,8 @@ class ModelPreset:
     moe_intermediate_size: int
     max_position_embeddings: int
     corpus: Literal["shell", "curriculum"] = "shell"  # the tokenizer's text: shell sessions (+ the curriculum's)
+    # the pre-tokenizer split (t1/model/tokenizer.py): qwen2 keeps numbers as digit tokens, for copying values
+    tokenizer_split: Literal["gpt2", "qwen2"] = "gpt2"
 
 
 PRESETS: dict[str, ModelPreset] = {
@@ -38,7 +40,7 @@ PRESETS: dict[str, ModelPreset] = {
     "learn": ModelPreset(
         tokenizer_vocab=2048, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=96, max_position_embeddings=4096, corpus="curriculum",
+        moe_intermediate_size=96, max_position_embeddings=4096, corpus="curriculum", tokenizer_split="qwen2",
     ),
     # Still CPU-feasible, closer to a real model's proportions (about 20M parameters).
     "small": ModelPreset(

@@ -1,13 +1,13 @@
 """Train a byte-level BPE tokenizer locally (the `tokenizers` library) and give it a Qwen3-style chat template.
 
-Its pre-tokenizer is Qwen2/Qwen3's: the split regex below, then byte-level without a regex of its own.
-Every digit is a token of its own and never carries a leading space, so a number is the same tokens
-wherever it stands (` 59` after `echo` and a line-initial `59` in a command's output alike): copying a
-value the machine showed is copying tokens. GPT-2's regex, used before, merged ` 59` and `59` into
-different tokens, and a model of the learn preset's size did not learn to map 90 numbers between them.
-
-The template is ChatML with tool calls: `<tool_call>{"name": ..., "arguments": ...}</tool_call>` in the
-assistant turn and `<tool_response>...</tool_response>` in a user turn, as Qwen3 writes them.
+Two pre-tokenizer splits (a preset's `tokenizer_split`). `qwen2` is Qwen2/Qwen3's: the split regex below,
+then byte-level without a regex of its own. Every digit is a token of its own and never carries a
+leading space, so a number is the same tokens wherever it stands (` 59` after `echo` and a line-initial
+`59` in a command's output alike): copying a value the machine showed is copying tokens. `gpt2` is
+GPT-2's byte-level regex, which merges ` 59` and `59` into different tokens; a model of the learn
+preset's size did not learn to map 90 numbers between them. The template is ChatML with tool calls:
+`<tool_call>{"name": ..., "arguments": ...}</tool_call>` in the assistant turn and
+`<tool_response>...</tool_response>` in a user turn, as Qwen3 writes them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -32,17 +33,25 @@ SPECIAL_TOKENS = (
 # non-letter, single digits, punctuation runs, newlines, spaces.
 SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-TOKENIZER_RECIPE = "bpe-qwen2-split"  # in t1_model.json: a model folder made with another recipe is remade
+TokenizerSplit = Literal["gpt2", "qwen2"]
 
 
-def train_bpe(corpus: Iterable[str], vocab_size: int) -> Tokenizer:
+def recipe(split: TokenizerSplit) -> str:
+    """The tokenizer recipe t1_model.json records: a model folder made with another one is remade."""
+    return f"bpe-{split}-split"
+
+
+def train_bpe(corpus: Iterable[str], vocab_size: int, split: TokenizerSplit = "gpt2") -> Tokenizer:
     """A byte-level BPE with SPECIAL_TOKENS at ids 0..8; single-threaded so merges are reproducible."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    if split == "qwen2":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, show_progress=False,

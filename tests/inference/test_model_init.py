@@ -71,19 +71,22 @@ def test_refuses_to_overwrite_a_non_model_folder(tmp_path: Path, capsys: pytest.
     assert "refusing" in capsys.readouterr().out and (tmp_path / "keep.txt").exists()
 
 
-def test_a_number_is_the_same_tokens_wherever_it_stands(tiny_model_dir: Path) -> None:
-    """Qwen3's pre-tokenizer: single digits without a leading space, so a value printed at the start of a
-    line and typed after `echo ` are the same tokens (the byte-level GPT-2 split made them different)."""
-    from transformers import AutoTokenizer
+def test_a_number_is_the_same_tokens_wherever_it_stands() -> None:
+    """The learn preset's split (Qwen3's): single digits without a leading space, so a value printed at the
+    start of a line and typed after `echo ` are the same tokens; GPT-2's split (tiny, small) makes them differ."""
+    from t1.model.corpus import curriculum_corpus
+    from t1.model.presets import get_preset
+    from t1.model.tokenizer import train_bpe
 
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-
-    def pieces(text: str) -> list[str]:
-        return [tok.decode([i]) for i in tok.encode(text, add_special_tokens=False)]
-
-    for number in ("7", "59", "2048"):
-        printed, typed = pieces(f"{number}\n"), pieces(f"echo {number} > red.txt")
-        assert printed[:-1] == list(number) and typed[1:2 + len(number)] == [" ", *number], (printed, typed)
+    assert get_preset("learn").tokenizer_split == "qwen2"
+    corpus = list(curriculum_corpus(0))
+    for split in ("qwen2", "gpt2"):
+        tok = train_bpe(corpus, 1024, split)
+        for number in ("7", "59", "2048"):
+            printed = tok.encode(f"{number}\n").tokens[:-1]
+            typed = tok.encode(f"echo {number} > red.txt").tokens
+            same = printed == list(number) and typed[1:2 + len(number)] == ["\u0120", *number]
+            assert same == (split == "qwen2"), (split, printed, typed)
 
 
 def test_a_folder_made_by_another_recipe_is_remade_a_trained_one_kept(tmp_path: Path) -> None:
@@ -93,8 +96,8 @@ def test_a_folder_made_by_another_recipe_is_remade_a_trained_one_kept(tmp_path: 
     assert why_make(path, "tiny", 0) is None
     assert why_make(tmp_path / "none", "tiny", 0) == "it holds no model"
     made = json.loads((path / "t1_model.json").read_text())
-    (path / "t1_model.json").write_text(json.dumps({**made, "tokenizer": "bpe-gpt2-split"}))
-    assert why_make(path, "tiny", 0) == "it was made with tokenizer 'bpe-gpt2-split', not 'bpe-qwen2-split'"
+    (path / "t1_model.json").write_text(json.dumps({**made, "tokenizer": "bpe-qwen2-split"}))
+    assert why_make(path, "tiny", 0) == "it was made with tokenizer 'bpe-qwen2-split', not 'bpe-gpt2-split'"
     assert "seed 0, not 1" in (why_make(path, "tiny", 1) or "")
     assert why_make(path, None, 0) is None, "no preset configured: the folder is the model"
     weights = path / "model.safetensors"
