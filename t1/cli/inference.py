@@ -46,16 +46,14 @@ def _check_backend(cfg: T1Config) -> None:
 
 
 def _ensure_model(cfg: T1Config) -> None:
-    model = cfg.inference.model
-    from t1.model.init import init_model, why_make
+    from t1.model.init import ensure_made
 
-    if why_make(model.path, model.init_preset, model.init_seed) is None:
-        return
-    if model.init_preset is None:
-        print(f"error: inference.model.path: {model.path} holds no model (config.json) and "
-              "inference.model.init_preset is null", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_CONFIG)
-    init_model(model.path, model.init_preset, model.init_seed)
+    model = cfg.inference.model
+    try:
+        ensure_made(model.path, model.init_preset, model.init_seed)
+    except FileNotFoundError as exc:
+        print(f"error: inference.model.path: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_CONFIG) from None
 
 
 async def serve(cfg: T1Config) -> None:

@@ -69,10 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     src = cfg.trainer.policy_path or cfg.inference.model.path
     model = cfg.inference.model
     if model.init_preset is not None:
-        from t1.model.init import init_model, why_make
+        from t1.model.init import ensure_made
 
-        if why_make(src, model.init_preset, model.init_seed) is not None:
-            init_model(src, model.init_preset, model.init_seed)
+        ensure_made(src, model.init_preset, model.init_seed)
     from t1.trainer.app import serve
 
     return run_service(serve(cfg))

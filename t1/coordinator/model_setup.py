@@ -30,13 +30,13 @@ def make_renderers(model_path: Path, tool_schemas: bool = True) -> dict[FormatNa
 
 def ensure_model(cfg: T1Config) -> Path:
     """The policy model folder, made from its preset when missing or made by an older recipe (the local run)."""
-    from t1.model.init import init_model, why_make
+    from t1.model.init import ensure_made
 
     model = cfg.inference.model
-    why = why_make(model.path, model.init_preset, model.init_seed)
-    if why is None:
-        return model.path
-    if model.init_preset is None:
-        raise FileNotFoundError(f"inference.model.path: {model.path} holds no model and init_preset is null")
-    log.info("creating the %s model in %s: %s", model.init_preset, model.path, why)
-    return init_model(model.path, model.init_preset, model.init_seed)
+    try:
+        why = ensure_made(model.path, model.init_preset, model.init_seed)
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"inference.model.path: {exc}") from None
+    if why is not None:
+        log.info("made the %s model in %s: %s", model.init_preset, model.path, why)
+    return model.path

@@ -101,6 +101,20 @@ def why_make(out_dir: Path, preset: str | None, seed: int) -> str | None:
     return "it was made with " + ", ".join(f"{k} {made.get(k)!r}, not {v!r}" for k, v in differ.items())
 
 
+def ensure_made(out_dir: Path, preset: PresetName | None, seed: int) -> str | None:
+    """Make the model folder if `why_make` says so; the reason when it was made, None when kept as it is.
+
+    FileNotFoundError when a model is needed and there is no preset to make it from.
+    """
+    why = why_make(out_dir, preset, seed)
+    if why is None:
+        return None
+    if preset is None:
+        raise FileNotFoundError(f"{out_dir} holds no model (config.json) and init_preset is null")
+    init_model(out_dir, preset, seed)
+    return why
+
+
 def model_config(spec: ModelPreset, vocab_size: int, eos_id: int | None = None, pad_id: int | None = None) -> Any:
     """The Qwen3MoeConfig of a preset's shapes with the given vocabulary (every layer sparse MoE)."""
     from transformers import Qwen3MoeConfig
