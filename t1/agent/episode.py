@@ -281,9 +281,13 @@ class Episode:
     async def _loop(self, sandbox: Sandbox, shell: Shell, provisioned: Provisioned, phase: StepSpec,
                     deadline: float) -> None:
         limits = self.spec.limits
+        bad_in_a_row = 0
         while True:
             if self.turns >= limits.max_turns:
                 self.tx.note(f"turn limit {limits.max_turns} reached")
+                return
+            if limits.max_bad_replies is not None and bad_in_a_row >= limits.max_bad_replies:
+                self.tx.note(f"{bad_in_a_row} bad replies in a row: the episode ends")
                 return
             if time.monotonic() >= deadline:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout")
@@ -311,6 +315,7 @@ class Episode:
             if parsed.error is not None:
                 m.BAD_REPLIES.labels(format=self.spec.fmt.name.value).inc()
                 self.tx.note(f"bad reply: {parsed.error}")
+            bad_in_a_row = bad_in_a_row + 1 if parsed.error is not None and not parsed.commands else 0
             t_cmd = time.monotonic()
             for cmd in parsed.commands:
                 remaining = deadline - time.monotonic()

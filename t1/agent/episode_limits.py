@@ -13,6 +13,7 @@ class EpisodeLimits:
     """An episode's limits, made from the rollout and reward config sections (the defaults live there)."""
 
     max_turns: int
+    max_bad_replies: int | None
     max_context_tokens: int
     timeout_multiplier: float
     compaction: bool
@@ -29,7 +30,8 @@ class EpisodeLimits:
                     ) -> EpisodeLimits:
         """`timeout_multiplier` replaces rollout.timeout_multiplier (an eval job's own)."""
         c = rollout.compaction
-        return cls(max_turns=rollout.max_turns, max_context_tokens=rollout.max_context_tokens,
+        return cls(max_turns=rollout.max_turns, max_bad_replies=rollout.max_bad_replies,
+                   max_context_tokens=rollout.max_context_tokens,
                    timeout_multiplier=timeout_multiplier or rollout.timeout_multiplier, compaction=c.enabled,
                    compaction_trigger=c.trigger_fraction, keep_last_turns=c.keep_last_turns,
                    max_segments=c.max_segments, process_every_k=reward.process_every_k_turns,

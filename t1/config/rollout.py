@@ -37,6 +37,9 @@ class RolloutConfig(Section):
     policy: Literal["model", "oracle_script"] = Field(
         "model", description="Where actions come from: the model, or each task's reference solution typed as actions.")
     max_turns: int = Field(400, ge=1, description="Turn limit per episode.")
+    max_bad_replies: int | None = Field(
+        None, ge=1, description="End the episode after this many replies in a row with no valid action (its "
+                                "verifiers still run, as at the turn limit); null: no limit.")
     max_context_tokens: int = Field(32768, ge=64, description="Context limit of one segment.")
     group_size: int = Field(8, ge=1, description="Attempts per task (G) for group-relative statistics.")
     max_concurrent_episodes: int = Field(1024, ge=1, description="Global concurrency limit.")

@@ -91,6 +91,32 @@ async def test_bad_replies_count_as_turns_and_unsolved_task_scores_zero(tmp_path
     assert prompt.count("ERROR: no tool call found") == 2  # the third turn hit the limit
 
 
+async def test_bad_replies_in_a_row_end_the_episode_and_its_work_is_verified(tmp_path: Path, provider,
+                                                                             renderers) -> None:
+    """rollout.max_bad_replies counts replies in a row: a valid action between bad ones starts the count again,
+    and the episode that ends on the limit is verified like one at the turn limit (its work counts)."""
+    task = load_task(_task(tmp_path, "t", "x"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    eot = list(renderer.end_of_turn_ids)
+    good = '<tool_call>\n{"name": "bash", "arguments": {"command": "echo x > /app/answer.txt"}}\n</tool_call>'
+    script = ["no tools", good, "still none", "none again", good, good]  # the last two are never asked for
+    asked: list[str] = []
+
+    async def policy(req: GenerateRequest) -> GenerateResult:
+        asked.append(script[len(asked)])
+        ids = np.asarray(renderer.encode(asked[-1]) + eot, np.int32)
+        return GenerateResult(ids, np.full(len(ids), -1.0, np.float32), FinishReason.STOP, 0,
+                              np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
+
+    spec = EpisodeSpec("ep-b", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
+                       limits("rollout.max_turns=10", "rollout.max_bad_replies=2"))
+    tx = Transcript(tmp_path / "tx", task.id, "ep-b")
+    result = await Episode(spec, policy, acquire_from(provider), renderer, tx).run()
+    assert asked == script[:4] and result.turns == 4
+    assert result.status is EpisodeStatus.OK and result.report.resolved and result.trajectory.reward == 1.0
+    assert "2 bad replies in a row: the episode ends" in Path(result.transcript).read_text()
+
+
 async def test_inference_failure_past_retries_is_infra_error(tmp_path: Path, provider, renderers) -> None:
     task = load_task(_task(tmp_path, "t", "x"))
     calls = 0

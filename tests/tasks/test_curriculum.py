@@ -110,8 +110,8 @@ def _hidden_state_allows_shortcut(family: str, seed: int) -> bool | None:
 
 async def test_shortcuts_resolve_only_when_hidden_state_allows(provider: LocalProvider, tmp_path: Path) -> None:
     """Each shortcut, run as the task's solution in a real sandbox, resolves exactly where the state the
-    instruction does not show allows it; retry_fetch's single call fails on some attempts and its robust loop on
-    none. The robust turns resolve everywhere (test_oracle_resolves_untouched_scores_zero)."""
+    instruction does not show allows it, and passes one check of three where it does not; retry_fetch's single
+    call fails on some attempts and its robust loop on none. The robust turns resolve everywhere (test_oracle_resolves_untouched_scores_zero)."""
     plan = [(f, s) for f, s in curriculum_plan(60, 6, "train") if f in ("read_copy", "fix_error")][:12]
     allows = {s: _hidden_state_allows_shortcut(f, s) for f, s in plan}
     assert set(allows.values()) == {True, False}, allows
@@ -128,6 +128,8 @@ async def test_shortcuts_resolve_only_when_hidden_state_allows(provider: LocalPr
         family, seed, _ = res.task.rsplit("-", 2)
         if family != "retry_fetch":
             assert res.resolved is allows[int(seed)], res.as_json()
+        if family != "retry_fetch" and not res.resolved:  # one check of three: the count reward tells it apart
+            assert (res.report.passed, res.report.total) == (1, 3), res.as_json()
     # the tool answers 40 in 100 calls: 12 single calls all answered has probability 0.4**12 (2e-5)
     assert 0 < sum(r.resolved for r in short if r.task.startswith("retry_fetch")) < 12
     assert all(r.resolved for r in robust), [r.as_json() for r in robust if not r.resolved]

@@ -57,8 +57,8 @@ CurriculumFamily = Callable[[random.Random], SynthTask]
 
 
 def _code(rng: random.Random) -> str:
-    """A value that is only in the machine's state: a code word or a two-digit number."""
-    return rng.choice(_CODES) if rng.randrange(2) else str(rng.randint(10, 99))
+    """A value that is only in the machine's state: one of the code words."""
+    return rng.choice(_CODES)
 
 
 def _checks(*lines: str) -> str:
@@ -75,14 +75,15 @@ def _task(family: str, instruction: str, files: dict[str, str], checks: str, tur
 def read_copy(rng: random.Random) -> SynthTask:
     """A code only in a file goes into another file (read, then write the value seen).
 
-    Half the files label their code (`code: apple`): the shortcut, a blind `cp`, is right for the others only.
+    Half the files label their code (`code: apple`): the shortcut, a blind `cp`, is right for the others only,
+    and a copied label passes only the first check (the file is there), as a failed shortcut does elsewhere.
     """
     src, out, code = rng.choice(_FILES), rng.choice(_TARGETS), _code(rng)
     labelled = rng.randrange(2) == 0
     instruction = f"The file {src}.txt holds a code. Write that code to {out}.txt."
     checks = _checks(f"target_exists test -f /app/{out}.txt",
                      f"code_written grep -qx {code} /app/{out}.txt",
-                     f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
+                     f"code_alone test \"$(cat /app/{out}.txt)\" = {code}")
     return _task("read_copy", instruction, {f"{src}.txt": f"code: {code}\n" if labelled else code + "\n"}, checks,
                  [f"cat {src}.txt", f"echo {code} > {out}.txt"], shortcut=[f"cp {src}.txt {out}.txt"])
 
