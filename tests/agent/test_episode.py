@@ -44,6 +44,13 @@ def _task(root: Path, name: str, word: str) -> Path:
     return d
 
 
+def _says(renderer, text: str, req: GenerateRequest) -> GenerateResult:
+    """A policy's reply of `text` (ended like a sampled turn) to `req`."""
+    ids = np.asarray(renderer.encode(text) + list(renderer.end_of_turn_ids), np.int32)
+    return GenerateResult(ids, np.full(len(ids), -1.0, np.float32), FinishReason.STOP, 0,
+                          np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
+
+
 @pytest.mark.parametrize("fmt_name", [FormatName.TOOL_CALLS, FormatName.TERMINUS2])
 async def test_scripted_episode_resolves_with_exact_tokens(tmp_path: Path, provider, renderers, fmt_name) -> None:
     task = load_task(_task(tmp_path, "echo-task", "hello"))
@@ -75,12 +82,9 @@ async def test_scripted_episode_resolves_with_exact_tokens(tmp_path: Path, provi
 async def test_bad_replies_count_as_turns_and_unsolved_task_scores_zero(tmp_path: Path, provider, renderers) -> None:
     task = load_task(_task(tmp_path, "t", "x"))
     renderer = renderers[FormatName.TOOL_CALLS]
-    eot = list(renderer.end_of_turn_ids)
 
     async def babbling(req: GenerateRequest) -> GenerateResult:
-        ids = np.asarray(renderer.encode("I will not use tools.") + eot, np.int32)
-        return GenerateResult(ids, np.full(len(ids), -1.0, np.float32), FinishReason.STOP, 0,
-                              np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
+        return _says(renderer, "I will not use tools.", req)
 
     spec = EpisodeSpec("ep-2", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
                        limits("rollout.max_turns=3"))
@@ -97,16 +101,13 @@ async def test_bad_replies_in_a_row_end_the_episode_and_its_work_is_verified(tmp
     and the episode that ends on the limit is verified like one at the turn limit (its work counts)."""
     task = load_task(_task(tmp_path, "t", "x"))
     renderer = renderers[FormatName.TOOL_CALLS]
-    eot = list(renderer.end_of_turn_ids)
     good = '<tool_call>\n{"name": "bash", "arguments": {"command": "echo x > /app/answer.txt"}}\n</tool_call>'
     script = ["no tools", good, "still none", "none again", good, good]  # the last two are never asked for
     asked: list[str] = []
 
     async def policy(req: GenerateRequest) -> GenerateResult:
         asked.append(script[len(asked)])
-        ids = np.asarray(renderer.encode(asked[-1]) + eot, np.int32)
-        return GenerateResult(ids, np.full(len(ids), -1.0, np.float32), FinishReason.STOP, 0,
-                              np.zeros(len(ids), np.int32), None, len(req.prompt_ids))
+        return _says(renderer, asked[-1], req)
 
     spec = EpisodeSpec("ep-b", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
                        limits("rollout.max_turns=10", "rollout.max_bad_replies=2"))
