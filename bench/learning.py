@@ -89,8 +89,7 @@ def one_run(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, timeou
     cfg = run_config(base_cfg, root, seed, reward)
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
     with (root / "coordinator.log").open("wb") as log:
         try:
@@ -136,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=3600.0, help="per run")
     args = p.parse_args(argv)
     base_cfg = yaml.safe_load(args.config.read_text())
-    info = {**machine(), "loadavg_start": os.getloadavg()}
+    info: dict[str, Any] = {**machine(), "loadavg_start": os.getloadavg()}
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for reward in args.rewards.split(","):

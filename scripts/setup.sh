@@ -56,6 +56,12 @@ echo "t1 setup: installing Python packages into $VENV"
 # DeepSpeed's setup imports torch: build it against the torch just installed.
 "${PIP[@]}" install -q --no-build-isolation "deepspeed>=0.19,<0.20"
 "${PIP[@]}" install -q --no-build-isolation -e ".[dev]"
+# DeepSpeed's CPU communication op, compiled with g++ on first use: built here, into the folder the trainer
+# looks in (t1.coordinator.children.torch_extensions_dir), so the first run does not spend a minute on it.
+echo "t1 setup: building DeepSpeed's CPU op"
+TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(cd "$VENV" && pwd)/torch_extensions} "$VENV/bin/python" -c '
+from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder("ShareMemCommBuilder").load(verbose=False)' >/dev/null
 rm -f "$VENV"/.t1-setup-*
 touch "$STAMP"
 echo "t1 setup: done"

@@ -47,10 +47,7 @@ def start_coordinator(root: Path, cfg: dict, env: dict[str, str] | None = None) 
     path = root / "local.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = root / "coordinator.log"
-    # DeepSpeed builds its CPU ops into TORCH_EXTENSIONS_DIR; one per virtualenv, so that checkouts sharing a
-    # machine do not rebuild (and wait on) each other's copy of the same op
-    ext = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_EXTENSIONS_DIR": ext, **(env or {})}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}  # the trainer's op folder: children.torch_extensions_dir
     proc = subprocess.Popen([sys.executable, "-m", "t1.cli.coordinator", "--config", str(path)], cwd=root,
                             stdout=out.open("wb"), stderr=subprocess.STDOUT, env=env)
     return proc, out

@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 _LISTENING = re.compile(rb"listening on (\S+:\d+)")
 
 
+def torch_extensions_dir() -> str:
+    """Where DeepSpeed builds and finds its CPU ops: TORCH_EXTENSIONS_DIR, else this virtualenv's own folder, which
+    `make setup` fills (scripts/setup.sh), so a first run does not compile them and checkouts sharing a machine
+    do not rebuild (and wait on) each other's copy of the same op."""
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")
+
+
 class ChildFailed(RuntimeError):
     """A child service exited or never said where it listens."""
 
@@ -47,7 +54,7 @@ class Child:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = self.log_path.open("ab")
         child_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                     "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+                     "TOKENIZERS_PARALLELISM": "false", "TORCH_EXTENSIONS_DIR": torch_extensions_dir(), **(env or {})}
         self.proc = await asyncio.create_subprocess_exec(
             *lifeline_argv(self.argv), stdout=asyncio.subprocess.PIPE, stderr=logf, env=child_env, start_new_session=True)
         logf.close()

@@ -35,7 +35,7 @@ PRESETS: dict[str, ModelPreset] = {
         num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
         moe_intermediate_size=64, max_position_embeddings=8192,
     ),
-    # Sized for the CPU learning run (examples/local.yaml): about 1.2M parameters, a tokenizer that also
+    # Sized for the CPU learning run (examples/local.yaml): about 1.0M parameters (vocabulary 1,129), a tokenizer that also
     # knows the tool-call prompt and the curriculum's words, so an episode of it is a few hundred tokens.
     "learn": ModelPreset(
         tokenizer_vocab=2048, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
