@@ -106,6 +106,7 @@ def one_run(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, timeou
     attempts = cfg["coordinator"]["eval"]["attempts"]
     rows = {label: policy_row(report[label]["heldout"], attempts) for label in LABELS if label in report}
     return {**out, "rows": rows, **verdict(rows), "sft_curve": report.get("sft_curve", []),
+            "sft_kept_step": report.get("sft_kept_step"),
             "tito_drift_tokens": report.get("fidelity", {}).get("t1_tito_drift_tokens"),
             "infra_errors": report.get("rollouts", {}).get("infra_errors")}
 

@@ -99,7 +99,9 @@ class TrainerConfig(Section):
     sequence_parallel_size: int = Field(
         1, ge=1, description="Ranks that share each packed row (DeepSpeed Ulysses); divides the world size "
         "and the model's attention heads. 1: no sequence parallelism.")
-    keep_versions: int = Field(3, ge=1, description="Published weight folders kept.")
+    keep_versions: int = Field(
+        3, ge=1, description="Published weight folders kept; with steered SFT more than warm_start.sft_patience "
+        "(the warm start's round is restored from its folder when SFT ends).")
     checkpoint_every: int = Field(1, ge=1, description="Checkpoint every N steps.")
     lock_wait_s: float = Field(
         120.0, ge=0, description="How long a new trainer waits for a previous one on work_dir to finish stopping.")
@@ -112,3 +114,11 @@ class TrainerConfig(Section):
     deepspeed: dict[str, Any] = Field(
         default_factory=_default_deepspeed, description="DeepSpeed JSON config, as DeepSpeed documents it."
     )
+
+    @model_validator(mode="after")
+    def _best_round_kept(self) -> TrainerConfig:
+        ws = self.warm_start
+        if ws.sft_eval_every is not None and self.keep_versions <= ws.sft_patience:
+            raise ValueError(f"keep_versions ({self.keep_versions}) must exceed warm_start.sft_patience "
+                             f"({ws.sft_patience}): the warm start's round is restored from its published folder")
+        return self

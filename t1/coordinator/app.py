@@ -46,7 +46,7 @@ from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
 from t1.coordinator.report import print_report
 from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
-from t1.coordinator.sft_steer import CurvePoint, SftSteer, curve_records, steered_sft
+from t1.coordinator.sft_steer import SftOutcome, SftSteer, curve_records, steered_sft
 from t1.metrics.watchdog import LagWatchdog
 from t1.rpc.loop import cancel_and_wait, freeze_long_lived, wait_or_stop
 from t1.tasks.spec import TaskSpec
@@ -149,12 +149,12 @@ class Coordinator:
             evals["base"] = await self._eval("base", cfg.tasks.eval, cfg.coordinator.eval.base_attempts)
         self.state.phase = RunPhase.STARTING_TRAINER
         self.state.trainer = trainer = parts.connect_trainer(await trainer_target)
-        curve: list[CurvePoint] = []
+        sft: SftOutcome | None = None
         if ws.sft_steps > 0 and not stop.is_set():
             self.state.phase = RunPhase.SFT
-            curve = await self._sft(trainer)
+            sft = await self._sft(trainer)
             # the plan's SFT part: the steps SFT took (a fresh run has no PPO version yet; a resumed one is capped)
-            self.state.sft_steps_taken = min(trainer.weights.version, ws.sft_steps)
+            self.state.sft_steps_taken = sft.steps if sft else min(trainer.weights.version, ws.sft_steps)
             if cfg.tasks.eval and not stop.is_set():
                 evals["warm_start"] = await self._eval("warm_start", cfg.tasks.eval)
         if not stop.is_set():
@@ -163,16 +163,17 @@ class Coordinator:
             self.state.phase = RunPhase.TRAINED
         if cfg.tasks.eval and not stop.is_set():
             evals["rl"] = await self._eval("rl", cfg.tasks.eval)
-        report = stages.write_report(parts, trainer, evals, sft_curve=curve_records(curve))
+        report = stages.write_report(parts, trainer, evals, sft_curve=curve_records(sft.curve) if sft else [],
+                                     sft_kept_step=sft.kept_step if sft else None)
         self.state.phase = RunPhase.DONE
         return report
 
-    async def _sft(self, trainer: TrainerSide) -> list[CurvePoint]:
-        """SFT to its end: steered rounds with validation evals, or the trainer's sft_steps on its own."""
+    async def _sft(self, trainer: TrainerSide) -> SftOutcome | None:
+        """SFT to its end: steered rounds with validation evals, or the trainer's sft_steps on its own (None)."""
         ws = self.cfg.trainer.warm_start
         if ws.sft_eval_every is None or ws.sft_validation_set is None:
             await wait_or_stop(trainer.weights.wait_for_version(lambda v: v >= ws.sft_steps), self.stop_requested)
-            return []
+            return None
         val = ws.sft_validation_set
         steer = SftSteer(trainer.poller.target, self.cfg.auth)
 

@@ -88,16 +88,18 @@ def eval_table(report: Mapping[str, Any], set_name: str) -> Table:
     return table
 
 
-def sft_table(curve: list[Mapping[str, Any]]) -> Table:
-    """Solve rate on the validation split after each SFT round (the warm start ran until it stopped rising)."""
+def sft_table(curve: list[Mapping[str, Any]], kept_step: int | None = None) -> Table:
+    """Solve rate on the validation split after each SFT round (SFT ran until it stopped rising); the round
+    whose weights are the warm start is marked."""
     table = Table(title="SFT: validation solve rate", title_justify="left")
-    for col in ("SFT step", "solve rate", "95% CI", "attempts"):
+    for col in ("SFT step", "solve rate", "95% CI", "attempts", "warm start"):
         table.add_column(col, justify="right")
     for point in curve:
         n = int(point.get("attempts", 0))
         k = round(float(point["solve_rate"]) * n)
         lo, hi = wilson_interval(min(max(k, 0), n), n)
-        table.add_row(str(point["step"]), f"{point['solve_rate']:.3f}", f"[{lo:.3f}, {hi:.3f}]" if n else "-", str(n))
+        table.add_row(str(point["step"]), f"{point['solve_rate']:.3f}", f"[{lo:.3f}, {hi:.3f}]" if n else "-", str(n),
+                      "kept" if point["step"] == kept_step else "")
     return table
 
 
@@ -121,7 +123,7 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
     labels = eval_labels(report)
     tables = [eval_table(report, name) for name in sorted({s for lb in labels for s in report[lb]})]
     if report.get("sft_curve"):
-        tables.append(sft_table(report["sft_curve"]))
+        tables.append(sft_table(report["sft_curve"], report.get("sft_kept_step")))
     tables.append(fidelity_table(report))
     return tables
 

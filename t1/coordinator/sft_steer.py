@@ -4,7 +4,10 @@ With `trainer.warm_start.sft_eval_every` set, the trainer takes SFT steps only a
 coordinator allows (TrainerService.SteerSft). The coordinator allows `sft_eval_every` more steps,
 waits until that version is on the inference servers, evaluates the validation set (training
 tasks held out of the demonstrations) and repeats; SFT ends after `sft_patience` evals without a
-new best solve rate, or at `sft_steps`. The curve (step, solve rate, attempts) goes into the report.
+new best solve rate, or at `sft_steps`. The warm start is the weights of the round with the highest
+validation rate, not necessarily the last round's (later rounds can over-fit the demonstrations): the trainer restores them from their published folder
+and publishes them as a new version. The curve (step, solve rate, attempts) and the step kept go into
+the report.
 """
 
 from __future__ import annotations
@@ -33,18 +36,38 @@ class CurvePoint:
     attempts: int
 
 
-def plateaued(rates: list[float], patience: int, min_gain: float = 0.0) -> bool:
-    """True when the rate has risen above 0 and the last `patience` rates hold no new best (pure). A new best
-    beats the best before it, by at least `min_gain` if that is set (a rise within the validation eval's
-    noise is not a rise). A curve still at 0 has not begun to rise: SFT goes on (up to sft_steps)."""
-    if len(rates) <= patience or max(rates) <= 0.0:
-        return False
+def best_round(rates: list[float], min_gain: float = 0.0) -> int:
+    """The index of the last new best (pure): a new best beats the best before it, by at least `min_gain` if
+    that is set (a rise within the validation eval's noise is not a rise). The plateau rule counts from it."""
     best = 0
     for i, rate in enumerate(rates):
         gain = rate - rates[best]
         if gain > 0 and gain >= min_gain - 1e-9:
             best = i
-    return best < len(rates) - patience
+    return best
+
+
+def kept_round(rates: list[float]) -> int:
+    """The round whose weights become the warm start (pure): the highest validation rate, the latest of equal
+    ones (the warm start is not cut short for a rise inside the noise). It is never before `best_round`, so at
+    the plateau it is one of the last `sft_patience` + 1 rounds, whose folders are still published."""
+    top = max(rates)
+    return max(i for i, rate in enumerate(rates) if rate == top)
+
+
+def plateaued(rates: list[float], patience: int, min_gain: float = 0.0) -> bool:
+    """True when the rate has risen above 0 and the last `patience` rates hold no new best (pure). A curve
+    still at 0 has not begun to rise: SFT goes on (up to sft_steps)."""
+    if len(rates) <= patience or max(rates) <= 0.0:
+        return False
+    return best_round(rates, min_gain) < len(rates) - patience
+
+
+@dataclass(frozen=True, slots=True)
+class SftOutcome:
+    curve: list[CurvePoint]
+    kept_step: int  # the SFT step whose weights are the warm start
+    steps: int      # the SFT steps taken
 
 
 class SftSteer:
@@ -55,16 +78,18 @@ class SftSteer:
         self._channel = make_channel(target, self._auth)
         self._stub = pb_grpc.TrainerServiceStub(self._channel)
 
-    async def steer(self, allow_steps: int = 0, end: bool = False) -> pb.TrainerStatus:
+    async def steer(self, allow_steps: int = 0, end: bool = False, keep_step: int = 0) -> pb.TrainerStatus:
         opts = call_options(self._auth, 600.0)  # ending SFT commits a checkpoint first
-        return await self._stub.SteerSft(pb.SteerSftRequest(allow_steps=allow_steps, end=end), **opts.kw())
+        req = pb.SteerSftRequest(allow_steps=allow_steps, end=end, keep_step=keep_step)
+        return await self._stub.SteerSft(req, **opts.kw())
 
     async def close(self) -> None:
         await self._channel.close()
 
 
-async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig, evaluate: EvalFn) -> list[CurvePoint]:
-    """Run SFT in rounds of `ws.sft_eval_every` steps, a validation eval after each, until the plateau."""
+async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig, evaluate: EvalFn) -> SftOutcome:
+    """Run SFT in rounds of `ws.sft_eval_every` steps, a validation eval after each, until the plateau; the
+    best round's weights are the warm start, on the inference servers when this returns."""
     assert ws.sft_eval_every is not None
     status = await steer.steer()
     taken, version0 = int(status.step), int(status.policy_version)  # SFT is the first stage: steps == SFT steps
@@ -81,10 +106,13 @@ async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig
         log.info("SFT step %d: validation solve rate %.3f", taken, summary["resolve_rate"])
         if taken >= ws.sft_steps or plateaued([p.solve_rate for p in curve], ws.sft_patience, ws.sft_min_gain):
             break
-    await steer.steer(allow_steps=taken, end=True)
-    log.info("SFT ended after %d steps (validation solve rates %s)", taken,
-             ", ".join(f"{p.solve_rate:.2f}" for p in curve))
-    return curve
+    rates = [p.solve_rate for p in curve]
+    kept = curve[kept_round(rates)].step if max(rates) > 0 else taken
+    status = await steer.steer(allow_steps=taken, end=True, keep_step=kept)
+    await trainer.weights.wait_for_version(_at_least(int(status.policy_version)))
+    log.info("SFT ended after %d steps (validation solve rates %s); the warm start is step %d's weights", taken,
+             ", ".join(f"{p.solve_rate:.2f}" for p in curve), kept)
+    return SftOutcome(curve, kept, taken)
 
 
 def _at_least(version: int) -> Callable[[int], bool]:

@@ -113,13 +113,15 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
 
 
 def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]],
-                 sft_curve: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 sft_curve: list[dict[str, Any]] | None = None, sft_kept_step: int | None = None) -> dict[str, Any]:
     """The run's report (evals by label, the SFT curve, trainer, fidelity, rollouts), written to
     <run_dir>/report.json, with the learning curves drawn beside the run log (both paths in the report)."""
     poller, stats = trainer.poller, parts.runner.stats
     report: dict[str, Any] = {"name": parts.cfg.name, **evals}
     if sft_curve is not None:
         report["sft_curve"] = sft_curve
+    if sft_kept_step is not None:
+        report["sft_kept_step"] = sft_kept_step  # the warm start: the best validation round's weights
     report["trainer"] = {"step": poller.last.step if poller.last else 0, "stage": poller.stage_name,
                          "policy_version": trainer.weights.version}
     report["fidelity"] = {k: v for k, v in poller.last_metrics.items()

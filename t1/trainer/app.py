@@ -60,6 +60,7 @@ class Order:
     kind: OrderKind
     groups: list[tuple[str, list[tuple[str, bytes]]]] | None = None
     tag: str = ""
+    keep_step: int = 0  # END_SFT: the SFT step whose weights the warm start keeps (0: the steps taken)
 
 
 def execute(core: TrainerCore, order: Order | None) -> tuple[Order, Any]:
@@ -73,8 +74,7 @@ def execute(core: TrainerCore, order: Order | None) -> tuple[Order, Any]:
     if order.kind == OrderKind.NOOP:
         return order, None
     if order.kind == OrderKind.END_SFT:
-        core.end_sft()
-        return order, None
+        return order, core.end_sft(order.keep_step)
     core.commit_pending()
     return order, None
 
@@ -94,7 +94,7 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
         while not requests.empty():
             req = requests.get_nowait()
             if isinstance(req, SteerSftRequest):
-                await _steer(core, req)
+                await _steer(core, board, req)
                 continue
             try:
                 _, path = await asyncio.to_thread(execute, core, Order(OrderKind.CHECKPOINT, tag=req.tag))
@@ -127,11 +127,13 @@ async def train_loop(core: TrainerCore, board: VersionBoard, wake: asyncio.Event
             await board.announce(outcome.published)
 
 
-async def _steer(core: TrainerCore, req: SteerSftRequest) -> None:
+async def _steer(core: TrainerCore, board: VersionBoard, req: SteerSftRequest) -> None:
     try:
         core.allow_sft(req.allow_steps)
         if req.end:
-            await asyncio.to_thread(execute, core, Order(OrderKind.END_SFT))
+            _, published = await asyncio.to_thread(execute, core, Order(OrderKind.END_SFT, keep_step=req.keep_step))
+            if published is not None:
+                await board.announce(published)
         req.done.set_result(None)
     except Exception as exc:  # the RPC caller gets the error
         log.exception("SteerSft failed")

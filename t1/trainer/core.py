@@ -57,6 +57,7 @@ class TrainState:
     policy_version: int = 0
     sft_steps: int = 0
     sft_ended: bool = False  # the client ended SFT before sft_steps (warm_start.sft_eval_every)
+    sft_kept_step: int = 0   # the SFT step whose weights the client kept as the warm start (0: the last)
     warmup_steps: int = 0
     ppo_steps: int = 0
     dropped_stale_tokens: int = 0
@@ -172,14 +173,41 @@ class TrainerCore:
     def allow_sft(self, steps: int) -> None:
         self.sft_allowed = max(self.sft_allowed, steps)
 
-    def end_sft(self) -> None:
-        """End SFT at the steps taken (durable: committed with a checkpoint); the warm-up comes next."""
+    def end_sft(self, keep_step: int = 0) -> PublishedVersion | None:
+        """End SFT at the steps taken (durable: committed with a checkpoint); the warm-up comes next.
+
+        `keep_step` (a steered round's last step, before the steps taken): the policy goes back to the weights
+        published after that many SFT steps (a later round over-fitted the demonstrations) and is published as
+        a new version, which is returned; the inference servers serve it before the warm start is evaluated."""
         if self.stage() != Stage.SFT:
-            return
-        self.state = replace(self.state, sft_ended=True)
-        log.info("SFT ended by the client after %d steps", self.state.sft_steps)
+            return None
+        s = self.state
+        restore = 0 < keep_step < s.sft_steps
+        if keep_step > s.sft_steps:
+            raise ValueError(f"keep_step {keep_step} is beyond the {s.sft_steps} SFT steps taken")
+        if restore:
+            ds.load_module_weights(self.policy, self._published_weights(keep_step))
+            s = replace(s, policy_version=s.policy_version + 1)
+        self.state = replace(s, sft_ended=True, sft_kept_step=keep_step or s.sft_steps)
+        log.info("SFT ended by the client after %d steps; the warm start keeps step %d's weights", s.sft_steps,
+                 self.state.sft_kept_step)
         self._after_sft()
         self.commit()
+        return self._publish(self.state.policy_version, self.state.step) if restore else None
+
+    def _published_weights(self, sft_step: int) -> dict[str, torch.Tensor] | None:
+        """Rank 0: the state dict published after SFT step `sft_step` (SFT is the first stage: its steps are the
+        trainer's steps); other ranks get None and receive rank 0's tensors."""
+        if ds.rank() != 0:
+            return None
+        found = [v for v in self.publisher.published() if v.step == sft_step]
+        if not found:
+            have = ", ".join(f"v{v.version} (step {v.step})" for v in self.publisher.published()) or "none"
+            raise ValueError(f"the weights of SFT step {sft_step} are no longer published (have: {have}); "
+                             f"trainer.keep_versions ({self.tc.keep_versions}) must exceed "
+                             f"warm_start.sft_patience ({self.tc.warm_start.sft_patience})")
+        # through transformers: the folder's layout is the saved one (experts one by one), not the module's
+        return dict(load_policy(found[-1].path).state_dict())
 
     def _after_sft(self) -> None:
         """At the end of SFT (before the checkpoint that ends it, so a restart resumes the same state):

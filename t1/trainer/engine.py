@@ -152,6 +152,28 @@ def copy_backbone(src: Any, dst: Any) -> bool:
     return True
 
 
+def load_module_weights(engine: Any, state_dict: dict[str, torch.Tensor] | None) -> None:
+    """Set the engine's parameters to rank 0's `state_dict` (every name, same shapes; other ranks pass None and
+    receive it) and refresh the optimizer's master copy, so the next step starts from them. ZeRO-3 is refused
+    (partitioned parameters)."""
+    if engine.zero_optimization_stage() == 3:
+        raise ValueError("restoring published weights is not supported under ZeRO-3")
+    own = engine.module.state_dict()
+    if state_dict is not None:
+        missing, unexpected = sorted(own.keys() - state_dict.keys()), sorted(state_dict.keys() - own.keys())
+        if missing or unexpected:
+            raise ValueError(f"weights do not match the policy: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    with torch.no_grad():
+        for name, tensor in own.items():
+            if state_dict is not None:
+                tensor.copy_(state_dict[name].to(tensor.device, tensor.dtype))
+            if world_size() > 1:
+                torch.distributed.broadcast(tensor, src=0)
+    refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
+    if refresh is not None:
+        refresh()
+
+
 def reset_optimizer_state(engine: Any) -> None:
     """Forget the engine's optimizer moments (its next step starts them anew, as a fresh optimizer would)."""
     inner = getattr(engine.optimizer, "optimizer", engine.optimizer)  # the torch optimizer inside ZeRO's wrapper

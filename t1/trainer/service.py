@@ -67,6 +67,7 @@ class SteerSftRequest:
     allow_steps: int
     end: bool
     done: asyncio.Future
+    keep_step: int = 0  # with end: the SFT step whose weights become the warm start (0: the steps taken)
 
 
 LoopRequest = CheckpointRequest | SteerSftRequest
@@ -128,8 +129,12 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     async def SteerSft(self, request: pb.SteerSftRequest, context: grpc.aio.ServicerContext) -> pb.TrainerStatus:
         if request.allow_steps < 0:
             raise RequestError(f"allow_steps must be >= 0, got {request.allow_steps}")
+        if request.keep_step < 0 or (request.keep_step and not request.end):
+            raise RequestError(f"keep_step must be >= 0 and comes with end, got keep_step={request.keep_step}, "
+                               f"end={request.end}")
         done: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self.checkpoints.put(SteerSftRequest(int(request.allow_steps), request.end, done))
+        await self.checkpoints.put(SteerSftRequest(int(request.allow_steps), request.end, done,
+                                                   int(request.keep_step)))
         self.wake.set()
         await done
         return await self._status()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13t1/v1/trainer.proto\x12\x05t1.v1\"<\n\x12TrajectoryEnvelope\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"Q\n\x07PushAck\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12 \n\x06status\x18\x02 \x01(\x0e\x32\x10.t1.v1.AckStatus\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\x12\n\x10GetStatusRequest\"\xfb\x02\n\rTrainerStatus\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.t1.v1.TrainerStage\x12\x1d\n\x15\x62uffered_trajectories\x18\x04 \x01(\x03\x12\x17\n\x0f\x62uffered_groups\x18\x05 \x01(\x03\x12\x1d\n\x15\x61\x63\x63\x65pted_trajectories\x18\x06 \x01(\x03\x12\x1c\n\x14\x64ropped_stale_tokens\x18\x07 \x01(\x03\x12;\n\x0clast_metrics\x18\x08 \x03(\x0b\x32%.t1.v1.TrainerStatus.LastMetricsEntry\x12\x1a\n\x12quarantined_groups\x18\t \x01(\x03\x12\x1e\n\x16last_quarantine_reason\x18\n \x01(\t\x1a\x32\n\x10LastMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\",\n\x14WatchVersionsRequest\x12\x14\n\x0c\x66rom_version\x18\x01 \x01(\x03\"T\n\rWeightVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x16\n\x0epublished_unix\x18\x04 \x01(\x01\"3\n\x0fSteerSftRequest\x12\x13\n\x0b\x61llow_steps\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x08\"$\n\x15SaveCheckpointRequest\x12\x0b\n\x03tag\x18\x01 \x01(\t\"D\n\x0e\x43heckpointInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03*s\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41\x43K_STATUS_ACCEPTED\x10\x01\x12\x18\n\x14\x41\x43K_STATUS_DUPLICATE\x10\x02\x12\x17\n\x13\x41\x43K_STATUS_REJECTED\x10\x03*\x94\x01\n\x0cTrainerStage\x12\x1d\n\x19TRAINER_STAGE_UNSPECIFIED\x10\x00\x12\x15\n\x11TRAINER_STAGE_SFT\x10\x01\x12\x1f\n\x1bTRAINER_STAGE_CRITIC_WARMUP\x10\x02\x12\x15\n\x11TRAINER_STAGE_PPO\x10\x03\x12\x16\n\x12TRAINER_STAGE_DONE\x10\x04\x32\xd6\x02\n\x0eTrainerService\x12\x41\n\x10PushTrajectories\x12\x19.t1.v1.TrajectoryEnvelope\x1a\x0e.t1.v1.PushAck(\x01\x30\x01\x12:\n\tGetStatus\x12\x17.t1.v1.GetStatusRequest\x1a\x14.t1.v1.TrainerStatus\x12\x44\n\rWatchVersions\x12\x1b.t1.v1.WatchVersionsRequest\x1a\x14.t1.v1.WeightVersion0\x01\x12\x45\n\x0eSaveCheckpoint\x12\x1c.t1.v1.SaveCheckpointRequest\x1a\x15.t1.v1.CheckpointInfo\x12\x38\n\x08SteerSft\x12\x16.t1.v1.SteerSftRequest\x1a\x14.t1.v1.TrainerStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13t1/v1/trainer.proto\x12\x05t1.v1\"<\n\x12TrajectoryEnvelope\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"Q\n\x07PushAck\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12 \n\x06status\x18\x02 \x01(\x0e\x32\x10.t1.v1.AckStatus\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\x12\n\x10GetStatusRequest\"\xfb\x02\n\rTrainerStatus\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x12\"\n\x05stage\x18\x03 \x01(\x0e\x32\x13.t1.v1.TrainerStage\x12\x1d\n\x15\x62uffered_trajectories\x18\x04 \x01(\x03\x12\x17\n\x0f\x62uffered_groups\x18\x05 \x01(\x03\x12\x1d\n\x15\x61\x63\x63\x65pted_trajectories\x18\x06 \x01(\x03\x12\x1c\n\x14\x64ropped_stale_tokens\x18\x07 \x01(\x03\x12;\n\x0clast_metrics\x18\x08 \x03(\x0b\x32%.t1.v1.TrainerStatus.LastMetricsEntry\x12\x1a\n\x12quarantined_groups\x18\t \x01(\x03\x12\x1e\n\x16last_quarantine_reason\x18\n \x01(\t\x1a\x32\n\x10LastMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\",\n\x14WatchVersionsRequest\x12\x14\n\x0c\x66rom_version\x18\x01 \x01(\x03\"T\n\rWeightVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x16\n\x0epublished_unix\x18\x04 \x01(\x01\"F\n\x0fSteerSftRequest\x12\x13\n\x0b\x61llow_steps\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x08\x12\x11\n\tkeep_step\x18\x03 \x01(\x03\"$\n\x15SaveCheckpointRequest\x12\x0b\n\x03tag\x18\x01 \x01(\t\"D\n\x0e\x43heckpointInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x16\n\x0epolicy_version\x18\x03 \x01(\x03*s\n\tAckStatus\x12\x1a\n\x16\x41\x43K_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41\x43K_STATUS_ACCEPTED\x10\x01\x12\x18\n\x14\x41\x43K_STATUS_DUPLICATE\x10\x02\x12\x17\n\x13\x41\x43K_STATUS_REJECTED\x10\x03*\x94\x01\n\x0cTrainerStage\x12\x1d\n\x19TRAINER_STAGE_UNSPECIFIED\x10\x00\x12\x15\n\x11TRAINER_STAGE_SFT\x10\x01\x12\x1f\n\x1bTRAINER_STAGE_CRITIC_WARMUP\x10\x02\x12\x15\n\x11TRAINER_STAGE_PPO\x10\x03\x12\x16\n\x12TRAINER_STAGE_DONE\x10\x04\x32\xd6\x02\n\x0eTrainerService\x12\x41\n\x10PushTrajectories\x12\x19.t1.v1.TrajectoryEnvelope\x1a\x0e.t1.v1.PushAck(\x01\x30\x01\x12:\n\tGetStatus\x12\x17.t1.v1.GetStatusRequest\x1a\x14.t1.v1.TrainerStatus\x12\x44\n\rWatchVersions\x12\x1b.t1.v1.WatchVersionsRequest\x1a\x14.t1.v1.WeightVersion0\x01\x12\x45\n\x0eSaveCheckpoint\x12\x1c.t1.v1.SaveCheckpointRequest\x1a\x15.t1.v1.CheckpointInfo\x12\x38\n\x08SteerSft\x12\x16.t1.v1.SteerSftRequest\x1a\x14.t1.v1.TrainerStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRAINERSTATUS_LASTMETRICSENTRY']._loaded_options = None
   _globals['_TRAINERSTATUS_LASTMETRICSENTRY']._serialized_options = b'8\001'
-  _globals['_ACKSTATUS']._serialized_start=870
-  _globals['_ACKSTATUS']._serialized_end=985
-  _globals['_TRAINERSTAGE']._serialized_start=988
-  _globals['_TRAINERSTAGE']._serialized_end=1136
+  _globals['_ACKSTATUS']._serialized_start=889
+  _globals['_ACKSTATUS']._serialized_end=1004
+  _globals['_TRAINERSTAGE']._serialized_start=1007
+  _globals['_TRAINERSTAGE']._serialized_end=1155
   _globals['_TRAJECTORYENVELOPE']._serialized_start=30
   _globals['_TRAJECTORYENVELOPE']._serialized_end=90
   _globals['_PUSHACK']._serialized_start=92
@@ -53,11 +53,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WEIGHTVERSION']._serialized_start=623
   _globals['_WEIGHTVERSION']._serialized_end=707
   _globals['_STEERSFTREQUEST']._serialized_start=709
-  _globals['_STEERSFTREQUEST']._serialized_end=760
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=762
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=798
-  _globals['_CHECKPOINTINFO']._serialized_start=800
-  _globals['_CHECKPOINTINFO']._serialized_end=868
-  _globals['_TRAINERSERVICE']._serialized_start=1139
-  _globals['_TRAINERSERVICE']._serialized_end=1481
+  _globals['_STEERSFTREQUEST']._serialized_end=779
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=781
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=817
+  _globals['_CHECKPOINTINFO']._serialized_start=819
+  _globals['_CHECKPOINTINFO']._serialized_end=887
+  _globals['_TRAINERSERVICE']._serialized_start=1158
+  _globals['_TRAINERSERVICE']._serialized_end=1500
 # @@protoc_insertion_point(module_scope)

@@ -104,12 +104,14 @@ class WeightVersion(_message.Message):
     def __init__(self, version: _Optional[int] = ..., path: _Optional[str] = ..., step: _Optional[int] = ..., published_unix: _Optional[float] = ...) -> None: ...
 
 class SteerSftRequest(_message.Message):
-    __slots__ = ("allow_steps", "end")
+    __slots__ = ("allow_steps", "end", "keep_step")
     ALLOW_STEPS_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
+    KEEP_STEP_FIELD_NUMBER: _ClassVar[int]
     allow_steps: int
     end: bool
-    def __init__(self, allow_steps: _Optional[int] = ..., end: _Optional[bool] = ...) -> None: ...
+    keep_step: int
+    def __init__(self, allow_steps: _Optional[int] = ..., end: _Optional[bool] = ..., keep_step: _Optional[int] = ...) -> None: ...
 
 class SaveCheckpointRequest(_message.Message):
     __slots__ = ("tag",)

@@ -30,8 +30,9 @@ def _three_row_report() -> dict:
     return {"name": "local", "base": {"heldout": _summary(10, 200, {"carry": (4, 100), "lookup": (6, 100)}, infra=3)},
             "warm_start": {"heldout": _summary(60, 200, {"carry": (25, 100), "lookup": (35, 100)})},
             "rl": {"heldout": _summary(110, 200, {"carry": (50, 100), "lookup": (60, 100)})},
-            "sft_curve": [{"step": 10, "solve_rate": 0.2, "attempts": 50}, {"step": 20, "solve_rate": 0.3,
+            "sft_curve": [{"step": 10, "solve_rate": 0.3, "attempts": 50}, {"step": 20, "solve_rate": 0.2,
                                                                             "attempts": 50}],
+            "sft_kept_step": 10,
             "trainer": {"step": 12, "stage": "done", "policy_version": 9},
             "fidelity": {"t1_tito_drift_tokens": 0, "t1_kl": 0.01},
             "rollouts": {"episodes": 900, "infra_errors": 3, "turns": 4000, "policy_versions": [3, 4]},
@@ -53,6 +54,8 @@ def test_three_policies_in_one_table_with_intervals_attempts_and_family_rows() -
     assert out.count("carry") == 3 and out.count("lookup") == 3, "a row per family for each policy"
     assert "Wilson score interval" in out and "infra errors are excluded" in out
     assert "SFT: validation solve rate" in out and "0.300" in out
+    sft_rows = {line.split()[1]: line for line in out.splitlines() if line.split()[1:2] in (["10"], ["20"])}
+    assert "kept" in sft_rows["10"] and "kept" not in sft_rows["20"], "the warm start's round is marked"
     assert "heldout: RL vs warm start: +0.250; intervals do not overlap" in out
     assert "heldout: warm start vs base: +0.250; intervals do not overlap" in out
     assert out.rstrip().splitlines()[-1] == ("t1: run local done · report /r/report.json · "

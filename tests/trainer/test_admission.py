@@ -92,17 +92,11 @@ def test_bad_records_are_rejected_and_a_failing_group_is_quarantined(tmp_path: P
         tr.proc.wait(30)
     finally:
         tr.close()
-    tr = Trainer(config, log)  # no crash loop: the quarantined group is never taken again
-    try:
+    with Trainer(config, log) as tr:  # no crash loop: the quarantined group is never taken again
         assert {a.status for a in tr.push(_group("b")).values()} == {pb.ACK_STATUS_ACCEPTED}
         st = tr.wait(lambda s: s.stage == pb.TRAINER_STAGE_DONE)
         assert st.step == 4 and st.quarantined_groups == 1 and tr.proc.poll() is None
-        tr.proc.send_signal(signal.SIGTERM)
-        assert tr.proc.wait(60) == 0
-    finally:
-        if tr.proc.poll() is None:
-            tr.proc.kill()
-        tr.close()
+        tr.stop()
     buffer = TrajectoryBuffer(tmp_path / "work" / "buffer.sqlite")
     [q] = buffer.quarantined()
     assert q.group_id == "q" and q.trajectory_ids == ("q-0", "q-1")

@@ -76,9 +76,22 @@ class Trainer:
             time.sleep(0.2)
         raise AssertionError(f"condition not reached; last status {st}")
 
+    def stop(self) -> None:
+        """SIGTERM: the trainer commits what it has and exits 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(60) == 0
+
     def close(self) -> None:
         self.channel.close()
         self.log.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.close()
 
 
 def _group(name: str) -> list[pb.TrajectoryEnvelope]:
@@ -120,8 +133,7 @@ def test_kill_and_restart_loses_nothing_and_trains_nothing_twice(tmp_path: Path,
     finally:
         tr.close()
 
-    tr = Trainer(config, log)
-    try:
+    with Trainer(config, log) as tr:
         again = tr.push(_group("b") + _group("c"))
         assert _statuses(again) == {pb.ACK_STATUS_DUPLICATE}
         assert _statuses(tr.push(_group("d"))) == {pb.ACK_STATUS_ACCEPTED}
@@ -136,12 +148,7 @@ def test_kill_and_restart_loses_nothing_and_trains_nothing_twice(tmp_path: Path,
         with pytest.raises(grpc.RpcError) as err:
             tr.stub.SaveCheckpoint(pb.SaveCheckpointRequest(tag="../x"), timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        tr.proc.send_signal(signal.SIGTERM)
-        assert tr.proc.wait(60) == 0
-    finally:
-        if tr.proc.poll() is None:
-            tr.proc.kill()
-        tr.close()
+        tr.stop()
 
     work = tmp_path / "work"
     db = sqlite3.connect(str(work / "buffer.sqlite"))
@@ -164,3 +171,37 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
                            "--set", "trainer.warm_start.sft_steps=2"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "sft_steps > 0 needs demos_path" in proc.stderr
+
+
+def test_steered_sft_over_grpc_keeps_the_best_rounds_weights(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from safetensors.torch import load_file
+
+    demos = tmp_path / "demos.msgpack"
+    with demos.open("wb") as f:
+        for i in range(3):
+            f.write(encode_trajectory(trajectory(f"demo{i}", "demo", [segment([11, 12, 13, 500 + i, 501], 3)],
+                                                 reward=1.0)))
+    config = _config(tmp_path, tiny_model_dir, max_steps=1)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["trainer"]["warm_start"] = {"sft_steps": 20, "demos_path": str(demos), "sft_eval_every": 2,
+                                    "sft_validation_set": "val", "sft_lr": 1e-2, "sft_batch": 2}
+    cfg["tasks"] = {"sets": {"val": {"path": str(tmp_path / "val")}}}
+    config.write_text(yaml.safe_dump(cfg))
+    with Trainer(config, tmp_path / "trainer.log") as tr:
+        for allow in (2, 4):
+            tr.stub.SteerSft(pb.SteerSftRequest(allow_steps=allow), timeout=60)
+            tr.wait(lambda s, n=allow: s.policy_version == n)
+        with pytest.raises(grpc.RpcError) as err:
+            tr.stub.SteerSft(pb.SteerSftRequest(keep_step=2), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "keep_step" in (err.value.details() or "")
+        st = tr.stub.SteerSft(pb.SteerSftRequest(allow_steps=4, end=True, keep_step=2), timeout=120)
+        assert st.policy_version == 5 and st.stage == pb.TRAINER_STAGE_PPO, "SFT ended (no warm-up configured)"
+        stream = tr.stub.WatchVersions(pb.WatchVersionsRequest(from_version=4), timeout=30)
+        restored = next(stream)
+        stream.cancel()
+        assert restored.version == 5
+        weights = tmp_path / "work" / "weights"
+        kept, last, now = (load_file(str(weights / v / "model.safetensors")) for v in ("v2", "v4", "v5"))
+        assert all(kept[k].equal(now[k]) for k in kept), "v5 is round 1's weights, served as a new version"
+        assert not all(last[k].equal(now[k]) for k in last)
+        tr.stop()

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
 from trainer_synth import segment, trainer_config, trajectory
 
-from t1.coordinator.sft_steer import plateaued
+from t1.config.loader import ConfigError
+from t1.coordinator.sft_steer import best_round, kept_round, plateaued
 from t1.trainer.core import Stage, TrainerCore, sft_batch
+from t1.trainer.models import load_policy
 from t1.trajectory.serialization import encode_trajectory
 
 
@@ -69,3 +73,77 @@ def test_steered_sft_waits_and_ends_durably(tmp_path: Path, tiny_model_dir: Path
     again = TrainerCore(cfg)  # a restart keeps SFT ended: the warm-up is next
     assert again.state.sft_ended and again.stage() == Stage.CRITIC_WARMUP
     again.close()
+
+
+def test_best_and_kept_rounds() -> None:
+    assert best_round([0.3, 0.5, 0.4]) == 1
+    assert best_round([0.6, 0.625, 0.65], 0.05) == 2       # 0.65 beat 0.6 by the minimum gain
+    assert best_round([0.6, 0.625, 0.6], 0.05) == 0        # 0.625 is inside the noise: the plateau counts from 0.6
+    # the warm start: the highest rate, the latest of equals (three learning runs' curves)
+    assert kept_round([0.0, 0.325, 0.375, 0.65, 0.525, 0.30]) == 3  # the over-fit run keeps its peak
+    assert kept_round([0.075, 0.45, 0.55, 0.55, 0.575]) == 4         # a rise inside the noise still counts here
+    assert kept_round([0.0, 0.33, 0.38, 0.625, 0.625, 0.65]) == 5
+    assert kept_round([0.5, 0.5]) == 1
+    for rates in ([0.1, 0.4, 0.3, 0.42], [0.6, 0.65, 0.675, 0.575], [0.5, 0.45, 0.6, 0.6, 0.625]):
+        assert plateaued(rates, 2, 0.05) and kept_round(rates) >= len(rates) - 3, "inside the published window"
+
+
+def _flat(core: TrainerCore) -> torch.Tensor:
+    return torch.cat([t.flatten().float() for t in core.policy.module.state_dict().values()])
+
+
+def test_end_sft_keeps_an_earlier_rounds_weights(tmp_path: Path, tiny_model_dir: Path) -> None:
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-6, extra={
+        "trainer.warm_start.sft_steps": 50, "trainer.warm_start.demos_path": str(_demos(tmp_path / "d.msgpack")),
+        "trainer.warm_start.sft_eval_every": 2, "trainer.warm_start.sft_validation_set": "val",
+        "trainer.warm_start.sft_lr": 1e-2, "trainer.warm_start.sft_batch": 2, "trainer.keep_versions": 3,
+        "tasks.sets": {"val": {"path": str(tmp_path / "val")}}, "trainer.warm_start.critic_warmup_steps": 1})
+    core = TrainerCore(cfg)
+    rounds = {}
+    for allow in (2, 4, 6):
+        core.allow_sft(allow)
+        while not core.sft_waiting():
+            core.step(None)
+        rounds[allow] = _flat(core).clone()
+    assert not torch.equal(rounds[2], rounds[6]), "SFT moved the policy between rounds"
+    with pytest.raises(ValueError, match="beyond the 6 SFT steps"):
+        core.end_sft(keep_step=8)
+    published = core.end_sft(keep_step=2)
+    assert published is not None and published.version == 7, "the restored weights are a new version"
+    assert torch.equal(_flat(core), rounds[2]), "the policy is round 1's again"
+    assert core.state.sft_kept_step == 2 and core.state.sft_steps == 6 and core.stage() == Stage.CRITIC_WARMUP
+    served = load_policy(published.path).state_dict()
+    assert torch.equal(torch.cat([t.flatten().float() for t in served.values()]), rounds[2])
+    # the optimizer's master copy follows: a step from here starts at round 1's weights, not round 3's
+    master = core.policy.optimizer.single_partition_of_fp32_groups[0]
+    assert torch.allclose(master, torch.cat([p.detach().flatten() for p in core.policy.module.parameters()
+                                             if p.requires_grad]))
+    core.close()
+    again = TrainerCore(cfg)  # a restart resumes the kept weights, SFT ended
+    assert again.state.sft_kept_step == 2 and again.stage() == Stage.CRITIC_WARMUP
+    assert torch.equal(_flat(again), rounds[2])
+    again.close()
+
+
+def test_a_round_no_longer_published_is_refused_by_name(tmp_path: Path, tiny_model_dir: Path) -> None:
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-6, extra={
+        "trainer.warm_start.sft_steps": 50, "trainer.warm_start.demos_path": str(_demos(tmp_path / "d.msgpack")),
+        "trainer.warm_start.sft_eval_every": 1, "trainer.warm_start.sft_validation_set": "val",
+        "trainer.warm_start.sft_patience": 1, "trainer.keep_versions": 2,
+        "tasks.sets": {"val": {"path": str(tmp_path / "val")}}})
+    core = TrainerCore(cfg)
+    for allow in (1, 2, 3):
+        core.allow_sft(allow)
+        core.step(None)
+    with pytest.raises(ValueError, match=r"SFT step 1 are no longer published \(have: v2 \(step 2\), v3 \(step 3\)\)"):
+        core.end_sft(keep_step=1)
+    assert core.stage() == Stage.SFT, "nothing changed"
+    core.close()
+
+
+def test_keep_versions_must_cover_the_patience_window(tmp_path: Path, tiny_model_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"keep_versions \(2\) must exceed warm_start.sft_patience \(2\)"):
+        trainer_config(tmp_path / "work", tiny_model_dir, extra={
+            "trainer.warm_start.sft_steps": 5, "trainer.warm_start.demos_path": str(tmp_path / "d.msgpack"),
+            "trainer.warm_start.sft_eval_every": 1, "trainer.warm_start.sft_validation_set": "val",
+            "trainer.keep_versions": 2, "tasks.sets": {"val": {"path": str(tmp_path / "val")}}})
