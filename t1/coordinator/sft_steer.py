@@ -67,7 +67,11 @@ def plateaued(rates: list[float], patience: int, min_gain: float = 0.0) -> bool:
 class SftOutcome:
     curve: list[CurvePoint]
     kept_step: int  # the SFT step whose weights are the warm start
-    steps: int      # the SFT steps taken
+
+    @property
+    def steps(self) -> int:
+        """The SFT steps taken: the last round's."""
+        return self.curve[-1].step
 
 
 class SftSteer:
@@ -112,7 +116,7 @@ async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig
     await trainer.weights.wait_for_version(_at_least(int(status.policy_version)))
     log.info("SFT ended after %d steps (validation solve rates %s); the warm start is step %d's weights", taken,
              ", ".join(f"{p.solve_rate:.2f}" for p in curve), kept)
-    return SftOutcome(curve, kept, taken)
+    return SftOutcome(curve, kept)
 
 
 def _at_least(version: int) -> Callable[[int], bool]:

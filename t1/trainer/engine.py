@@ -146,10 +146,16 @@ def copy_backbone(src: Any, dst: Any) -> bool:
     missing, unexpected = target.load_state_dict(source, strict=False)
     if missing or unexpected:
         raise ValueError(f"critic backbone does not match the policy's: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    refresh = getattr(dst.optimizer, "refresh_fp32_params", None)
+    _refresh_master(dst)
+    return True
+
+
+def _refresh_master(engine: Any) -> None:
+    """After the module's parameters were written: the ZeRO optimizer's fp32 master copy takes them, so the next
+    step starts from them."""
+    refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
     if refresh is not None:
         refresh()
-    return True
 
 
 def load_module_weights(engine: Any, state_dict: dict[str, torch.Tensor] | None) -> None:
@@ -169,9 +175,7 @@ def load_module_weights(engine: Any, state_dict: dict[str, torch.Tensor] | None)
                 tensor.copy_(state_dict[name].to(tensor.device, tensor.dtype))
             if world_size() > 1:
                 torch.distributed.broadcast(tensor, src=0)
-    refresh = getattr(engine.optimizer, "refresh_fp32_params", None)
-    if refresh is not None:
-        refresh()
+    _refresh_master(engine)
 
 
 def reset_optimizer_state(engine: Any) -> None:
