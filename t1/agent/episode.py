@@ -159,6 +159,7 @@ class Episode:
         self.turns = 0
         self._segments = 1
         self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
+        self._bad_turns: list[int] = []  # turns whose reply had no valid action (reward.bad_reply_penalty)
         self._commands: list[tuple[str, int | None]] = []
         self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
@@ -316,6 +317,8 @@ class Episode:
                 m.BAD_REPLIES.labels(format=self.spec.fmt.name.value).inc()
                 self.tx.note(f"bad reply: {parsed.error}")
             bad_in_a_row = bad_in_a_row + 1 if parsed.error is not None and not parsed.commands else 0
+            if bad_in_a_row:
+                self._bad_turns.append(self.turns)
             t_cmd = time.monotonic()
             for cmd in parsed.commands:
                 remaining = deadline - time.monotonic()
@@ -438,9 +441,13 @@ class Episode:
                              ) -> EpisodeResult:
         spec = self.spec
         infra = status is EpisodeStatus.INFRA_ERROR
-        reward = 0.0 if infra else episode_reward(report, spec.reward_mode)
+        penalty = spec.limits.bad_reply_penalty
+        reward = 0.0 if infra else episode_reward(report, spec.reward_mode) - penalty * len(self._bad_turns)
         k = spec.limits.process_every_k
         turn_rewards = {} if infra or not k or not self.turns else self._process_rewards(k, report.passed)
+        if turn_rewards and penalty:  # each malformed reply's own tokens carry its penalty
+            for t in self._bad_turns:
+                turn_rewards[t] = turn_rewards.get(t, 0.0) - penalty
         verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
         # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
         # touches this episode's buffer any more.

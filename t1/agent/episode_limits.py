@@ -24,6 +24,7 @@ class EpisodeLimits:
     turn_retries: int
     setup_retries: int
     steps_per_loop_tick: int  # t1.agent.pacing; 0: no pacing
+    bad_reply_penalty: float = 0.0  # taken off the reward for each reply with no valid action
 
     @classmethod
     def from_config(cls, rollout: RolloutConfig, reward: RewardConfig, timeout_multiplier: float | None = None
@@ -36,7 +37,7 @@ class EpisodeLimits:
                    compaction_trigger=c.trigger_fraction, keep_last_turns=c.keep_last_turns,
                    max_segments=c.max_segments, process_every_k=reward.process_every_k_turns,
                    turn_retries=rollout.turn_retries, setup_retries=rollout.setup_retries,
-                   steps_per_loop_tick=rollout.steps_per_loop_tick)
+                   steps_per_loop_tick=rollout.steps_per_loop_tick, bad_reply_penalty=reward.bad_reply_penalty)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,13 +22,20 @@ class TaskSetConfig(Section):
     synth_shortcuts: float = Field(
         0.0, ge=0, le=1, description="Curriculum only: the share of tasks whose typed demonstration (turns.txt) "
         "is the family's shortcut, right only when hidden state allows it (a teacher of mixed quality).")
+    synth_shortcut_copies: int = Field(
+        0, ge=0, description="Curriculum only: every task with a shortcut is typed robustly once and with its "
+        "shortcut this many times more (a teacher who shows each task both ways); excludes synth_shortcuts.")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
 
     @model_validator(mode="after")
     def _shortcuts_need_curriculum(self) -> TaskSetConfig:
-        if self.synth_shortcuts and self.synth_kind != "curriculum":
-            raise ValueError(f"synth_shortcuts is {self.synth_shortcuts} but synth_kind is {self.synth_kind!r}: "
-                             "only the curriculum's families have shortcuts")
+        for name in ("synth_shortcuts", "synth_shortcut_copies"):
+            if getattr(self, name) and self.synth_kind != "curriculum":
+                raise ValueError(f"{name} is {getattr(self, name)} but synth_kind is {self.synth_kind!r}: "
+                                 "only the curriculum's families have shortcuts")
+        if self.synth_shortcuts and self.synth_shortcut_copies:
+            raise ValueError(f"synth_shortcuts ({self.synth_shortcuts}) and synth_shortcut_copies "
+                             f"({self.synth_shortcut_copies}) are two teachers: set one of them")
         return self
 
 
@@ -62,6 +69,10 @@ class RewardConfig(Section):
         True, description="A group's attempts share one verifier run before their first turns (the process "
         "rewards' baseline); false measures it per attempt (tasks whose set-up is not deterministic)."
     )
+    bad_reply_penalty: float = Field(
+        0.0, ge=0, description="Taken off an episode's reward for each reply with no valid action (with process "
+        "rewards, off that turn's own reward). Without it a malformed reply costs nothing once the work is done "
+        "(the verifiers run either way), and PPO lets the replies no reward depends on, like the finish call, drift.")
     infra_error_policy: Literal["drop_group", "drop_attempt"] = Field(
         "drop_attempt", description="A group with an infra error: drop it, or normalise without the failed attempt."
     )

@@ -39,6 +39,10 @@ class RlConfig(Section):
         "subtract each group's mean, then divide by the batch's std.")
     max_policy_lag: int = Field(4, ge=0, description="Drop tokens sampled more than this many versions ago.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
+    lr_warmup_steps: int = Field(
+        0, ge=0, description="PPO steps over which the policy's lr rises linearly to the optimizer's own (step k of "
+        "n at k/(n+1) of it). SFT's end resets the optimizer's moments, and Adam's first steps after a reset move "
+        "every weight by about lr, whatever its gradient's size.")
     groups_per_step: int = Field(4, ge=1, description="Complete groups per PPO step.")
     token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch: sequences packed into one row up to this length.")
     logprob_chunk_tokens: int = Field(

@@ -61,7 +61,8 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
 
         split = "eval" if s.split == "eval" else "train"
         if s.synth_kind == "curriculum":
-            synthesize_curriculum(s.path, n=s.synth, seed=s.synth_seed, split=split, shortcuts=s.synth_shortcuts)
+            synthesize_curriculum(s.path, n=s.synth, seed=s.synth_seed, split=split, shortcuts=s.synth_shortcuts,
+                                  shortcut_copies=s.synth_shortcut_copies)
         else:
             synthesize(s.path, n=s.synth, seed=s.synth_seed, split=split)
     return load_dataset([s.path], limit=s.limit)

@@ -260,7 +260,11 @@ class TrainerCore:
             trajs = [[decode_trajectory(p) for _, p in members] for _, members in groups]
             seqs, stats = build_sequences(trajs, s.policy_version, self.tc.rl.max_policy_lag,
                                           self.cfg.reward.infra_error_policy, self.process_rewards)
-            metrics = self._rl_metrics(seqs, stats, update_policy=stage == Stage.PPO)
+            lr = self._ppo_lr(s.ppo_steps) if stage == Stage.PPO else None
+            with ds.learning_rate(self.policy, lr):
+                metrics = self._rl_metrics(seqs, stats, update_policy=stage == Stage.PPO)
+            if stage == Stage.PPO:
+                metrics["policy_lr"] = lr if lr is not None else float(self.policy.optimizer.param_groups[0]["lr"])
             new = replace(s, dropped_stale_tokens=s.dropped_stale_tokens + stats.dropped_stale_tokens)
             new = replace(new, warmup_steps=new.warmup_steps + 1) if stage == Stage.CRITIC_WARMUP else \
                 replace(new, ppo_steps=new.ppo_steps + 1)
@@ -280,6 +284,13 @@ class TrainerCore:
         sft_midway = stage == Stage.SFT and self.stage() == Stage.SFT and new.sft_steps < self.sft_allowed
         published = self._publish(new.policy_version, new.step) if updated_policy and not sft_midway else None
         return StepOutcome(stage, self.state, published)
+
+    def _ppo_lr(self, ppo_steps: int) -> float | None:
+        """The policy's lr at PPO step `ppo_steps` (0-based) of the warm-up (rl.lr_warmup_steps); None after it."""
+        n = self.tc.rl.lr_warmup_steps
+        if ppo_steps >= n:
+            return None
+        return float(self.policy.optimizer.param_groups[0]["lr"]) * (ppo_steps + 1) / (n + 1)
 
     def _rl_metrics(self, seqs: list[TrainSequence], stats: BatchStats, update_policy: bool) -> dict[str, float]:
         metrics: dict[str, float] = {

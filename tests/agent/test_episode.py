@@ -118,6 +118,34 @@ async def test_bad_replies_in_a_row_end_the_episode_and_its_work_is_verified(tmp
     assert "2 bad replies in a row: the episode ends" in Path(result.transcript).read_text()
 
 
+@pytest.mark.parametrize("process", [False, True])
+async def test_a_reply_with_no_valid_action_costs_its_penalty(tmp_path: Path, provider, renderers,
+                                                              process: bool) -> None:
+    """reward.bad_reply_penalty: each malformed reply (a broken finish call too) is taken off the episode's reward,
+    and with process rewards off that turn's own reward, so the returns still add up to the episode's reward."""
+    task = load_task(_task(tmp_path, "t", "x"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    good = '<tool_call>\n{"name": "bash", "arguments": {"command": "echo x > /app/answer.txt"}}\n</tool_call>'
+    broken_finish = '<tool_call>\n{"name": "finish", "bash > answer.txt"}}\n</tool_call>'  # seen in a PPO run
+    script = ["no tools", good, broken_finish, "none again"]
+
+    asked: list[str] = []
+
+    async def policy(req: GenerateRequest) -> GenerateResult:
+        asked.append(script[len(asked)])
+        return _says(renderer, asked[-1], req)
+
+    overrides = ["rollout.max_turns=10", "rollout.max_bad_replies=2", "reward.bad_reply_penalty=0.25",
+                 *(["reward.process_every_k_turns=1"] if process else [])]
+    spec = EpisodeSpec("ep-p", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64), limits(*overrides))
+    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-p")).run()
+    assert result.turns == 4 and result.report.resolved
+    assert result.trajectory.reward == pytest.approx(1.0 - 3 * 0.25)
+    turns = result.trajectory.segments[0].turns
+    expected = [-0.25, 1.0, -0.25, -0.25] if process else [0.0] * 4
+    assert [t.reward for t in turns] == pytest.approx(expected)
+
+
 async def test_inference_failure_past_retries_is_infra_error(tmp_path: Path, provider, renderers) -> None:
     task = load_task(_task(tmp_path, "t", "x"))
     calls = 0

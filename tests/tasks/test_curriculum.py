@@ -153,6 +153,29 @@ def test_teacher_of_mixed_quality(tmp_path: Path) -> None:
     assert 0.65 < typed[True] / (typed[True] + typed[False]) < 0.85, typed
 
 
+def test_teacher_shows_each_task_both_ways(tmp_path: Path) -> None:
+    """`shortcut_copies` k: a task with a shortcut is typed robustly in its own folder and with its shortcut in k
+    more (the same instruction, files and checks, so the same words are seen done both ways); a task without one
+    has one folder; solve.sh is the robust path in all of them."""
+    paths = synthesize_curriculum(tmp_path / "both", 20, 1, "train", shortcut_copies=3)
+    plan = curriculum_plan(20, 1, "train")
+    with_shortcut = [(f, s) for f, s in plan if generate_curriculum(f, s).shortcut]
+    assert len(paths) == len(plan) + 3 * len(with_shortcut) and 0 < len(with_shortcut) < len(plan)
+    by_id = {p.name: p for p in paths}
+    for family, seed in plan:
+        task, task_id = generate_curriculum(family, seed), f"{family}-train-{seed}"
+        robust = by_id[f"{task_id}"]
+        copies = [by_id[f"{task_id}-s{j}"] for j in range(3)] if task.shortcut else []
+        assert not task.shortcut or f"{task_id}-s3" not in by_id
+        assert (robust / "solution" / "turns.txt").read_text().splitlines() == list(task.turns)
+        for folder in copies:
+            assert (folder / "solution" / "turns.txt").read_text().splitlines() == list(task.shortcut)
+            for same in ("instruction.md", "solution/solve.sh", "tests/test.sh"):
+                assert (folder / same).read_text() == (robust / same).read_text(), same
+    with pytest.raises(ValueError, match="two teachers"):
+        synthesize_curriculum(tmp_path / "two", 5, 1, "train", shortcuts=0.5, shortcut_copies=1)
+
+
 def test_shortcuts_are_refused_outside_the_curriculum(tmp_path: Path) -> None:
     from pydantic import ValidationError
 
@@ -160,4 +183,8 @@ def test_shortcuts_are_refused_outside_the_curriculum(tmp_path: Path) -> None:
 
     with pytest.raises(ValidationError, match=r"synth_shortcuts is 0\.5 but synth_kind is 'ood'"):
         TaskSetConfig(path=tmp_path, synth=4, synth_shortcuts=0.5)
+    with pytest.raises(ValidationError, match=r"synth_shortcut_copies is 2 but synth_kind is 'ood'"):
+        TaskSetConfig(path=tmp_path, synth=4, synth_shortcut_copies=2)
+    with pytest.raises(ValidationError, match=r"two teachers"):
+        TaskSetConfig(path=tmp_path, synth=4, synth_kind="curriculum", synth_shortcuts=0.5, synth_shortcut_copies=2)
     assert TaskSetConfig(path=tmp_path, synth=4, synth_kind="curriculum", synth_shortcuts=0.5).synth_shortcuts == 0.5

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from trainer_synth import segment, trainer_config, trajectory
 
@@ -99,3 +100,31 @@ def test_restart_restores_weights_optimizer_and_counters(tmp_path: Path, tiny_mo
     assert out.state.step == 3 and out.published is not None and out.published.version == 3
     assert np.isfinite(out.state.last_metrics["value_loss"])
     again.close()
+
+
+def _first_ppo_step_size(tmp_path: Path, tiny_model_dir: Path, warmup: int) -> tuple[float, list[float]]:
+    """The largest weight change of a PPO step taken from reset optimizer moments, and each step's policy lr."""
+    cfg = trainer_config(tmp_path / f"work{warmup}", tiny_model_dir, lr=1e-3, lr_warmup_steps=warmup,
+                         extra={"trainer.max_steps": 3})
+    core = TrainerCore(cfg)
+    before = {k: v.detach().clone() for k, v in core.policy.module.named_parameters()}
+    lrs = []
+    for step in range(3):
+        _rollouts(core, step)
+        out = core.step(core.take_groups())
+        lrs.append(out.state.last_metrics["policy_lr"])
+        if step == 0:
+            moved = max(float((p.detach() - before[k]).abs().max()) for k, p in core.policy.module.named_parameters())
+    assert [g["lr"] for g in core.policy.optimizer.param_groups] == [1e-3] * len(core.policy.optimizer.param_groups)
+    core.close()
+    return moved, lrs
+
+
+def test_ppo_lr_warmup(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Adam's first step from reset moments moves weights by about lr whatever the gradient's size; with
+    rl.lr_warmup_steps 2 the first PPO steps take 1/3 and 2/3 of it, and the optimizer keeps its own lr after."""
+    full, full_lrs = _first_ppo_step_size(tmp_path, tiny_model_dir, 0)
+    warm, warm_lrs = _first_ppo_step_size(tmp_path, tiny_model_dir, 2)
+    assert full_lrs == [1e-3] * 3
+    assert np.allclose(warm_lrs, [1e-3 / 3, 2e-3 / 3, 1e-3])
+    assert full == pytest.approx(1e-3, rel=0.05) and warm == pytest.approx(1e-3 / 3, rel=0.05), (full, warm)

@@ -14,9 +14,16 @@ round-robin, task seeds from `task_seed`, so train and eval seeds are disjoint.
 
 Three families have a shortcut (`SynthTask.shortcut`): a step skipped, right only when state the
 instruction does not show allows it (a file without a label, a config already there, a tool that
-answered the first call). `synthesize_curriculum(shortcuts=s)` makes a teacher of mixed quality:
-a share s of its tasks demonstrate the shortcut, and since only resolved demonstrations are kept,
-SFT learns both ways at a rate that reward alone can tell apart: what RL adds beyond imitation.
+answered the first call). Two teachers of mixed quality demonstrate them, and since only resolved
+demonstrations are kept, SFT learns both ways at a rate that reward alone can tell apart: what RL adds
+beyond imitation.
+- `synthesize_curriculum(shortcut_copies=k)`, both ways: every task with a shortcut is typed once
+  robustly and k more times with its shortcut (folders `<id>-s0`..), so the same instruction is seen
+  done both ways and SFT learns a mixture of the two for every task. PPO needs that: a group's attempts
+  must differ for its advantages to tell the ways apart.
+- `synthesize_curriculum(shortcuts=s)`, one way per task: a share s of the tasks (drawn from the task
+  seed) type the shortcut. A policy SFT'd on it makes a choice keyed on the task's words, the same in
+  most of a task's attempts (docs/learning.md).
 """
 
 from __future__ import annotations
@@ -184,26 +191,39 @@ def generate_curriculum(family: str, seed: int) -> SynthTask:
     return CURRICULUM[family](random.Random(seed))
 
 
+def shortcut_typed(task: SynthTask) -> SynthTask:
+    """The task with its shortcut as the typed turns (solution/turns.txt); solve.sh keeps the robust turns."""
+    return replace(task, turns=task.shortcut, solve=task.solve or "\n".join(task.turns))
+
+
 def teacher_turns(task: SynthTask, seed: int, shortcuts: float) -> SynthTask:
     """The task as a teacher of mixed quality demonstrates it: its shortcut typed in a `shortcuts` share of
     tasks (drawn from the task seed), the robust turns otherwise; solve.sh runs the robust turns either way."""
     if not task.shortcut or random.Random(f"teacher-{seed}").random() >= shortcuts:
         return task
-    return replace(task, turns=task.shortcut, solve=task.solve or "\n".join(task.turns))
+    return shortcut_typed(task)
 
 
 def synthesize_curriculum(out: str | Path, n: int, seed: int = 0, split: str = "train",
-                          shortcuts: float = 0.0) -> list[Path]:
-    """Write n curriculum task folders under `out`; returns their paths in plan order.
+                          shortcuts: float = 0.0, shortcut_copies: int = 0) -> list[Path]:
+    """Write n curriculum tasks under `out`; returns their folders' paths in plan order.
 
-    `shortcuts`: the share of tasks whose typed turns (solution/turns.txt, what the scripted oracle types) are
-    the family's shortcut, for demonstrations of mixed quality.
+    The typed turns (solution/turns.txt, what the scripted oracle types) make the demonstrations:
+    `shortcut_copies` k > 0: each task with a shortcut also gets k folders `<id>-s<j>` typing it (both ways);
+    else `shortcuts`: the share of tasks whose typed turns are the family's shortcut (one way per task).
     """
+    if shortcuts and shortcut_copies:
+        raise ValueError("shortcuts and shortcut_copies are two teachers: give one of them")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    return [write_task(teacher_turns(generate_curriculum(family, tseed), tseed, shortcuts), root,
-                       f"{family}-{split}-{tseed}", split, tseed)
-            for family, tseed in curriculum_plan(n, seed, split)]
+    paths: list[Path] = []
+    for family, tseed in curriculum_plan(n, seed, split):
+        task, task_id = generate_curriculum(family, tseed), f"{family}-{split}-{tseed}"
+        paths.append(write_task(teacher_turns(task, tseed, shortcuts), root, task_id, split, tseed))
+        if task.shortcut:
+            paths += [write_task(shortcut_typed(task), root, f"{task_id}-s{j}", split, tseed)
+                      for j in range(shortcut_copies)]
+    return paths
 
 
 def curriculum_texts(n: int = 200, seed: int = 0) -> Iterator[str]:
