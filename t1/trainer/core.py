@@ -263,8 +263,8 @@ class TrainerCore:
             lr = self._ppo_lr(s.ppo_steps) if stage == Stage.PPO else None
             with ds.learning_rate(self.policy, lr):
                 metrics = self._rl_metrics(seqs, stats, update_policy=stage == Stage.PPO)
-            if stage == Stage.PPO:
-                metrics["policy_lr"] = lr if lr is not None else float(self.policy.optimizer.param_groups[0]["lr"])
+            if lr is not None:
+                metrics["policy_lr"] = lr
             new = replace(s, dropped_stale_tokens=s.dropped_stale_tokens + stats.dropped_stale_tokens)
             new = replace(new, warmup_steps=new.warmup_steps + 1) if stage == Stage.CRITIC_WARMUP else \
                 replace(new, ppo_steps=new.ppo_steps + 1)
@@ -285,12 +285,11 @@ class TrainerCore:
         published = self._publish(new.policy_version, new.step) if updated_policy and not sft_midway else None
         return StepOutcome(stage, self.state, published)
 
-    def _ppo_lr(self, ppo_steps: int) -> float | None:
-        """The policy's lr at PPO step `ppo_steps` (0-based) of the warm-up (rl.lr_warmup_steps); None after it."""
+    def _ppo_lr(self, ppo_steps: int) -> float:
+        """The policy's lr at PPO step `ppo_steps` (0-based): the optimizer's own, scaled by (k + 1) / (n + 1)
+        during the n steps of rl.lr_warmup_steps."""
         n = self.tc.rl.lr_warmup_steps
-        if ppo_steps >= n:
-            return None
-        return float(self.policy.optimizer.param_groups[0]["lr"]) * (ppo_steps + 1) / (n + 1)
+        return float(self.policy.optimizer.param_groups[0]["lr"]) * min(1.0, (ppo_steps + 1) / (n + 1))
 
     def _rl_metrics(self, seqs: list[TrainSequence], stats: BatchStats, update_policy: bool) -> dict[str, float]:
         metrics: dict[str, float] = {
