@@ -64,6 +64,9 @@ class WarmStartConfig(Section):
     sft_min_gain: float = Field(
         0.0, ge=0, lt=1, description="A validation solve rate is a new best only if it beats the best so far by at "
         "least this (a rise within the eval's noise is not a rise; 0.05 is 2 of 40 attempts).")
+    sft_pool_rounds: int = Field(
+        1, ge=1, description="The plateau rule and the kept round judge each validation eval pooled with the evals "
+        "before it, this many in all (2 halves one eval's variance; adjacent rounds' weights differ little).")
     sft_validation_set: str | None = Field(
         None, description="The task set (tasks.sets) of steered SFT's validation evals: training tasks held out.")
     sft_eval_attempts: int = Field(1, ge=1, description="Attempts per task of each validation eval.")

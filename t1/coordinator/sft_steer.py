@@ -6,8 +6,10 @@ waits until that version is on the inference servers, evaluates the validation s
 tasks held out of the demonstrations) and repeats; SFT ends after `sft_patience` evals without a
 new best solve rate, or at `sft_steps`. The warm start is the weights of the round with the highest
 validation rate, not necessarily the last round's (later rounds can over-fit the demonstrations): the trainer restores them from their published folder
-and publishes them as a new version. The curve (step, solve rate, attempts) and the step kept go into
-the report.
+and publishes them as a new version. With `sft_pool_rounds` k > 1, both rules judge a round by its rate
+pooled with the k - 1 rounds before it (`pooled`): one 40-attempt eval's noise (about 0.08) is as large as
+the rise of several rounds, and adjacent rounds' weights differ little. The curve (step, solve rate,
+attempts) and the step kept go into the report.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ class CurvePoint:
     step: int
     solve_rate: float
     attempts: int
+
+
+def pooled(rates: list[float], rounds: int) -> list[float]:
+    """Each round's rate pooled with the `rounds` - 1 before it (pure; every round has the same attempts)."""
+    windows = (rates[max(0, i - rounds + 1):i + 1] for i in range(len(rates)))
+    return [sum(w) / len(w) for w in windows]
 
 
 def best_round(rates: list[float], min_gain: float = 0.0) -> int:
@@ -108,14 +116,14 @@ async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig
         attempts = int(summary.get("attempts", summary.get("num_tasks", 0) * ws.sft_eval_attempts))
         curve.append(CurvePoint(taken, float(summary["resolve_rate"]), attempts))
         log.info("SFT step %d: validation solve rate %.3f", taken, summary["resolve_rate"])
-        if taken >= ws.sft_steps or plateaued([p.solve_rate for p in curve], ws.sft_patience, ws.sft_min_gain):
+        rates = pooled([p.solve_rate for p in curve], ws.sft_pool_rounds)
+        if taken >= ws.sft_steps or plateaued(rates, ws.sft_patience, ws.sft_min_gain):
             break
-    rates = [p.solve_rate for p in curve]
     kept = curve[kept_round(rates)].step if max(rates) > 0 else taken
     status = await steer.steer(allow_steps=taken, end=True, keep_step=kept)
     await trainer.weights.wait_for_version(_at_least(int(status.policy_version)))
-    log.info("SFT ended after %d steps (validation solve rates %s); the warm start is step %d's weights", taken,
-             ", ".join(f"{p.solve_rate:.2f}" for p in curve), kept)
+    log.info("SFT ended after %d steps (validation solve rates %s, pooled %s); the warm start is step %d's weights",
+             taken, ", ".join(f"{p.solve_rate:.2f}" for p in curve), ", ".join(f"{r:.2f}" for r in rates), kept)
     return SftOutcome(curve, kept)
 
 

@@ -46,7 +46,7 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
     """Oracle demonstrations for SFT: each training task's reference solution typed through the rollout path."""
     fmt = get_format(parts.cfg.rollout.agent_format)
     scripted = ScriptedPolicy(parts.runner.renderers[fmt.name])
-    records: list[bytes] = []
+    records: dict[str, bytes] = {}
 
     async def one(task: TaskSpec) -> None:
         async with parts.limiter:
@@ -54,13 +54,13 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
             result = await parts.runner.run_episode(task, group, 0, subdir="demos",
                                                     generate=scripted.for_episode(task, fmt))
             if result.status is not EpisodeStatus.INFRA_ERROR and result.report.resolved:
-                records.append(encode_trajectory(result.trajectory))
+                records[task.id] = encode_trajectory(result.trajectory)
 
     async with asyncio.TaskGroup() as tg:
         for task in tasks:
             tg.create_task(one(task))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(records))
+    path.write_bytes(b"".join(records[k] for k in sorted(records)))  # in task order: SFT's batches follow the seed
     log.info("warm start: %d oracle demonstrations of %d tasks in %s", len(records), len(tasks), path)
     return len(records)
 

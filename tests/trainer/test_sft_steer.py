@@ -10,7 +10,7 @@ import torch
 from trainer_synth import segment, trainer_config, trajectory
 
 from t1.config.loader import ConfigError
-from t1.coordinator.sft_steer import best_round, kept_round, plateaued
+from t1.coordinator.sft_steer import best_round, kept_round, plateaued, pooled
 from t1.trainer.core import Stage, TrainerCore, sft_batch
 from t1.trainer.models import load_policy
 from t1.trajectory.serialization import encode_trajectory
@@ -35,6 +35,20 @@ def test_plateau_rule() -> None:
     assert plateaued([0.5, 0.45, 0.6, 0.6, 0.625], 2, 0.05)
     assert not plateaued([0.5, 0.45, 0.6, 0.6, 0.625], 2)
     assert not plateaued([0.5, 0.45, 0.6, 0.65, 0.6], 2, 0.05)
+
+
+def test_pooled_rates_judge_a_round_with_the_one_before() -> None:
+    assert pooled([0.2, 0.4, 0.3], 1) == [0.2, 0.4, 0.3]
+    assert pooled([0.2, 0.4, 0.3], 2) == pytest.approx([0.2, 0.3, 0.35])
+    # Two runs of one seed and config (40 attempts per eval). The first stopped at 750 on raw rates and kept
+    # step 450's lucky 0.65 (held-out warm start 0.46, PPO's lift +0.08); pooled, SFT goes on:
+    short = [0.225, 0.35, 0.65, 0.475, 0.6]
+    assert plateaued(short, 2, 0.05) and kept_round(short) == 2
+    assert not plateaued(pooled(short, 2), 2, 0.05)
+    # the second ran to 1,050 and kept 900; pooled, it keeps 900 still and goes on to the cap
+    long = [0.05, 0.225, 0.3, 0.575, 0.675, 0.7, 0.55]
+    assert plateaued(long, 2, 0.05) and kept_round(long) == 5
+    assert not plateaued(pooled(long, 2), 2, 0.05) and kept_round(pooled(long, 2)) == 5
 
 
 def test_sft_batches_cover_each_epoch_once() -> None:
