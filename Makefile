@@ -21,7 +21,7 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
-# The learning run and its bar (docs/learning.md) alone; test-slow runs it too.
+# The learning run and its bar (docs/learning.md): in neither test nor test-slow until the lift holds.
 test-learning: setup
 	$(BIN)/python -m pytest -m learning $(PYTEST_ARGS)
 

@@ -48,6 +48,10 @@ class RlConfig(Section):
     logprob_chunk_tokens: int = Field(
         1024, ge=0, description="Action tokens per chunk of the output projection and log-softmax; 0: full logits.")
     routing_replay: bool = Field(True, description="Replay recorded MoE routing (R3).")
+    demo_nll_coef: float = Field(
+        0.0, ge=0, description="PPO-ptx: each PPO epoch's policy loss adds this times the mean NLL of a batch of "
+        "warm_start.sft_batch demonstrations (warm_start.demos_path), so PPO keeps what SFT taught where a step's "
+        "rewards say nothing; 0: off.")
 
 
 class WarmStartConfig(Section):
@@ -125,6 +129,8 @@ class TrainerConfig(Section):
     @model_validator(mode="after")
     def _best_round_kept(self) -> TrainerConfig:
         ws = self.warm_start
+        if self.rl.demo_nll_coef > 0 and ws.demos_path is None:
+            raise ValueError("rl.demo_nll_coef > 0 needs warm_start.demos_path (the demonstrations PPO-ptx keeps)")
         if ws.sft_eval_every is not None and self.keep_versions <= ws.sft_patience:
             raise ValueError(f"keep_versions ({self.keep_versions}) must exceed warm_start.sft_patience "
                              f"({ws.sft_patience}): the warm start's round is restored from its published folder")

@@ -225,7 +225,7 @@ class DockerProvider:
         if container_id is not None and self.engine is not None:
             await asyncio.to_thread(self.engine.remove, container_id)
         if self.cgroups is not None:
-            self.cgroups.remove(sandbox_id + "-verifier")
+            await asyncio.to_thread(self.cgroups.remove, sandbox_id + "-verifier")
 
     async def destroy(self, sandbox: Sandbox) -> None:
         ssh_sandbox = self._sandboxes.pop(sandbox.id, None)

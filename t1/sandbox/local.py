@@ -167,9 +167,9 @@ class LocalProvider:
         self.server.trees.pop(tree.sandbox_id, None)
         await asyncio.to_thread(remove_tree, tree)
         self._uids.difference_update({tree.uid, tree.verifier_uid})
-        if self.cgroups is not None:
+        if self.cgroups is not None:  # rmdir of a v1 cgroup can take tens of ms: off the event loop
             for name in (tree.sandbox_id, tree.sandbox_id + "-verifier"):
-                self.cgroups.remove(name)
+                await asyncio.to_thread(self.cgroups.remove, name)
 
     async def destroy(self, sandbox: Sandbox) -> None:
         ssh_sandbox = self._sandboxes.pop(sandbox.id, None)

@@ -130,7 +130,7 @@ class TrainerCore:
         self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)
         self.checkpointer = Checkpointer(self.work_dir / "checkpoints", keep_manual=tc.keep_manual_checkpoints)
         self.demos: list[TrainSequence] = []
-        if tc.warm_start.sft_steps > 0 and tc.warm_start.demos_path is not None:
+        if (tc.warm_start.sft_steps > 0 or tc.rl.demo_nll_coef > 0) and tc.warm_start.demos_path is not None:
             self.demos = load_demos(tc.warm_start.demos_path)
         self.state = self._restore()
         self._uncommitted: list[StepRecord] = []
@@ -302,8 +302,16 @@ class TrainerCore:
             return metrics
         prep = self.learner.prepare(seqs)
         metrics.update(prep.metrics)
-        metrics.update(self.learner.ppo_step(seqs, prep, update_policy))
+        metrics.update(self.learner.ppo_step(seqs, prep, update_policy, self._ptx_batches() if update_policy else ()))
         return metrics
+
+    def _ptx_batches(self) -> list[list[TrainSequence]]:
+        """PPO-ptx: this PPO step's demonstration batch per epoch (rl.demo_nll_coef), in shuffled epochs of the
+        demonstrations of their own (seeded apart from SFT's)."""
+        if self.tc.rl.demo_nll_coef <= 0 or not self.demos:
+            return []
+        n, ws = self.tc.rl.ppo_epochs, self.tc.warm_start
+        return [sft_batch(self.demos, ws.sft_batch, self.state.ppo_steps * n + e, self.tc.seed + 1) for e in range(n)]
 
     def commit(self) -> None:
         """Checkpoint, then record the uncommitted steps and the checkpoint in one transaction."""

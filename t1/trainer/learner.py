@@ -199,14 +199,24 @@ class Learner:
                                       self.rl.advantage_norm)
         return normed, rets
 
-    def ppo_step(self, seqs: Sequence[TrainSequence], prep: Prepared, update_policy: bool) -> dict[str, float]:
-        """PPO epochs over the batch; the policy is updated only when update_policy (else critic only)."""
+    def ppo_step(self, seqs: Sequence[TrainSequence], prep: Prepared, update_policy: bool,
+                 demos: Sequence[Sequence[TrainSequence]] = ()) -> dict[str, float]:
+        """PPO epochs over the batch; the policy is updated only when update_policy (else critic only).
+
+        `demos` (PPO-ptx, rl.demo_nll_coef): one batch of demonstrations per epoch, whose mean NLL times the
+        coefficient joins that epoch's policy gradient, so PPO keeps what SFT taught where the step's rewards
+        say nothing (a family every attempt of a group solves gives no advantage to hold its behaviour)."""
         denom = float(sum(int(s.loss_mask[1:].sum()) for s in seqs))
+        ptx: list[float] = []
         sums = _StepSums(self.sp)
         grad_norms: list[float] = []
         coefs = coefficients(self.rl)
         batches = self._rank_batches(seqs)
-        for _ in range(self.rl.ppo_epochs):
+        for epoch in range(self.rl.ppo_epochs):
+            if update_policy and demos and self.rl.demo_nll_coef > 0:
+                nll = self._nll_backward(demos[epoch % len(demos)], self.rl.demo_nll_coef)
+                if nll is not None:
+                    ptx.append(nll)
             for idx, batch, scale in batches:
                 step_denom = denom / scale if scale else 1.0
                 sh = shard(batch, self.sp)
@@ -236,6 +246,8 @@ class Learner:
         out_metrics = sums.means()
         if grad_norms:
             out_metrics["grad_norm"] = float(np.mean(grad_norms))
+        if ptx:
+            out_metrics["ptx_nll"] = ptx[0]  # the demonstrations' NLL before this step's update
         out_metrics["action_tokens"] = denom
         # The trainer's gauges say what the step's metrics say: the pre-update pass over the whole step.
         if "t1_routing_replay_coverage" in prep.metrics:
@@ -269,6 +281,16 @@ class Learner:
 
     def sft_step(self, seqs: Sequence[TrainSequence]) -> dict[str, float]:
         """Cross-entropy on the demonstrations' loss-mask tokens; one optimizer step."""
+        nll = self._nll_backward(seqs, 1.0)
+        self.policy.step()
+        out: dict[str, float] = {} if nll is None else {"sft_nll": nll}
+        out["grad_norm"] = _grad_norm(self.policy)
+        out["action_tokens"] = float(sum(int(s.loss_mask[1:].sum()) for s in seqs))
+        return out
+
+    def _nll_backward(self, seqs: Sequence[TrainSequence], weight: float) -> float | None:
+        """Backward of `weight` x the mean NLL of `seqs`' loss-mask tokens into the policy (no optimizer step);
+        the mean NLL over every rank's share (None where no rank had a token)."""
         denom = float(sum(int(s.loss_mask[1:].sum()) for s in seqs))
         nll_sum: torch.Tensor | None = None
         tokens = 0
@@ -276,22 +298,17 @@ class Learner:
             sh = shard(batch, self.sp)
             self._checkpointing(self.policy, sh)
             with self._replay(self.policy, sh):
-                nll_N = -self._stats(self.policy, sh.batch, temperature=1.0).logp_N  # SFT: plain likelihood
-                self.policy.backward(nll_N.sum() / max(denom, 1.0) * scale, scale_wrt_gas=False)
+                nll_N = -self._stats(self.policy, sh.batch, temperature=1.0).logp_N  # plain likelihood
+                self.policy.backward(nll_N.sum() * (weight / max(denom, 1.0) * scale), scale_wrt_gas=False)
             if scale:
                 part = nll_N.detach().sum()
                 nll_sum = part if nll_sum is None else nll_sum + part
                 tokens += sh.batch.num_actions
-        self.policy.step()
-        out: dict[str, float] = {}
-        if nll_sum is not None:  # every rank of an SP group has real work or none
-            nll_tokens = sum_over_group(torch.stack([nll_sum.double(), torch.tensor(float(tokens), dtype=torch.float64,
-                                                                                     device=nll_sum.device)]), self.sp)
-            if nll_tokens[1] > 0:
-                out["sft_nll"] = float(nll_tokens[0] / nll_tokens[1])
-        out["grad_norm"] = _grad_norm(self.policy)
-        out["action_tokens"] = denom
-        return out
+        if nll_sum is None:  # every rank of an SP group has real work or none
+            return None
+        nll_tokens = sum_over_group(torch.stack([nll_sum.double(), torch.tensor(float(tokens), dtype=torch.float64,
+                                                                                 device=nll_sum.device)]), self.sp)
+        return float(nll_tokens[0] / nll_tokens[1]) if nll_tokens[1] > 0 else None
 
 
 def _grad_norm(engine: Any) -> float:

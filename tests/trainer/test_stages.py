@@ -128,3 +128,38 @@ def test_ppo_lr_warmup(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert full_lrs == [1e-3] * 3
     assert np.allclose(warm_lrs, [1e-3 / 3, 2e-3 / 3, 1e-3])
     assert full == pytest.approx(1e-3, rel=0.05) and warm == pytest.approx(1e-3 / 3, rel=0.05), (full, warm)
+
+
+def _ptx_nll(tmp_path: Path, model_dir: Path, coef: float) -> list[float]:
+    """The ptx_nll metric (the demonstrations' NLL before each step's update) of three PPO steps on the same
+    rollouts, with PPO-ptx at `coef`."""
+    demos = tmp_path / f"demos-{coef}.msgpack"
+    with demos.open("wb") as f:
+        for i in range(2):
+            f.write(encode_trajectory(trajectory(f"demo{i}", "demo", [segment([11, 12, 13, 500, 501, 502], 3)], 1.0)))
+    cfg = trainer_config(tmp_path / f"work-{coef}", model_dir, lr=1e-3, demo_nll_coef=coef, ppo_epochs=2,
+                         extra={"trainer.warm_start.demos_path": str(demos)})
+    core = TrainerCore(cfg)
+    nll = []
+    for step in range(3):
+        _rollouts(core, step, version=step)
+        nll.append(core.step(core.take_groups()).state.last_metrics["ptx_nll"])
+    core.close()
+    return nll
+
+
+def test_ppo_ptx_keeps_training_the_demonstrations(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """rl.demo_nll_coef adds the demonstrations' NLL to each PPO epoch's policy loss: on the same rollouts their
+    NLL falls step by step, where with a negligible coefficient PPO alone leaves it about where it was."""
+    alone = _ptx_nll(tmp_path, tiny_model_dir, 1e-9)
+    ptx = _ptx_nll(tmp_path, tiny_model_dir, 1.0)
+    assert alone[0] == pytest.approx(ptx[0])  # the same model before the first update
+    assert ptx[2] < ptx[1] < ptx[0], ptx
+    assert ptx[2] < alone[2] - 0.1 * abs(alone[0]), (ptx, alone)
+
+
+def test_ppo_ptx_needs_demonstrations(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from t1.config.loader import ConfigError
+
+    with pytest.raises(ConfigError, match=r"demo_nll_coef > 0 needs warm_start.demos_path"):
+        trainer_config(tmp_path, tiny_model_dir, demo_nll_coef=0.5)
