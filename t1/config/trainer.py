@@ -32,7 +32,9 @@ class RlConfig(Section):
     value_clip_eps: float = Field(0.2, gt=0, description="Value-loss clip.")
     value_coef: float = Field(0.5, ge=0, description="Critic loss weight.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus weight.")
-    kl_coef: float = Field(0.0, ge=0, description="KL-to-reference weight.")
+    kl_coef: float = Field(
+        0.0, ge=0, description="KL-to-reference weight; the reference is the warm-started policy once SFT has ended "
+        "(work_dir/reference), else the starting model.")
     is_truncation: float = Field(2.0, gt=0, description="Cap of behaviour/proximal importance weights.")
     advantage_norm: Literal["global", "group", "group_centered", "none"] = Field(
         "global", description="Advantage normalisation: whiten over the batch or within each group; group_centered: "

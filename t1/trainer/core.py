@@ -16,6 +16,8 @@ only if the step that took them was never committed.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -40,6 +42,8 @@ from t1.trainer.validation import RoutingSpec
 from t1.trajectory.serialization import decode_trajectory
 
 log = logging.getLogger(__name__)
+
+REFERENCE_DIR = "reference"  # work_dir/reference: the KL reference (the warm start) once SFT has ended
 
 
 class Stage(StrEnum):
@@ -117,8 +121,10 @@ class TrainerCore:
         self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing,
                                       mpu, sp_size)
         reference = None
-        if tc.rl.kl_coef > 0:
-            reference = load_policy(src).to(self.device).eval().requires_grad_(False)
+        if tc.rl.kl_coef > 0:  # the warm start once SFT has ended (_anchor_reference), else the starting model
+            anchored = self.work_dir / REFERENCE_DIR
+            reference = load_policy(anchored if (anchored / "config.json").is_file() else src)
+            reference = reference.to(self.device).eval().requires_grad_(False)
         self.learner = Learner(self.policy, self.critic, tc.rl, self.device, reference,
                                temperature=cfg.rollout.sampling.temperature,
                                checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens,
@@ -216,12 +222,31 @@ class TrainerCore:
         - the critic's backbone becomes the warm-started policy's (unless trainer.critic_path names a critic of
           its own): its warm-up starts from features that know the tasks, not from the model SFT began with."""
         ds.reset_optimizer_state(self.policy)
+        self._anchor_reference()
         if self.tc.critic_path is not None:
             return
         if ds.copy_backbone(self.policy, self.critic):
             log.info("critic backbone set from the warm-started policy (version %d)", self.state.policy_version)
         else:
             log.warning("ZeRO-3: the critic keeps the backbone it was loaded with (not the warm-started policy's)")
+
+    def _anchor_reference(self) -> None:
+        """With rl.kl_coef: the KL reference becomes the warm-started policy, so PPO is held near what SFT made,
+        not near the model SFT began with; saved as work_dir/reference, which a restart loads."""
+        reference = self.learner.reference
+        if reference is None:
+            return
+        if self.policy.zero_optimization_stage() == 3:
+            log.warning("ZeRO-3: the KL reference stays the model SFT began with (not the warm-started policy)")
+            return
+        reference.load_state_dict(self.policy.module.state_dict())
+        if ds.rank() == 0:
+            final, tmp = self.work_dir / REFERENCE_DIR, self.work_dir / f".tmp-{REFERENCE_DIR}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            reference.save_pretrained(str(tmp), safe_serialization=True)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        log.info("KL reference set to the warm-started policy (version %d)", self.state.policy_version)
 
     def reported_status(self) -> tuple[TrainState, Stage]:
         """What GetStatus reports: DONE only once the last step is committed (durable in the buffer)."""

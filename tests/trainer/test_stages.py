@@ -163,3 +163,34 @@ def test_ppo_ptx_needs_demonstrations(tmp_path: Path, tiny_model_dir: Path) -> N
 
     with pytest.raises(ConfigError, match=r"demo_nll_coef > 0 needs warm_start.demos_path"):
         trainer_config(tmp_path, tiny_model_dir, demo_nll_coef=0.5)
+
+
+def _max_gap(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    return max(float((sa[k].float() - sb[k].float()).abs().max()) for k in sa)
+
+
+def test_kl_reference_is_the_warm_start(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """With rl.kl_coef, PPO is held near the policy SFT made, not near the model SFT began with: at SFT's end the
+    reference takes the policy's weights, and a restarted trainer loads that reference, not the starting model."""
+    demos = tmp_path / "demos.msgpack"
+    with demos.open("wb") as f:
+        f.write(encode_trajectory(trajectory("demo0", "demo", [segment([11, 12, 13, 500, 501, 502], 3)], 1.0)))
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-3, kl_coef=0.1, extra={
+        "trainer.warm_start.sft_steps": 2, "trainer.warm_start.demos_path": str(demos), "trainer.max_steps": 1})
+    core = TrainerCore(cfg)
+    reference = core.learner.reference
+    assert reference is not None
+    core.step(None)
+    assert _max_gap(core.policy.module, reference) > 1e-4  # SFT moved the policy; the reference is the start
+    core.step(None)
+    assert core.stage() == Stage.PPO and _max_gap(core.policy.module, reference) == 0.0
+    warm = {k: v.clone() for k, v in reference.state_dict().items()}
+    _rollouts(core, 0, version=2)
+    core.step(core.take_groups())
+    assert _max_gap(core.policy.module, reference) > 0.0  # PPO moves the policy, never the reference
+    core.close()
+    again = TrainerCore(cfg)
+    assert again.learner.reference is not None
+    assert all(torch.equal(v, warm[k]) for k, v in again.learner.reference.state_dict().items())
+    again.close()
