@@ -2,7 +2,7 @@
 
 MODE `sandboxes`: a local provider on ROOT with an overlay sandbox (with internet, where slirp4netns
 is installed) and a read-only-root one, each running a background job and a detached daemon; prints `ready` and the holders' host pids, then
-waits to be killed. MODE `lifeline-closed`: the same, then it closes its lifeline's write end (as
+waits to be killed. MODE `lifeline-closed`: the same, then, after a line on stdin, it closes its lifeline's write end (as
 its death would) and stays alive. MODE `stuck-bwrap`: a bubblewrap over ROOT/sb-stuck whose child
 waits forever for uid maps: its outer process is killed with this one (--die-with-parent) while
 `keeper` holds the block pipe, the way a run killed mid-start leaves one.
@@ -35,7 +35,8 @@ async def sandboxes(root: Path, close_lifeline: bool) -> None:
         await shell.run("sleep 1000 & setsid sleep 1001 > /dev/null 2>&1 < /dev/null & echo started")
         inits.append(provider.server._inits[box.id].target.pid)
     print("ready", *inits, flush=True)
-    if close_lifeline:
+    if close_lifeline:  # once the test has read the holders' namespaces (a line on stdin)
+        await asyncio.to_thread(sys.stdin.readline)
         assert holders._pipe is not None
         os.close(holders._pipe[1])
         print("closed", flush=True)

@@ -65,7 +65,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _start_owner(root: Path, mode: str) -> tuple[subprocess.Popen[str], list[int]]:
-    owner = subprocess.Popen([sys.executable, str(OWNER), str(root), mode], stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen([sys.executable, str(OWNER), str(root), mode], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
     assert owner.stdout is not None
     line = owner.stdout.readline().split()
     assert line and line[0] == "ready", f"owner exited with {owner.wait()}"
@@ -108,8 +109,11 @@ def test_holders_end_with_the_lifeline_pipe_itself(root: Path) -> None:
     """Without relying on bubblewrap's parent-death signal: the owner stays alive, only its lifeline ends."""
     owner, inits = _start_owner(root, "lifeline-closed")
     try:
-        assert owner.stdout is not None and owner.stdout.readline().strip() == "closed"
-        namespaces = {_pid_ns(pid) for pid in inits}
+        namespaces = {_pid_ns(pid) for pid in inits}  # before the lifeline closes: its holders end within ms
+        assert len(namespaces) == 2 and owner.stdin is not None and owner.stdout is not None
+        owner.stdin.write("close\n")
+        owner.stdin.flush()
+        assert owner.stdout.readline().strip() == "closed"
         _until(lambda: not _members(namespaces), 5, f"left in the sandboxes: {_members(namespaces)}")
         assert owner.poll() is None, "the owner itself is alive: the pipe alone ended its sandboxes"
     finally:
