@@ -243,7 +243,7 @@ class TrainerCore:
         if ds.rank() == 0:
             final, tmp = self.work_dir / REFERENCE_DIR, self.work_dir / f".tmp-{REFERENCE_DIR}"
             shutil.rmtree(tmp, ignore_errors=True)
-            reference.save_pretrained(str(tmp), safe_serialization=True)
+            cast(Any, reference).save_pretrained(str(tmp), safe_serialization=True)  # a Hugging Face model
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
         log.info("KL reference set to the warm-started policy (version %d)", self.state.policy_version)
