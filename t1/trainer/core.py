@@ -220,7 +220,8 @@ class TrainerCore:
         - the policy's optimizer forgets SFT's moments: PPO's first steps follow PPO's gradients, at PPO's lr,
           not the momentum and second moments of the imitation loss;
         - the critic's backbone becomes the warm-started policy's (unless trainer.critic_path names a critic of
-          its own): its warm-up starts from features that know the tasks, not from the model SFT began with."""
+          its own): its warm-up starts from features that know the tasks, not from the model SFT began with;
+        - with rl.kl_coef, the KL reference becomes the warm-started policy (`_anchor_reference`)."""
         ds.reset_optimizer_state(self.policy)
         self._anchor_reference()
         if self.tc.critic_path is not None:
