@@ -128,6 +128,11 @@ class TrainerConfig(Section):
         default_factory=_default_deepspeed, description="DeepSpeed JSON config, as DeepSpeed documents it."
     )
 
+    @property
+    def trains_on_demos(self) -> bool:
+        """SFT or PPO-ptx trains on the demonstrations (warm_start.demos_path)."""
+        return self.warm_start.sft_steps > 0 or self.rl.demo_nll_coef > 0
+
     @model_validator(mode="after")
     def _best_round_kept(self) -> TrainerConfig:
         ws = self.warm_start

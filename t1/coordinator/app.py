@@ -121,8 +121,7 @@ class Coordinator:
             await self.stop_requested.wait()
             return
         ws = cfg.trainer.warm_start
-        wants_demos = ws.sft_steps > 0 or cfg.trainer.rl.demo_nll_coef > 0  # SFT and PPO-ptx train on them
-        if wants_demos and ws.demos_path is not None and not ws.demos_path.exists():
+        if cfg.trainer.trains_on_demos and ws.demos_path is not None and not ws.demos_path.exists():
             self.state.phase = RunPhase.WARM_START_DEMOS
             await stages.write_demos(parts, [t for n in ws.demo_sets or cfg.tasks.train for t in sets[n]], ws.demos_path)
         # The trainer starts (and warm-starts) while the inference servers come up and the first eval runs.

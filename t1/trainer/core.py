@@ -136,7 +136,7 @@ class TrainerCore:
         self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)
         self.checkpointer = Checkpointer(self.work_dir / "checkpoints", keep_manual=tc.keep_manual_checkpoints)
         self.demos: list[TrainSequence] = []
-        if (tc.warm_start.sft_steps > 0 or tc.rl.demo_nll_coef > 0) and tc.warm_start.demos_path is not None:
+        if tc.trains_on_demos and tc.warm_start.demos_path is not None:
             self.demos = load_demos(tc.warm_start.demos_path)
         self.state = self._restore()
         self._uncommitted: list[StepRecord] = []
