@@ -24,6 +24,9 @@ from t1.coordinator.lifeline import lifeline_argv
 log = logging.getLogger(__name__)
 
 _LISTENING = re.compile(rb"listening on (\S+:\d+)")
+# torch.distributed's rendezvous: a local child is a process group of its own. Inherited, a trainer child would
+# try to listen on the MASTER_PORT that a trainer in this process (or its launcher) already holds.
+RENDEZVOUS_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def torch_extensions_dir() -> str:
@@ -53,7 +56,8 @@ class Child:
     async def start(self, timeout_s: float, env: dict[str, str] | None = None) -> str:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = self.log_path.open("ab")
-        child_env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        inherited = {k: v for k, v in os.environ.items() if k not in RENDEZVOUS_ENV}
+        child_env = {**inherited, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                      "TOKENIZERS_PARALLELISM": "false", "TORCH_EXTENSIONS_DIR": torch_extensions_dir(), **(env or {})}
         self.proc = await asyncio.create_subprocess_exec(
             *lifeline_argv(self.argv), stdout=asyncio.subprocess.PIPE, stderr=logf, env=child_env, start_new_session=True)
