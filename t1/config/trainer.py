@@ -80,6 +80,9 @@ class WarmStartConfig(Section):
         None, ge=1, description="Demonstration sequences per SFT step (shuffled epochs); null: all of them every step.")
     sft_lr: float | None = Field(
         None, gt=0, description="Policy learning rate of SFT steps; null uses the DeepSpeed optimizer's (PPO's) lr.")
+    sft_lr_final: float | None = Field(
+        None, gt=0, description="With sft_lr: SFT's lr follows a cosine from sft_lr down to this at sft_steps (the "
+        "cap), so the rounds near the plateau take small steps; null keeps sft_lr.")
     sft_threads: int = Field(
         0, ge=0, description="torch intra-op threads of SFT steps (no rollouts compete for the cores then); 0 keeps "
         "the trainer's (OMP_NUM_THREADS). Warm-up and PPO steps use the trainer's.")
@@ -93,6 +96,8 @@ class WarmStartConfig(Section):
     def _demos_for_sft(self) -> WarmStartConfig:
         if self.sft_steps > 0 and self.demos_path is None:
             raise ValueError("sft_steps > 0 needs demos_path")
+        if self.sft_lr_final is not None and (self.sft_lr is None or self.sft_lr_final > self.sft_lr):
+            raise ValueError("sft_lr_final needs sft_lr, and at most it (the lr decays to it)")
         if self.sft_eval_every is not None and self.sft_validation_set is None:
             raise ValueError("sft_eval_every needs sft_validation_set (a task set of held-out training tasks)")
         return self

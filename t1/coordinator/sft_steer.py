@@ -4,12 +4,12 @@ With `trainer.warm_start.sft_eval_every` set, the trainer takes SFT steps only a
 coordinator allows (TrainerService.SteerSft). The coordinator allows `sft_eval_every` more steps,
 waits until that version is on the inference servers, evaluates the validation set (training
 tasks held out of the demonstrations) and repeats; SFT ends after `sft_patience` evals without a
-new best solve rate, or at `sft_steps`. The warm start is the weights of the round with the highest
-validation rate, not necessarily the last round's (later rounds can over-fit the demonstrations): the trainer restores them from their published folder
-and publishes them as a new version. With `sft_pool_rounds` k > 1, both rules judge a round by its rate
-pooled with the k - 1 rounds before it (`pooled`): one 40-attempt eval's noise (about 0.08) is as large as
-the rise of several rounds, and adjacent rounds' weights differ little. The curve (step, solve rate,
-attempts) and the step kept go into the report.
+new best solve rate, or at `sft_steps`. The warm start is the weights of the latest round whose validation
+rate is within `sft_min_gain` of the highest, not necessarily the last round's (later rounds can over-fit the
+demonstrations): the trainer restores them from their published folder and publishes them as a new version.
+With `sft_pool_rounds` k > 1, both rules judge a round by its rate pooled with the k - 1 rounds before it
+(`pooled`): one 40-attempt eval's noise (about 0.08) is as large as the rise of several rounds, and adjacent
+rounds' weights differ little. The curve (step, solve rate, attempts) and the step kept go into the report.
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ def best_round(rates: list[float], min_gain: float = 0.0) -> int:
     return best
 
 
-def kept_round(rates: list[float]) -> int:
-    """The round whose weights become the warm start (pure): the highest validation rate, the latest of equal
-    ones (the warm start is not cut short for a rise inside the noise). It is never before `best_round`, so at
-    the plateau it is one of the last `sft_patience` + 1 rounds, whose folders are still published."""
+def kept_round(rates: list[float], min_gain: float = 0.0) -> int:
+    """The round whose weights become the warm start (pure): the latest whose rate is within `min_gain` of the
+    highest. A rise smaller than `min_gain` is not a rise and a fall smaller than it is not a fall: among rounds
+    the eval cannot tell apart, the one trained longest is kept. It is never before `best_round`, so at the
+    plateau it is one of the last `sft_patience` + 1 rounds, whose folders are still published."""
     top = max(rates)
-    return max(i for i, rate in enumerate(rates) if rate == top)
+    return max(i for i, rate in enumerate(rates) if rate == top or rate > top - min_gain + 1e-9)
 
 
 def plateaued(rates: list[float], patience: int, min_gain: float = 0.0) -> bool:
@@ -119,7 +120,7 @@ async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig
         rates = pooled([p.solve_rate for p in curve], ws.sft_pool_rounds)
         if taken >= ws.sft_steps or plateaued(rates, ws.sft_patience, ws.sft_min_gain):
             break
-    kept = curve[kept_round(rates)].step if max(rates) > 0 else taken
+    kept = curve[kept_round(rates, ws.sft_min_gain)].step if max(rates) > 0 else taken
     status = await steer.steer(allow_steps=taken, end=True, keep_step=kept)
     await trainer.weights.wait_for_version(_at_least(int(status.policy_version)))
     log.info("SFT ended after %d steps (validation solve rates %s, pooled %s); the warm start is step %d's weights",

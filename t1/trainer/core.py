@@ -16,6 +16,7 @@ only if the step that took them was never committed.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from t1.config.schema import T1Config
+from t1.config.trainer import WarmStartConfig
 from t1.routing.adapters import find_routers
 from t1.trainer import engine as ds
 from t1.trainer import sequence_parallel
@@ -89,6 +91,15 @@ def sft_batch(demos: list[TrainSequence], size: int | None, step: int, seed: int
         order = np.random.default_rng([seed, epoch]).permutation(len(demos))
         out.extend(demos[i] for i in order[offset:offset + size - len(out)])
     return out
+
+
+def sft_lr_at(ws: WarmStartConfig, step: int) -> float | None:
+    """The policy's lr at SFT step `step` (0-based; pure): `sft_lr`, or with `sft_lr_final` a cosine from
+    `sft_lr` down to it at `sft_steps` (the cap: SFT that ends at its plateau ends before the lowest rate)."""
+    if ws.sft_lr is None or ws.sft_lr_final is None:
+        return ws.sft_lr
+    frac = min(1.0, step / max(1, ws.sft_steps))
+    return ws.sft_lr_final + (ws.sft_lr - ws.sft_lr_final) * 0.5 * (1.0 + math.cos(math.pi * frac))
 
 
 def policy_path(cfg: T1Config) -> Path:
@@ -275,9 +286,12 @@ class TrainerCore:
         group_ids: tuple[str, ...] = ()
         _use_threads(self.tc.warm_start.sft_threads if stage == Stage.SFT else 0, self._threads)
         if stage == Stage.SFT:
-            with ds.learning_rate(self.policy, self.tc.warm_start.sft_lr):
+            sft_lr = sft_lr_at(self.tc.warm_start, s.sft_steps)
+            with ds.learning_rate(self.policy, sft_lr):
                 metrics = self.learner.sft_step(sft_batch(self.demos, self.tc.warm_start.sft_batch, s.sft_steps,
                                                           self.tc.seed))
+            if sft_lr is not None:
+                metrics["sft_lr"] = sft_lr
             new = replace(s, sft_steps=s.sft_steps + 1)
         else:
             assert groups is not None

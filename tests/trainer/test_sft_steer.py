@@ -3,6 +3,7 @@ learning rate applies to SFT steps only, minibatches cycle through shuffled epoc
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 from trainer_synth import segment, trainer_config, trajectory
 
 from t1.config.loader import ConfigError
+from t1.config.trainer import WarmStartConfig
 from t1.coordinator.sft_steer import best_round, kept_round, plateaued, pooled
-from t1.trainer.core import Stage, TrainerCore, sft_batch
+from t1.trainer.core import Stage, TrainerCore, sft_batch, sft_lr_at
 from t1.trainer.models import load_policy
 from t1.trajectory.serialization import encode_trajectory
 
@@ -49,6 +51,32 @@ def test_pooled_rates_judge_a_round_with_the_one_before() -> None:
     long = [0.05, 0.225, 0.3, 0.575, 0.675, 0.7, 0.55]
     assert plateaued(long, 2, 0.05) and kept_round(long) == 5
     assert not plateaued(pooled(long, 2), 2, 0.05) and kept_round(pooled(long, 2)) == 5
+
+
+def test_the_kept_round_is_the_latest_the_eval_cannot_tell_from_the_best() -> None:
+    assert kept_round([0.2, 0.6, 0.5, 0.6]) == 3                     # ties: the latest
+    assert kept_round([0.2, 0.6, 0.5, 0.58]) == 1                    # without a tolerance the top alone
+    assert kept_round([0.2, 0.6, 0.5, 0.58], 0.05) == 3              # 0.58 is within the noise of 0.6
+    assert kept_round([0.2, 0.6, 0.5, 0.54], 0.05) == 1              # 0.54 is not
+    # A seed-0 run's pooled curve (40 attempts a round): it kept 900 at 0.69; 1,200's 0.65 is within 0.05
+    run = [0.15, 0.24, 0.47, 0.62, 0.65, 0.69, 0.68, 0.65]
+    assert kept_round(run) == 5 and kept_round(run, 0.05) == 7
+    for rates in ([0.1, 0.5, 0.45, 0.46], [0.3, 0.35, 0.5, 0.52, 0.49], run):  # never before the last new best
+        assert kept_round(rates, 0.05) >= best_round(rates, 0.05)
+
+
+def test_sft_lr_decays_along_a_cosine_to_the_cap() -> None:
+    ws = WarmStartConfig(sft_steps=1000, sft_lr=3e-3, sft_lr_final=3e-4, demos_path=Path("d.msgpack"))
+    assert sft_lr_at(ws, 0) == pytest.approx(3e-3)
+    assert sft_lr_at(ws, 500) == pytest.approx(1.65e-3)
+    assert sft_lr_at(ws, 1000) == pytest.approx(3e-4) and sft_lr_at(ws, 1500) == pytest.approx(3e-4)
+    lrs = [sft_lr_at(ws, k) for k in range(0, 1001, 50)]
+    assert all(a > b for a, b in itertools.pairwise(lrs)), lrs  # type: ignore[operator]
+    assert sft_lr_at(WarmStartConfig(sft_lr=3e-3), 700) == 3e-3 and sft_lr_at(WarmStartConfig(), 700) is None
+    with pytest.raises(ValueError, match="sft_lr_final needs sft_lr"):
+        WarmStartConfig(sft_lr_final=1e-4)
+    with pytest.raises(ValueError, match="at most it"):
+        WarmStartConfig(sft_lr=1e-4, sft_lr_final=1e-3)
 
 
 def test_sft_batches_cover_each_epoch_once() -> None:
