@@ -80,16 +80,15 @@ def _clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 async def upload_archive(shell: Shell, archive: bytes, remote_dir: str, what: str) -> None:
     """Unpack a tar.gz into `remote_dir` (created if missing)."""
     dest = shlex.quote(remote_dir)
+    unpack = f"mkdir -p {dest} && tar -xzf - -C {dest} --no-same-owner"  # the archive on its stdin
     if len(archive) <= INLINE_MAX_BYTES:
         encoded = base64.b64encode(archive).decode("ascii")
-        inline = await shell.run(f"( mkdir -p {dest} && printf %s {encoded} | base64 -d | tar -xzf - -C {dest} "
-                                 "--no-same-owner )", timeout_s=120.0)
+        inline = await shell.run(f"( printf %s {encoded} | base64 -d | {{ {unpack}; }} )", timeout_s=120.0)
         if inline.exit_code == 0 and not inline.timed_out:
             return
     staged = f"{STAGING_DIR}/.t1-upload-{uuid.uuid4().hex}.tgz"
     await shell.write_file(staged, archive, 0o600)
-    await check(shell, f"( mkdir -p {dest} && tar -xzf {staged} -C {dest} --no-same-owner; s=$?; rm -f {staged}; exit $s )",
-                f"upload {what} to {remote_dir}")
+    await check(shell, f"( {{ {unpack}; }} < {staged}; s=$?; rm -f {staged}; exit $s )", f"upload {what} to {remote_dir}")
 
 
 async def upload_dir_contents(shell: Shell, local_dir: Path, remote_dir: str, exclude: tuple[str, ...] = ()) -> None:
@@ -120,8 +119,10 @@ async def read_if_exists(shell: Shell, path: str) -> bytes | None:
                              f"elif [ -e {q} ]; then echo file; else echo none; fi", 30)
     lines = result.output.split("\n")
     at = next((i for i, line in enumerate(lines) if line in _KINDS), None)  # past anything the shell printed first
-    kind = lines[at] if at is not None else ""
-    if kind == "inline" and result.exit_code == 0 and not result.truncated and at is not None:
+    if at is None:
+        return await shell.read_file(path)
+    kind = lines[at]
+    if kind == "inline" and result.exit_code == 0 and not result.truncated:
         try:
             data: bytes | None = base64.b64decode("".join(lines[at + 1:]).strip(), validate=True)
         except (binascii.Error, ValueError):
