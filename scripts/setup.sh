@@ -25,8 +25,8 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${SYSTEM_PACKAGES[@]}" >/dev/null
 fi
 
-# The docker provider's tests (tests/docker) start a private dockerd; only on request, as CI's
-# default path does not run them: T1_SETUP_DOCKER=1 (or `make setup-docker`).
+# The docker provider's tests (tests/docker) start a private dockerd: T1_SETUP_DOCKER=1 (or `make
+# setup-docker`) installs it; .ci/run sets it, so CI runs those tests.
 if [[ ${T1_SETUP_DOCKER:-0} == 1 ]] && ! command -v dockerd >/dev/null 2>&1; then
   if [[ $(id -u) -ne 0 ]]; then
     echo "t1 setup: need root to apt-get install docker.io (T1_SETUP_DOCKER=1)" >&2
