@@ -11,10 +11,12 @@ Sampled tokens are never re-tokenized. A turn costs O(its own tokens), not O(con
 keeps the messages and its decoded text as it grows (each chunk decoded once), renders each delta
 in a bounded anchor (ChatRenderer.delta) and prompt_ids() is a view, not a copy.
 
-Template checks, two levels (on a failure the buffer either keeps its tokens and repairs the
-boundary, or starts a new segment from the re-rendered conversation: MismatchPolicy; counted):
-- every observation, the anchor: the last assistant turn renders as the buffer holds it and the new
-  messages do not rewrite it (re-serialised tool calls, reasoning stripped from the last turn);
+Template checks, two levels (on a failure the buffer either keeps its tokens and appends the delta,
+or starts a new segment from the re-rendered conversation: MismatchPolicy; counted by cause; the
+episode continues, the buffer never raises on a template its renderer accepted):
+- every observation, the anchor: the turn's context, its generation prompt and the last assistant
+  turn render as the buffer holds them once the new messages follow (re-serialised tool calls,
+  reasoning stripped, an empty think block the prompt had and the history has not);
 - every `full_check_every` observations, at compaction and at export, the full history: the whole
   conversation renders to text that starts with the buffer's, which catches templates that rewrite
   turns further back (Qwen3 stripping the reasoning of all turns before a new user query). It is
@@ -31,7 +33,7 @@ import numpy as np
 
 from t1.inference.types import GenerateResult
 from t1.tito.diagnostics import REPAIRED_TURNS, TEMPLATE_MISMATCHES
-from t1.tito.render import ChatRenderer, Message
+from t1.tito.render import ChatRenderer, Message, MismatchCause, anchor_context
 from t1.tito.segment import SegmentBuilder
 from t1.trajectory.types import (
     EpisodeStatus,
@@ -64,6 +66,7 @@ class TokenBuffer:
         self._closed: list[tuple[SegmentBuilder, int]] = []
         self._first_turn = 0
         self._repaired = self._masked = self._mismatches = 0
+        self._causes: dict[MismatchCause, int] = {}
         self._start_segment(messages, previous=None)
 
     def _start_segment(self, messages: Sequence[Message], previous: SegmentBuilder | None) -> None:
@@ -110,6 +113,11 @@ class TokenBuffer:
         return TitoCounters(repaired_turns=self._repaired, masked_tokens=self._masked,
                             template_mismatches=self._mismatches)
 
+    @property
+    def mismatch_causes(self) -> dict[MismatchCause, int]:
+        """Template mismatches counted so far, by cause (they sum to counters.template_mismatches)."""
+        return dict(self._causes)
+
     def append_generation(self, result: GenerateResult, message: Message | None = None) -> TurnSpan:
         """Append the sampled ids of a generation made on prompt_ids(), with logprobs, versions and routing.
 
@@ -128,16 +136,17 @@ class TokenBuffer:
         if result.routing is not None and result.routing.num_tokens:
             self._seg.add_routing(result.routing)
         eot = self.renderer.end_of_turn_ids
-        complete = len(ids) >= len(eot) and tuple(ids[len(ids) - len(eot):].tolist()) == eot
-        self._turn_text = self.renderer.decode(ids.tolist())
-        if not complete:
+        sampled = ids.tolist()
+        end = self.renderer.end_length(sampled)
+        self._turn_text = self.renderer.decode(sampled)
+        if not end:
             self._seg.append_context(np.asarray(eot, np.int32))
             self._turn_text += self.renderer.decode(eot)
             self._repaired += 1
             self._masked += len(eot)
             REPAIRED_TURNS.inc()
         if message is None:
-            content_ids = ids[:len(ids) - len(eot)] if complete else ids
+            content_ids = ids[:len(ids) - end]
             message = {"role": "assistant", "content": self.renderer.decode(content_ids.tolist())}
         self._messages.append(message)
         self._text.append(self._turn_text)
@@ -150,9 +159,9 @@ class TokenBuffer:
         if self._messages[-1].get("role") != "assistant":
             raise ValueError(f"observations follow an assistant turn; the last message is "
                              f"{self._messages[-1].get('role')!r}")
-        delta = self.renderer.delta(self._messages[-1], self._turn_text, messages)
-        if not (delta.prefix_matched and delta.history_stable):
-            self._count_mismatch()
+        delta = self.renderer.delta(anchor_context(self._messages), self._messages[-1], self._turn_text, messages)
+        if delta.cause is not None:
+            self._count_mismatch(delta.cause)
             if self.on_mismatch is MismatchPolicy.NEW_SEGMENT:
                 previous = self._close_segment()
                 self._start_segment([*self._messages, *messages], previous)
@@ -169,10 +178,11 @@ class TokenBuffer:
             return self._seg.ids()
         return ids
 
-    def _count_mismatch(self) -> None:
+    def _count_mismatch(self, cause: MismatchCause) -> None:
         self._mismatches += 1
+        self._causes[cause] = self._causes.get(cause, 0) + 1
         self._synced = False
-        TEMPLATE_MISMATCHES.inc()
+        TEMPLATE_MISMATCHES.labels(cause=cause.value).inc()
 
     def _check_history(self) -> bool:
         """The full-history check (O(context)); counts a mismatch unless one is already counted in
@@ -187,7 +197,7 @@ class TokenBuffer:
             messages, parts = messages[:-1], parts[:-1]
         if self.renderer.history_matches(messages, "".join(parts)):
             return True
-        self._count_mismatch()
+        self._count_mismatch(MismatchCause.HISTORY)
         return False
 
     def compact(self, messages: Sequence[Message]) -> None:

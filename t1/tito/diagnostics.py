@@ -17,7 +17,8 @@ from t1.trajectory.types import Segment
 
 REPAIRED_TURNS = Counter("t1_tito_repaired_turns", "Turns whose end-of-turn tokens were appended by TITO repair")
 TEMPLATE_MISMATCHES = Counter(
-    "t1_tito_template_mismatches", "Turns where the rendered history did not match the token buffer")
+    "t1_tito_template_mismatches", "Turns where the rendered history did not match the token buffer, by cause",
+    ["cause"])
 
 
 def drift_tokens(trainer_ids: np.ndarray, loss_mask: np.ndarray, sampled: Sequence[tuple[int, np.ndarray]]) -> int:

@@ -131,10 +131,12 @@ THINK = "<think>\nplan the listing\n</think>\n\nls"
 
 
 def deep_rewrite_episode(buf: TokenBuffer, r: ChatRenderer) -> None:
-    """Reasoning in a turn two turns before a new user query: Qwen3-style templates strip it then,
-    outside the anchor (the last assistant turn), so only the full-history check can see it."""
+    """Reasoning in a turn three turns before a new user query: Qwen3-style templates strip it then,
+    outside the anchor (the last two assistant turns), so only the full-history check can see it."""
     buf.append_generation(sampled(r, THINK, prompt_len=len(buf.prompt_ids())))
     buf.append_observation([{"role": "tool", "content": "a.txt"}])
+    buf.append_generation(sampled(r, "more", prompt_len=len(buf.prompt_ids())))
+    buf.append_observation([{"role": "tool", "content": "b.txt"}])
     buf.append_generation(sampled(r, "done", prompt_len=len(buf.prompt_ids())))
     buf.append_observation([{"role": "user", "content": "and now?"}])
 
@@ -158,6 +160,7 @@ def test_rewrite_beyond_the_anchor_starts_a_new_segment_under_new_segment_policy
     assert buf.num_segments == 2 and buf.counters.template_mismatches == 1
     assert r.decode(buf.prompt_ids().tolist()) == r.render(
         [*OPENING, {"role": "assistant", "content": THINK}, {"role": "tool", "content": "a.txt"},
+         {"role": "assistant", "content": "more"}, {"role": "tool", "content": "b.txt"},
          {"role": "assistant", "content": "done"}, {"role": "user", "content": "and now?"}], add_generation_prompt=True)
 
 

@@ -107,7 +107,9 @@ INSPECTING = {
 def renderer_with_template(template: str) -> tuple[ChatRenderer, ChatRenderer]:
     fam = get_family("llama3")
     tok = copy.deepcopy(fam.tokenizer)
-    tok.chat_template = template
+    # Each message closed with the end-of-turn token, as a chat template does (the renderer refuses
+    # a template that never writes it after an assistant turn).
+    tok.chat_template = template.replace("{%- endfor %}", "{{- '<|eot_id|>' }}{%- endfor %}")
     return ChatRenderer(tok, end_of_turn=fam.end_of_turn), ChatRenderer(tok, end_of_turn=fam.end_of_turn, fast=False)
 
 
@@ -233,8 +235,9 @@ def test_a_protocol_only_tokenizer_uses_the_reference_path():
     r = ChatRenderer(FakeTokenizer(fam.tokenizer), end_of_turn=fam.end_of_turn)
     assert r._codec is None and r.memo is not None and r.memo.disabled
     messages = [NEUTRAL, {"role": "assistant", "content": "a"}, {"role": "ipython", "content": "b"}]
-    assert r.delta(messages[1], "a<|eot_id|>", messages[2:]) == \
-        ChatRenderer(fam.tokenizer, end_of_turn=fam.end_of_turn, fast=False).delta(messages[1], "a<|eot_id|>", messages[2:])
+    ref = ChatRenderer(fam.tokenizer, end_of_turn=fam.end_of_turn, fast=False)
+    assert r.delta(messages[:1], messages[1], "a<|eot_id|>", messages[2:]) == \
+        ref.delta(messages[:1], messages[1], "a<|eot_id|>", messages[2:])
 
 
 turn = st.tuples(st.integers(0, 10), st.booleans(), st.sampled_from(["obs", "obs2", "user"]), texts, st.booleans())
