@@ -18,6 +18,10 @@ empty), and so is every file the host keeps from other users (not world-readable
 host keys: an empty file in its place) or directory (not world-searchable: an empty directory);
 `/etc/shadow` and `/etc/gshadow` keep their entries with every password locked. The sandbox's
 root could read those through the idmapping, where today's nobody-owned view could not.
+The account files (`/etc/passwd`, `/etc/group`, their shadows and backups) keep the image's
+accounts only, as a container starts with: root, the system users and groups, and nobody; the
+host's own users (ids from login.defs' UID_MIN..UID_MAX, GID_MIN..GID_MAX) and their group
+memberships are left out, so a task's `useradd -u 1000` gets the id as it would in its container.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ MOUNTED_TOP = ("proc", "dev", "run", "sys")
 EMPTY_TOP = ("home", "mnt", "srv", "media", "root", "tmp", "app", "logs", "tests")
 """Present and empty (the tree dirs are mounted over theirs)."""
 SHADOW_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
+ACCOUNT_FILES = ("/etc/passwd", "/etc/passwd-", "/etc/group", "/etc/group-", *SHADOW_FILES)
 KEPT_PRIVATE = ("/etc/sudoers", "/etc/sudoers.d")
 """Root-only but no secret, and a container's root reads them: `sudo` run by root needs its rules."""
 _NOBODY = 65534
@@ -65,7 +70,7 @@ class MaskKind(StrEnum):
     HIDE = "hide"
     EMPTY_DIR = "empty_dir"
     EMPTY_FILE = "empty_file"
-    LOCKED_SHADOW = "locked_shadow"
+    ACCOUNTS = "accounts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +96,63 @@ def _locked(text: bytes) -> bytes:
     return b"\n".join(lines)
 
 
+def _login_range(kind: str, defs: str = "/etc/login.defs") -> range:
+    """The ids `useradd`/`groupadd` give regular accounts (kind UID or GID): the host's own users' range."""
+    bounds = {f"{kind}_MIN": 1000, f"{kind}_MAX": 60000}
+    try:
+        lines = Path(defs).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] in bounds and words[1].isdigit():
+            bounds[words[0]] = int(words[1])
+    return range(bounds[f"{kind}_MIN"], bounds[f"{kind}_MAX"] + 1)
+
+
+def _host_accounts() -> tuple[set[bytes], set[bytes]]:
+    """Names of the host's regular users and groups (in /etc/passwd, /etc/group): what an image does not have."""
+    found: list[set[bytes]] = []
+    for file, ids in (("/etc/passwd", _login_range("UID")), ("/etc/group", _login_range("GID"))):
+        names = set()
+        with open(file, "rb") as handle:
+            for line in handle.read().split(b"\n"):
+                fields = line.split(b":")
+                if len(fields) > 2 and fields[2].isdigit() and int(fields[2]) in ids:
+                    names.add(fields[0])
+        found.append(names)
+    return found[0], found[1]
+
+
+def image_accounts(path: str, text: bytes, users: set[bytes], groups: set[bytes]) -> bytes:
+    """An account file without the host's users and groups (`users`, `groups`), nor their memberships."""
+    is_group = "group" in path or "gshadow" in path
+    gone = groups if is_group else users
+    lines = []
+    for line in text.split(b"\n"):
+        fields = line.split(b":")
+        if len(fields) > 2 and fields[0] in gone:
+            continue
+        if is_group and len(fields) > 3:
+            fields[-1] = b",".join(m for m in fields[-1].split(b",") if m and m not in users)
+            if "gshadow" in path:
+                fields[2] = b",".join(m for m in fields[2].split(b",") if m and m not in users)
+        lines.append(b":".join(fields))
+    out = b"\n".join(lines)
+    return _locked(out) if path in SHADOW_FILES else out
+
+
 def _mask_for(path: str, st: os.stat_result) -> Mask | None:
     if stat.S_ISLNK(st.st_mode) or path in KEPT_PRIVATE:
         return None
     mode, uid, gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+    if path in ACCOUNT_FILES and stat.S_ISREG(st.st_mode):
+        with open(path, "rb") as file:
+            return Mask(path, MaskKind.ACCOUNTS, mode, uid, gid, image_accounts(path, file.read(), *_host_accounts()))
     if stat.S_ISDIR(st.st_mode):
         return None if st.st_mode & 0o005 == 0o005 else Mask(path, MaskKind.EMPTY_DIR, mode, uid, gid)
     if st.st_mode & 0o004 or (st.st_size == 0 and stat.S_ISREG(st.st_mode)):
         return None
-    if path in SHADOW_FILES:
-        with open(path, "rb") as file:
-            return Mask(path, MaskKind.LOCKED_SHADOW, mode, uid, gid, _locked(file.read()))
     return Mask(path, MaskKind.EMPTY_FILE, mode, uid, gid)
 
 

@@ -7,17 +7,26 @@ Terminal-Bench 1 Dockerfiles rely on it), its USER and its ENV. Some images carr
 content of their own that the task's tests depend on (SWE-bench's evaluation
 images hold the repository under test in a conda environment; DevEval's holds the
 test tools its run-tests.sh calls); the host cannot stand in for those, so their
-entry has a `refusal` and a FROM naming one is a needs_image report. This table is
-T1's own; docs/tasks.md lists it. An image that is not in the table is still
-replayed on the host (with WORKDIR /, as a plain distribution image would be),
-and `t1 tasks validate` says so.
+entry has a `refusal` and a FROM naming one is a needs_image report. A language
+image (golang, node, eclipse-temurin, r-base, dotnet, ...) is its toolchain: the host
+stands in for it only where that toolchain is really there, on the system PATH a
+sandbox starts with, and T1 checks it (`missing_toolchain`); otherwise the FROM is a
+needs_image report naming the image and the missing commands. An image that is not
+in the table at all (alpine, with its musl userland and `apk`; an organisation's own
+image) is a needs_image report too: the host is not that image. This table is T1's
+own; docs/tasks.md lists it. The docker provider uses the image itself (when its
+engine has it) and does not consult this table.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 from t1.tasks.spec import Env
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where a stand-in's toolchain must be: the PATH a Debian image's shell starts with (not T1's own venv)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +39,7 @@ class BaseImage:
     env: Env = ()
     note: str = ""
     refusal: str = ""  # non-empty: the image's own content is what the task needs; a local sandbox refuses it
+    toolchain: tuple[str, ...] = ()  # commands the image exists to provide: the host stands in only if it has them
 
 
 BASE_IMAGES: tuple[BaseImage, ...] = (  # first match wins: exact repositories before the prefixes they fall under
@@ -45,7 +55,29 @@ BASE_IMAGES: tuple[BaseImage, ...] = (  # first match wins: exact repositories b
     BaseImage("debian", note="Debian"),
     BaseImage("python", note="Python on Debian"),
     BaseImage("buildpack-deps", note="Debian with build tools"),
+    BaseImage("golang", workdir="/go", note="Go on Debian", toolchain=("go",)),
+    BaseImage("node", note="Node.js on Debian", toolchain=("node", "npm")),
+    BaseImage("eclipse-temurin", note="a Java JDK", toolchain=("java", "javac")),
+    BaseImage("openjdk", note="a Java JDK", toolchain=("java", "javac")),
+    BaseImage("amazoncorretto", note="a Java JDK", toolchain=("java", "javac")),
+    BaseImage("maven", note="a Java JDK with Maven", toolchain=("java", "javac", "mvn")),
+    BaseImage("gradle", note="a Java JDK with Gradle", toolchain=("java", "javac", "gradle")),
+    BaseImage("rust", note="Rust on Debian", toolchain=("cargo", "rustc")),
+    BaseImage("gcc", note="GCC on Debian", toolchain=("gcc", "g++")),
+    BaseImage("r-base", note="R on Debian", toolchain=("R", "Rscript")),
+    BaseImage("rocker/", note="R (Rocker images)", toolchain=("R", "Rscript")),
+    BaseImage("mcr.microsoft.com/dotnet/", note=".NET", toolchain=("dotnet",)),
+    BaseImage("ruby", note="Ruby on Debian", toolchain=("ruby", "gem")),
+    BaseImage("php", note="PHP on Debian", toolchain=("php",)),
+    BaseImage("perl", note="Perl on Debian", toolchain=("perl", "cpanm")),
+    BaseImage("julia", note="Julia on Debian", toolchain=("julia",)),
+    BaseImage("swift", note="Swift on Ubuntu", toolchain=("swift",)),
+    BaseImage("haskell", note="GHC on Debian", toolchain=("ghc", "cabal")),
+    BaseImage("alpine", note="Alpine Linux",
+              refusal="Alpine's userland (musl libc, busybox, the apk package manager) is not the host's Debian one"),
 )
+
+NOT_IN_TABLE = ("not in T1's base-image table (docs/tasks.md), so the host cannot stand in for it")
 
 
 def repository(image: str) -> str:
@@ -60,10 +92,37 @@ def repository(image: str) -> str:
     return name
 
 
+def _tag(image: str) -> str:
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
 def lookup(image: str) -> BaseImage | None:
-    """The table entry for an image reference, or None when T1's table does not know it."""
-    repo = repository(image)
+    """The table entry for an image reference, or None when T1's table does not know it.
+
+    A variant built on Alpine (`python:3.12-alpine`, `golang:alpine3.20`) is Alpine, whatever its repository.
+    """
+    repo = "alpine" if "alpine" in _tag(image) else repository(image)
     for entry in BASE_IMAGES:
         if repo == entry.repository or (entry.repository.endswith("/") and repo.startswith(entry.repository)):
             return entry
     return None
+
+
+def missing_toolchain(entry: BaseImage, path: str = SYSTEM_PATH) -> list[str]:
+    """The commands of the image's toolchain that the host lacks on the system PATH (empty: it stands in)."""
+    return [cmd for cmd in entry.toolchain if shutil.which(cmd, path=path) is None]
+
+
+def stand_in_refusal(image: str) -> str:
+    """Why the host cannot stand in for `image` (empty when it can): refused, unknown, or its toolchain missing."""
+    entry = lookup(image)
+    if entry is None:
+        return NOT_IN_TABLE
+    if entry.refusal:
+        return entry.refusal
+    missing = missing_toolchain(entry)
+    if missing:
+        return (f"the image provides {', '.join(entry.toolchain)}, and this host has no {', '.join(missing)} "
+                f"on the system PATH ({SYSTEM_PATH})")
+    return ""

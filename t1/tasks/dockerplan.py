@@ -2,8 +2,9 @@
 
 Container semantics, as `docker build` applies them:
 - FROM: the base image sets the starting WORKDIR/USER/ENV (t1.tasks.base_images);
-  an image whose own content the task needs (SWE-bench, DevEval) and a second FROM
-  (multi-stage build) need an image.
+  an image the host cannot stand in for (one whose own content the task needs, such
+  as SWE-bench's; a language image whose toolchain the host lacks; one outside the
+  table) and a second FROM (multi-stage build) need an image.
 - ARG (before or after FROM, with defaults) and ENV are expanded in FROM, WORKDIR,
   ENV, COPY/ADD, USER ($VAR, ${VAR}, ${VAR:-default}, ${VAR:+alt}); RUN sees both as
   environment variables (ENV wins), and only ENV survives into the agent's shells.
@@ -28,7 +29,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from t1.tasks.base_images import lookup
+from t1.tasks.base_images import lookup, stand_in_refusal
 from t1.tasks.dockerfile import DockerStep, parse_dockerfile
 from t1.tasks.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.spec import Env
@@ -66,7 +67,6 @@ class DockerPlan:
     """What replaying a Dockerfile does, and the state it leaves for the agent's shells."""
 
     base: str
-    base_known: bool
     steps: tuple[ReplayStep, ...]
     workdir: str
     env: Env
@@ -120,7 +120,6 @@ class _State:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.base: str | None = None
-        self.base_known = False
         self.args: dict[str, str] = {}
         self.env: dict[str, str] = {}
         self.cwd = "/"
@@ -147,13 +146,13 @@ def _from(st: _State, step: DockerStep, where: str) -> None:
         raise NeedsImageError(f"{where}: a second FROM (multi-stage build) needs an image build")
     image = expand(step.args[0], st.args) if step.args else "scratch"
     st.base = image
+    refusal = stand_in_refusal(image)
+    if refusal:
+        raise NeedsImageError(f"{where}: FROM {image}: {refusal}; this task needs that image")
     entry = lookup(image)
-    if entry is not None and entry.refusal:
-        raise NeedsImageError(f"{where}: FROM {image}: {entry.refusal}; this task needs that image")
-    st.base_known = entry is not None
-    if entry is not None:
-        st.cwd, st.user = entry.workdir, entry.user
-        st.env.update(dict(entry.env))
+    assert entry is not None, image
+    st.cwd, st.user = entry.workdir, entry.user
+    st.env.update(dict(entry.env))
 
 
 def _copy(st: _State, step: DockerStep, where: str) -> None:
@@ -225,7 +224,7 @@ def build_plan(path: Path) -> DockerPlan:
         else:
             raise NeedsImageError(f"{where}: instruction {kw} cannot be replayed in a local sandbox; "
                                   "this task needs an image")
-    return DockerPlan(base=st.base or "scratch", base_known=st.base_known, steps=tuple(st.steps), workdir=st.cwd,
+    return DockerPlan(base=st.base or "scratch", steps=tuple(st.steps), workdir=st.cwd,
                       env=tuple(st.env.items()), user=st.user, skipped=tuple(st.skipped))
 
 

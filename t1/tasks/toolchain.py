@@ -13,8 +13,9 @@ uploads, under TOOLCHAIN_DIR:
   wget. They succeed offline when what they would install is already present and
   otherwise name what is missing after NEEDS_NETWORK_MARKER (a setup line that
   prints it is a needs_network report, not a setup failure). Known installer
-  scripts fetched with curl or wget (uv, pip, poetry) are replaced by a no-op
-  script; any other download runs the real tool and, when it cannot connect,
+  scripts fetched with curl or wget (uv, pip, poetry) are replaced by a script that
+  installs nothing and leaves what the real one leaves in ~/.local/bin (uv's: env,
+  uv and uvx, which run the offline uv); any other download runs the real tool and, when it cannot connect,
   says the sandbox is offline. Each use is logged, and the report lists them.
 """
 
@@ -99,19 +100,34 @@ exec /usr/bin/python3 "$@"
 _PYTHON = """#!/bin/bash
 exec python3 "$@"
 """
-_STAND_IN_SCRIPT = ('mkdir -p "$HOME/.local/bin" 2>/dev/null; : > "$HOME/.local/bin/env" 2>/dev/null; '
-                    'echo "t1 offline stand-in: installer skipped"')
+def _left_tool(name: str) -> str:
+    """What an installer stand-in leaves at ~/.local/bin/NAME: the offline stand-in of NAME, wherever T1 put it,
+    as the real installer leaves its binary there (`cp ~/.local/bin/uv /usr/local/bin/` works). The verifier's
+    copy first: only the verifier's uid can create that folder, where the agent could plant setup's."""
+    return (f"#!/bin/sh\nfor d in {TOOLCHAIN_DIR}/bin {STAND_INS_DIR}/bin; do "
+            f'[ -x "$d/{name}" ] && exec "$d/{name}" "$@"; done\n'
+            f'echo "{name}: t1 offline stand-in, not available in this shell" >&2; exit 127\n')
+
+
+def _installer_script(leaves: tuple[str, ...]) -> str:
+    """The script a known installer's URL yields offline: $HOME/.local/bin/env and the tools the installer leaves."""
+    tools = "".join(f"cat > \"$HOME/.local/bin/{name}\" <<'T1_TOOL'\n{_left_tool(name)}T1_TOOL\n"
+                    f"chmod 755 \"$HOME/.local/bin/{name}\"\n" for name in leaves)
+    return ('mkdir -p "$HOME/.local/bin" 2>/dev/null; : > "$HOME/.local/bin/env" 2>/dev/null\n'
+            f"{tools}echo \"t1 offline stand-in: installer skipped\"\n")
+
+
+INSTALLER_LEAVES = {"astral.sh/uv": ("uv", "uvx")}
+"""What a known installer leaves in ~/.local/bin besides `env` (uv's installer: the uv and uvx binaries)."""
 
 
 def _fetcher(tool: str) -> str:
-    known = "|".join(f"*{k}*" for k in KNOWN_INSTALLERS)
+    cases = "".join(f"  *{known}*)\n    {_LOG}\n    cat <<'T1_INSTALLER'\n"
+                    f"{_installer_script(INSTALLER_LEAVES.get(known, ()))}T1_INSTALLER\n    exit 0;;\n"
+                    for known in KNOWN_INSTALLERS)
     return f"""#!/bin/bash
 for a in "$@"; do case "$a" in
-  {known})
-    {_LOG}
-    echo '{_STAND_IN_SCRIPT}'
-    exit 0;;
-esac; done
+{cases}esac; done
 {_REAL_PATH} {tool} "$@"; s=$?
 case "{tool}:$s" in
   curl:5|curl:6|curl:7|curl:28|curl:35|wget:4)

@@ -56,9 +56,6 @@ def _notes(spec: TaskSpec) -> list[str]:
     notes = [f"task file key outside the format's schema, ignored: {k}" for k in spec.ignored_fields]
     env = spec.environment
     plan = plan_or_none(env.dockerfile)
-    if plan is not None and not plan.base_known:
-        notes.append(f"base image {plan.base} is not in T1's base-image table: the host stands in for it "
-                     "with WORKDIR /")
     if plan is not None:
         notes += [f"Dockerfile {s} has no effect in a sandbox, skipped" for s in plan.skipped]
     if env.skills_dir:

@@ -145,7 +145,7 @@ def test_dockerfile_plan_container_semantics(tmp_path: Path) -> None:
                   "RUN python3 - <<PY\nprint(1<<3)\nPY\nUSER nobody\nSHELL [\"/bin/bash\", \"-c\"]\n"
                   "RUN echo $GREETING\nEXPOSE 80\nCMD [\"sleep\", \"infinity\"]\n")
     plan = build_plan(df)
-    assert plan.base_known and plan.workdir == "/srv/sub" and plan.user == "nobody"
+    assert plan.workdir == "/srv/sub" and plan.user == "nobody"
     assert dict(plan.env) == {"GREETING": "hello world", "D": "/srv"}  # ARG does not survive into the image
     copy, *_ = plan.steps
     assert copy.args == ("a.txt", "/app/")  # t-bench base images: WORKDIR /app before any WORKDIR line

@@ -1,0 +1,94 @@
+"""Issue 39's failures, each reproduced on a vendored real task (tests/fixtures/real_tasks) changed in one place.
+
+A test copies a real task folder and edits the one line that other real tasks have and the corpus does
+not (a FROM of a language image, a `useradd -u 1000`, the uv installer followed by `cp ~/.local/bin/uv`,
+a large sparse file, an `npm ci`): the rest of the task, its verifier and its oracle are the real ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from t1.config.sandbox import LocalProviderConfig, ShellConfig
+from t1.sandbox.local import LocalProvider
+from t1.tasks.base_images import SYSTEM_PATH, lookup, missing_toolchain
+from t1.tasks.dataset import load_task
+from t1.tasks.needs import NeedKind
+from t1.tasks.oracle import RunMode, RunStatus, run_task
+from t1.tasks.validate import CheckStatus, check_folder
+
+REAL = Path(__file__).parents[1] / "fixtures" / "real_tasks"
+
+
+def variant(name: str, dest: Path, file: str, edit: Callable[[str], str]) -> Path:
+    """A copy of the vendored real task `name` with `file` (relative to the task) rewritten by `edit`."""
+    root = dest / name.replace("/", "__")
+    shutil.copytree(REAL / name, root)
+    path = root / file
+    path.write_text(edit(path.read_text()))
+    return root
+
+
+def _from(image: str) -> Callable[[str], str]:
+    return lambda text: "\n".join(f"FROM {image}" if line.startswith("FROM ") else line for line in text.splitlines())
+
+
+@pytest.fixture
+async def overlay(sandbox_root: Path) -> AsyncIterator[LocalProvider]:
+    prov = LocalProvider(LocalProviderConfig(root=sandbox_root, overlay=True), ShellConfig(command_timeout_s=120.0))
+    yield prov
+    await prov.close()
+
+
+@pytest.mark.parametrize("image", ["golang:1.22", "r-base:4.4.1", "mcr.microsoft.com/dotnet/sdk:8.0",
+                                   "alpine:3.20", "python:3.12-alpine", "registry.example/team/toolbox:3"])
+async def test_an_image_the_host_cannot_stand_in_for_is_needs_image_naming_it(
+        tmp_path: Path, overlay: LocalProvider, image: str) -> None:
+    """evoeval-0 FROM a language image whose toolchain this host lacks, Alpine (apk, musl) or an image outside
+    T1's table: validate and the run both say needs_image at the FROM line, naming the image (before: validate
+    said ok, and the run scored 0 or failed at setup with `go: not found` / `apk: not found`)."""
+    entry = lookup(image)
+    if entry is not None and entry.toolchain and not missing_toolchain(entry):
+        pytest.skip(f"this host has {entry.toolchain} on {SYSTEM_PATH}: it stands in for {image}")
+    root = variant("tb1/evoeval-0", tmp_path, "Dockerfile", _from(image))
+    check = check_folder(root)
+    assert check.status is CheckStatus.WILL_NOT_RUN, check
+    need = check.needs[0]
+    assert need.kind is NeedKind.IMAGE and need.what.startswith(f"Dockerfile line 2: FROM {image}: "), need
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.NEEDS_IMAGE and oracle.detail == need.what, oracle.as_json()
+
+
+def test_a_language_image_whose_toolchain_the_host_has_is_stood_in_for(tmp_path: Path) -> None:
+    """The host stands in for a language image only when T1 finds its toolchain on the system PATH."""
+    present = [e for e in ("node:20", "eclipse-temurin:21-jdk", "gcc:13", "golang:1.22")
+               if (entry := lookup(e)) is not None and not missing_toolchain(entry)]
+    if not present:
+        pytest.skip("this host has none of node, java/javac, gcc/g++, go")
+    for image in present:
+        check = check_folder(variant("tb1/evoeval-0", tmp_path / image.replace(":", "_"), "Dockerfile", _from(image)))
+        assert check.status is CheckStatus.OK, (image, check)
+
+
+async def test_useradd_of_uid_1000_gets_that_uid_as_in_its_container(tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task whose Dockerfile adds its user with uid 1000 (a common line): the sandbox's root has its
+    image's accounts, not the host's, so useradd succeeds and the oracle resolves (before: `UID 1000 is not
+    unique`, the host's own user being in the copy-on-write root's /etc/passwd)."""
+    root = variant("harbor/simple-task", tmp_path, "environment/Dockerfile",
+                   lambda text: text + "\nRUN useradd -m -u 1000 -s /bin/bash appuser && id -u appuser\n")
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
+
+
+async def test_uv_installer_leaves_uv_and_uvx_where_the_real_one_does(tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task installing uv as many TB2 Dockerfiles do, then copying the binaries the installer leaves in
+    ~/.local/bin: setup succeeds, the copies run (they find T1's offline uv), and the oracle resolves."""
+    line = ("RUN curl -LsSf https://astral.sh/uv/install.sh | sh && cp /root/.local/bin/uv /root/.local/bin/uvx "
+            "/usr/local/bin/ && uv --version && uvx --version")
+    root = variant("harbor/simple-task", tmp_path, "environment/Dockerfile", lambda text: f"{text}\n{line}\n")
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
