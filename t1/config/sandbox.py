@@ -24,7 +24,7 @@ class LimitsConfig(Section):
     """Resource limits inside local sandboxes."""
 
     max_processes: int = Field(512, ge=16, description="Processes per sandbox (RLIMIT_NPROC and the sandbox's pids cgroup).")
-    max_file_mb: int = Field(1024, ge=1, description="RLIMIT_FSIZE in MiB.")
+    max_file_mb: int | None = Field(None, ge=1, description="RLIMIT_FSIZE in MiB; null: none, as in a container (space is bounded by storage, and a size cap fails sparse and preallocated files).")
     max_memory_mb: int | None = Field(4096, ge=64, description="Address-space limit in MiB where the kernel allows; null disables.")
     sandbox_memory_mb: int = Field(4096, ge=64, description="Memory of a whole sandbox (cgroup) when its task sets no memory_mb.")
     sandbox_cpus: float = Field(2.0, gt=0, description="CPU quota of a whole sandbox in cores when its task sets no cpus.")

@@ -267,10 +267,12 @@ def host_prefix(tree: SandboxTree, pty: bool, verifier: bool = False, as_uid: bo
     holding the GIL. `count_processes=False` leaves the process limit off (the sandbox's init).
     """
     limits = tree.limits
-    fsize = limits.max_file_mb * 1024 * 1024
     argv = join_argv(tree.verifier_cgroup_procs if verifier else tree.cgroup_procs)
     argv += ["setsid", "--ctty"] if pty else []
-    argv += ["prlimit", f"--fsize={fsize}:{fsize}"]
+    argv.append("prlimit")
+    if limits.max_file_mb is not None:
+        fsize = limits.max_file_mb * 1024 * 1024
+        argv.append(f"--fsize={fsize}:{fsize}")
     if limits.max_memory_mb is not None:
         mem = limits.max_memory_mb * 1024 * 1024
         argv.append(f"--as={mem}:{mem}")

@@ -92,3 +92,13 @@ async def test_uv_installer_leaves_uv_and_uvx_where_the_real_one_does(tmp_path: 
     root = variant("harbor/simple-task", tmp_path, "environment/Dockerfile", lambda text: f"{text}\n{line}\n")
     oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
     assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
+
+
+async def test_a_large_sparse_file_is_honest_work(tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task whose solution also makes a 2 GiB sparse disk image (as tests of file systems and databases
+    do): no per-file size cap fails it (before: `File too large` under the default max_file_mb of 1 GiB); the
+    sandbox's storage, not a file's size, bounds what it writes."""
+    root = variant("harbor/simple-task", tmp_path, "solution/solve.sh",
+                   lambda text: text + "truncate -s 2G /app/disk.img && test $(stat -c %s /app/disk.img) = 2147483648\n")
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, oracle.as_json()
