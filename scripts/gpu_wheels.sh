@@ -6,7 +6,8 @@
 # network. This script puts the rest into bench/gpu/wheels/ (ignored by git; a device run names it in
 # its carry list): DeepSpeed (built here as a pure-Python wheel, ops compiled on first use, none of
 # which the benchmarks need: torch AdamW), pydantic and what T1's config and metrics import, protobuf 7
-# (T1's generated code needs that runtime), asyncssh for T1's sandbox imports. Versions are this
+# (T1's generated code needs that runtime), grpcio at least the version T1's generated stubs were made
+# with (they refuse an older runtime), asyncssh for T1's sandbox imports. Versions are this
 # virtualenv's, so the GPU runs the code the tests ran. Binary wheels are fetched for CPython 3.12
 # on manylinux x86_64 through pip's configured index. The total is checked against a budget that
 # leaves room for the working tree in the 64 MiB a device call carries.
@@ -19,7 +20,7 @@ DEST=${DEST:-bench/gpu/wheels}
 BUDGET_MIB=${BUDGET_MIB:-40}
 PURE=(deepspeed einops hjson py-cpuinfo pydantic annotated-types typing-inspection typing-extensions
       prometheus-client jinja2 grpcio-health-checking grpcio-reflection asyncssh pycparser)
-BINARY=(pydantic-core psutil markupsafe cryptography cffi protobuf)
+BINARY=(pydantic-core psutil markupsafe cryptography cffi protobuf grpcio)
 
 pin() {  # name==version as installed in this virtualenv
     "$PY" -c 'import importlib.metadata as m, sys; print(f"{sys.argv[1]}=={m.version(sys.argv[1])}")' "$1"

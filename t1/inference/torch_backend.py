@@ -51,6 +51,7 @@ from t1.inference.types import (
     collect,
 )
 from t1.inference.validate import validate_request
+from t1.model.forward import cache_kwargs
 from t1.routing.block import RoutingBlock
 from t1.rpc.errors import RequestError
 
@@ -178,7 +179,8 @@ class TorchBackend:
         try:
             with torch.inference_mode():
                 input_ids = torch.from_numpy(ids.astype(np.int64)).to(self.device)[None, :]
-                out = loaded.model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+                out = loaded.model(input_ids=input_ids, use_cache=True, logits_to_keep=1,
+                                   **cache_kwargs(loaded.model, cache))
         finally:
             loaded.recorder.sink = None
         if params is None:
@@ -212,7 +214,8 @@ class TorchBackend:
         try:
             with torch.inference_mode():
                 input_ids_B1 = torch.tensor([[item.token] for item in items], dtype=torch.int64, device=self.device)
-                out = loaded.model(input_ids=input_ids_B1, cache=batched, use_cache=True, logits_to_keep=1, **extra)
+                out = loaded.model(input_ids=input_ids_B1, use_cache=True, logits_to_keep=1,
+                                   **cache_kwargs(loaded.model, batched), **extra)
         finally:
             loaded.recorder.sink = None
         if isinstance(batched, SlotBatch):

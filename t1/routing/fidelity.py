@@ -58,6 +58,8 @@ def schedule_logprobs(model: Any, segment: Segment, turns: Sequence[tuple[int, n
     """
     from transformers import DynamicCache
 
+    from t1.model.forward import cache_kwargs
+
     if segment.routing is None:
         raise ValueError("schedule_logprobs needs a segment with routing")
     routing = segment.routing
@@ -68,8 +70,8 @@ def schedule_logprobs(model: Any, segment: Segment, turns: Sequence[tuple[int, n
     def forward(end: int) -> torch.Tensor:
         nonlocal done
         with torch.inference_mode(), replay_routing(model, np.ascontiguousarray(routing[done:end])[None]):
-            logits = model(input_ids=ids[None, done:end], cache=cache, use_cache=True,
-                           logits_to_keep=1).logits[0, -1]
+            logits = model(input_ids=ids[None, done:end], use_cache=True, logits_to_keep=1,
+                           **cache_kwargs(model, cache)).logits[0, -1]
         done = end
         return logits
 

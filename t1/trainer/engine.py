@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from t1.model.forward import enable_activation_checkpointing
 from t1.routing.adapters import find_routers
 
 
@@ -107,8 +108,7 @@ def build_engine(model: nn.Module, ds_config: dict[str, Any], lr: float | None =
     cfg = engine_config(ds_config, lr, sequence_parallel_size)
     inner: Any = getattr(model, "backbone", model)  # the critic wraps a transformers backbone
     if activation_checkpointing:
-        enable = getattr(inner, "activation_checkpointing_enable", None) or inner.gradient_checkpointing_enable
-        enable()
+        enable_activation_checkpointing(inner)
     if zero_stage(cfg) == 3:
         from deepspeed.utils import set_z3_leaf_modules
 

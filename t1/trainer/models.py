@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from t1.model.forward import enable_activation_checkpointing
 from t1.routing.adapters import find_routers
 from t1.routing.block import sentinel
 from t1.routing.replay import ReplayStats, replay_routing
@@ -113,7 +114,7 @@ def checkpoint_layers(model: Any, on: bool) -> None:
     if bool(inner.is_gradient_checkpointing) == on:
         return
     if on:
-        (getattr(inner, "activation_checkpointing_enable", None) or inner.gradient_checkpointing_enable)()
+        enable_activation_checkpointing(inner)
     else:
         (getattr(inner, "activation_checkpointing_disable", None) or inner.gradient_checkpointing_disable)()
 

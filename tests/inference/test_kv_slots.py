@@ -11,6 +11,7 @@ from t1.inference.kv_slots import KvSlots
 from t1.inference.sampling import make_generator, sample_rows, sample_token, sampling_logprobs
 from t1.inference.slot_batch import SlotBatch
 from t1.inference.types import SamplingParams
+from t1.model.forward import cache_kwargs
 
 ROW_PARAMS = [
     SamplingParams(temperature=1.0, seed=1),
@@ -71,14 +72,14 @@ def test_a_decode_batch_writes_each_row_at_its_own_length(tiny_model_dir: Path) 
     caches = [slots.new_cache() for _ in range(3)]
     with torch.inference_mode():
         for n, cache in zip((5, 9, 2), caches, strict=True):
-            model(input_ids=torch.arange(16, 16 + n)[None], cache=cache, use_cache=True)
+            model(input_ids=torch.arange(16, 16 + n)[None], use_cache=True, **cache_kwargs(model, cache))
         before = [cache.layers[0].keys.clone() for cache in caches]
         batch = SlotBatch([caches[2], caches[0], caches[1]])  # the batch's rows come in slot order
         assert batch.order == [1, 2, 0]
         assert batch.attention_mask is not None
         assert batch.attention_mask.sum(-1).tolist() == [6, 10, 3]
         assert batch.position_ids[:, 0].tolist() == [5, 9, 2]
-        model(input_ids=torch.tensor([[7], [7], [7]]), cache=batch, use_cache=True,
+        model(input_ids=torch.tensor([[7], [7], [7]]), use_cache=True, **cache_kwargs(model, batch),
               attention_mask=batch.attention_mask, position_ids=batch.position_ids)
         batch.commit()
     for cache, old, n in zip(caches, before, (5, 9, 2), strict=True):
@@ -87,7 +88,7 @@ def test_a_decode_batch_writes_each_row_at_its_own_length(tiny_model_dir: Path) 
         assert cache.layers[0].keys[:, :, n].abs().sum() > 0, "the new position was not written"
     with torch.inference_mode():  # the same new token fed alone gives the same key at that position
         alone = slots.new_cache()
-        model(input_ids=torch.tensor([[16, 17, 7]]), cache=alone, use_cache=True)
+        model(input_ids=torch.tensor([[16, 17, 7]]), use_cache=True, **cache_kwargs(model, alone))
     torch.testing.assert_close(alone.layers[0].keys[:, :, 2], caches[2].layers[0].keys[:, :, 2])
 
 
@@ -96,7 +97,7 @@ def test_packing_a_batch_onto_the_front_slots_keeps_every_row_intact(tiny_model_
     caches = [slots.new_cache() for _ in range(6)]
     with torch.inference_mode():
         for i, cache in enumerate(caches):
-            model(input_ids=torch.arange(16 + i, 20 + 2 * i)[None], cache=cache, use_cache=True)
+            model(input_ids=torch.arange(16 + i, 20 + 2 * i)[None], use_cache=True, **cache_kwargs(model, cache))
     contents = [(c.layers[1].keys.clone(), c.layers[2].values.clone()) for c in caches]
     assert [c.slot for c in caches] == list(range(6))
     del caches[1]  # frees slot 1

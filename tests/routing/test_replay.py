@@ -8,6 +8,7 @@ import pytest
 import torch
 from routing_models import tiny_qwen3_moe
 
+from t1.model.forward import enable_activation_checkpointing
 from t1.routing.block import sentinel
 from t1.routing.capture import capture_routing
 from t1.routing.concat import concat_arrays
@@ -108,7 +109,7 @@ def test_router_gets_gradient_with_replay_and_checkpointing_replays_the_same_exp
     def grads(checkpoint: bool):
         model = tiny_qwen3_moe(seed=2).train()
         if checkpoint:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model, use_reentrant=False)
         ids = torch.randint(0, 128, (1, 12), generator=torch.Generator().manual_seed(12))
         forced = random_routing(1, 12, seed=13)
         with replay_routing(model, forced), capture_routing(model) as cap:
