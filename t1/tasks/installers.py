@@ -3,8 +3,10 @@
 Used by `t1 tasks validate` to predict a needs_network report before running a
 task: the Dockerfile's RUN lines and the test scripts are parsed, each simple
 command that installs something (apt-get/apt install, pip/pip3/python -m pip/uv
-pip install, uv add, uvx and uv run --with, curl|wget piped into a shell) becomes
-an Install, and `missing_on_host` asks the sandbox's own python3 (with the
+pip install, uv add, uvx and uv run --with) becomes an Install, and so does each
+command that downloads outside those (`npm ci`, `go mod download`, `cargo fetch`, a
+curl or wget of a URL, piped into a shell or not: kind `offline`, whose one entry is
+the sentence the stand-ins print when it fails offline), and `missing_on_host` asks the sandbox's own python3 (with the
 sandbox PATH) through t1.tasks.offline_pkgs, the file the stand-ins run, which
 of its packages are absent. Text bashlex cannot parse is split on ; && || | and
 newlines instead.
@@ -31,7 +33,7 @@ from t1.tasks.toolchain import KNOWN_INSTALLERS
 class Install:
     """One installer command: what kind, what it asks for (package names or a URL), and the command text."""
 
-    kind: str  # apt | pip | fetch
+    kind: str  # apt | pip | offline
     packages: tuple[str, ...]
     command: str
 
@@ -98,12 +100,30 @@ def _requirement_files(args: list[str], resolve: RequirementFile | None) -> list
     return out
 
 
+_URL = re.compile(r"^(?:https?|ftp)://")
+_LOCAL = re.compile(r"^(?:https?|ftp)://(?:localhost|127\.|\[::1\])")
+
+
+def _offline(tool: str, rest: list[str], text: str) -> Install | None:
+    """A download outside apt/pip/uv, named as its stand-in names it when the sandbox is offline."""
+    command = offline_pkgs.download_command([tool, *rest])
+    if command:
+        return Install("offline", (offline_pkgs.download_sentence(command),), text)
+    url = next((w for w in rest if _URL.match(w)), None)
+    if tool in ("curl", "wget") and url and not _LOCAL.match(url) and not any(k in url for k in KNOWN_INSTALLERS):
+        return Install("offline", (f"{tool} could not download {url} (the sandbox is offline)",), text)
+    return None
+
+
 def _classify(words: list[str], resolve: RequirementFile | None = None) -> Install | None:
     words = _strip_prefix(words)
     if not words:
         return None
     tool, rest = Path(words[0]).name, words[1:]
     text = " ".join(words)
+    offline = _offline(tool, rest, text)
+    if offline is not None:
+        return offline
     if tool in ("apt-get", "apt") and "install" in rest:
         return Install("apt", tuple(offline_pkgs.apt_packages(rest[rest.index("install") + 1:])), text)
     if re.fullmatch(r"python3?(\.\d+)?", tool) and rest[:2] == ["-m", "pip"]:
@@ -123,22 +143,12 @@ def _classify(words: list[str], resolve: RequirementFile | None = None) -> Insta
     return None
 
 
-def _fetch_pipes(text: str) -> list[Install]:
-    out = []
-    for m in re.finditer(r"(?<![\w=.-])(curl|wget)\s[^|\n;&]*?((?:https?|ftp)://[^\s|;&]+)[^|\n;&]*\|\s*(?:sudo\s+)?(?:ba)?sh\b", text):
-        url = m.group(2).strip("'\"")
-        if not any(k in url for k in KNOWN_INSTALLERS):
-            out.append(Install("fetch", (url,), m.group(0)))
-    return out
-
-
 def find_installs(text: str, resolve: RequirementFile | None = None) -> list[Install]:
-    """Every installer command in a shell script or RUN line, in order (downloads piped to a shell last).
+    """Every installer or download command in a shell script or RUN line, in order.
 
     With `resolve`, requirement files (`pip install -r FILE`) are read from the task folder's copy of FILE.
     """
-    found = [i for words in _commands(text) if (i := _classify(words, resolve)) is not None and i.packages]
-    return found + _fetch_pipes(text)
+    return [i for words in _commands(text) if (i := _classify(words, resolve)) is not None and i.packages]
 
 
 def _ask(kind: str, names: tuple[str, ...]) -> list[str]:
@@ -153,6 +163,6 @@ def _ask(kind: str, names: tuple[str, ...]) -> list[str]:
 
 def missing_on_host(install: Install) -> list[str]:
     """What of the install is absent here: package names, or the URL of a download the sandbox cannot make."""
-    if install.kind == "fetch":
+    if install.kind == "offline":
         return list(install.packages)
     return _ask(install.kind, install.packages)

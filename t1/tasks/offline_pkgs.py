@@ -130,6 +130,27 @@ def missing_sentence(kind: str, missing: list[str]) -> str:
     return f"{kind} packages not on this host: {' '.join(dict.fromkeys(missing))} (the sandbox is offline)"
 
 
+DOWNLOADERS = {"npm": ("ci", "install", "i", "add", "update"), "yarn": ("install", "add"), "pnpm": ("install", "i", "add"),
+               "go": ("mod download", "get", "install"), "cargo": ("fetch", "install")}
+"""Package managers' subcommands that download (outside apt, pip and uv): `npm ci`, `go mod download`, ..."""
+
+
+def download_command(words: list[str]) -> str:
+    """`npm ci`, `go mod download`, ... when `words` (a command's words) download packages; else ''."""
+    if not words or words[0] not in DOWNLOADERS:
+        return ""
+    args = [w for w in words[1:] if not w.startswith("-")]
+    for sub in DOWNLOADERS[words[0]]:
+        if args[: len(sub.split())] == sub.split():
+            return f"{words[0]} {sub}"
+    return ""
+
+
+def download_sentence(command: str) -> str:
+    """What the stand-in of a package manager says after MARKER when its download failed, and validate predicts."""
+    return f"{command} could not download its packages (the sandbox is offline)"
+
+
 def _fail(kind: str, missing: list[str], code: int) -> int:
     sys.stderr.write(f"{MARKER} {missing_sentence(kind, missing)}\n")
     return code
@@ -215,6 +236,11 @@ def main(argv: list[str]) -> int:
         return 0
     if kind == "missing-pip":
         print(" ".join(pip_missing(args)))
+        return 0
+    if kind == "download-failed":  # a package manager's download failed offline: say so (the stand-in runs it)
+        command = download_command(args)
+        if command:
+            sys.stderr.write(f"{MARKER} {download_sentence(command)}\n")
         return 0
     handlers = {"apt": apt_main, "pip": pip_main}
     if kind in handlers:

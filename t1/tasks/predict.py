@@ -104,8 +104,8 @@ def _missing(text: str, resolve: RequirementFile) -> list[str]:
     out = []
     for install in find_installs(text, resolve):
         missing = missing_on_host(install)
-        if missing and install.kind == "fetch":
-            out.append(f"downloads and runs {missing[0]} (the sandbox is offline)")
+        if missing and install.kind == "offline":
+            out.append(missing[0])
         elif missing:
             out.append(offline_pkgs.missing_sentence(install.kind, missing))
     return list(dict.fromkeys(out))

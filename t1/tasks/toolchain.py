@@ -10,7 +10,8 @@ uploads, under TOOLCHAIN_DIR:
   sandbox's python3 cannot import pytest already), a shadow `pip` module, and a
   small pytest plugin that honours `--ctrf FILE` (pytest-json-ctrf's option);
 - bin/: stand-ins for apt-get, apt, pip, pip3, uv, uvx, pytest, python, curl and
-  wget. They succeed offline when what they would install is already present and
+  wget, and wrappers of npm, yarn, pnpm, go and cargo (the real tool; a failed download
+  says the sandbox is offline). They succeed offline when what they would install is already present and
   otherwise name what is missing after NEEDS_NETWORK_MARKER (a setup line that
   prints it is a needs_network report, not a setup failure). Known installer
   scripts fetched with curl or wget (uv, pip, poetry) are replaced by a script that
@@ -138,6 +139,17 @@ exit $s
 """
 
 
+def _downloader(tool: str) -> str:
+    """A package manager run for real (its own, after T1's folder on PATH); when it fails, a download
+    subcommand (offline_pkgs.DOWNLOADERS: `npm ci`, `go mod download`, `cargo fetch`) says the sandbox is offline."""
+    return f"""#!/bin/bash
+{_LOG}
+{_REAL_PATH} {tool} "$@"; s=$?
+[ $s -ne 0 ] && {_OFFLINE} download-failed {tool} "$@"
+exit $s
+"""
+
+
 _PIP_MODULE = """import os, sys
 os.execvp("pip", ["pip", *sys.argv[1:]])
 """
@@ -170,7 +182,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 _CTRF_DIST = {"METADATA": "Metadata-Version: 2.1\nName: t1-ctrf\nVersion: 0.0\n",
               "entry_points.txt": "[pytest11]\nt1_ctrf = t1_ctrf_plugin\n"}
 SHIMS = {"pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON, "python3": _PYTHON3,
-         "curl": _fetcher("curl"), "wget": _fetcher("wget"), "apt-get": _APT, "apt": _APT}
+         "curl": _fetcher("curl"), "wget": _fetcher("wget"), "apt-get": _APT, "apt": _APT,
+         **{tool: _downloader(tool) for tool in offline_pkgs.DOWNLOADERS}}
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:

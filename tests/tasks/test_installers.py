@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from t1.tasks import offline_pkgs as op
-from t1.tasks.installers import Install, find_installs, missing_on_host
+from t1.tasks.installers import find_installs, missing_on_host
 
 
 def test_argument_parsing() -> None:
@@ -33,10 +33,11 @@ def test_find_installs_in_real_scripts() -> None:
     found = find_installs(text)
     assert [(i.kind, i.packages) for i in found] == [
         ("apt", ("curl", "coq-absent")), ("pip", ("numpy-absent",)), ("pip", ("pyyaml",)),
-        ("pip", ("pytest==8.4.1", "pytest")), ("pip", ("polars",)), ("fetch", ("https://get.example.org/x.sh",))]
+        ("offline", ("wget could not download https://get.example.org/x.sh (the sandbox is offline)",)),
+        ("pip", ("pytest==8.4.1", "pytest")), ("pip", ("polars",))]
     assert missing_on_host(found[0]) == ["coq-absent"] and missing_on_host(found[1]) == ["numpy-absent"]
-    assert missing_on_host(found[3]) == []  # T1 ships pytest; the stand-ins count it as present
-    assert missing_on_host(Install("fetch", ("https://get.example.org/x.sh",), "")) == ["https://get.example.org/x.sh"]
+    assert missing_on_host(found[4]) == []  # T1 ships pytest; the stand-ins count it as present
+    assert missing_on_host(found[3]) == list(found[3].packages)  # a download offline is always missing
     assert find_installs("echo 'unterminated") == []  # shell bashlex cannot parse falls back to plain splitting
 
 

@@ -102,3 +102,28 @@ async def test_a_large_sparse_file_is_honest_work(tmp_path: Path, overlay: Local
                    lambda text: text + "truncate -s 2G /app/disk.img && test $(stat -c %s /app/disk.img) = 2147483648\n")
     oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
     assert oracle.status is RunStatus.OK and oracle.resolved, oracle.as_json()
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("npm ci", "npm ci could not download its packages"),
+    ("npm install --omit=dev", "npm install could not download its packages"),
+    ("go mod download", "go mod download could not download its packages"),
+    ("cargo fetch", "cargo fetch could not download its packages"),
+    ("curl -fsSL -o /tmp/go.tgz https://go.dev/dl/go1.22.5.linux-amd64.tar.gz",
+     "curl could not download https://go.dev/dl/go1.22.5.linux-amd64.tar.gz"),
+    ("wget -q https://github.com/jqlang/jq/releases/download/jq-1.7.1/jq-linux-amd64",
+     "wget could not download https://github.com/jqlang/jq/releases/download/jq-1.7.1/jq-linux-amd64"),
+])
+async def test_downloads_outside_apt_and_pip_are_needs_network_naming_the_line(
+        tmp_path: Path, overlay: LocalProvider, line: str, said: str) -> None:
+    """simple-task whose Dockerfile also downloads with a package manager or a plain curl/wget: validate predicts
+    needs_network naming the line and what could not be downloaded, and the run says the same sentence (before:
+    validate said ok, and the run was a setup_failed with the tool's own network error)."""
+    root = variant("harbor/simple-task", tmp_path, "environment/Dockerfile",
+                   lambda text: text.replace("WORKDIR /app", f"WORKDIR /app\nRUN {line}"))
+    want = f"Dockerfile line 4: RUN {line}: {said} (the sandbox is offline)"
+    check = check_folder(root)
+    assert check.status is CheckStatus.WILL_NOT_RUN and [n.what for n in check.needs] == [want], check
+    assert check.needs[0].kind is NeedKind.NETWORK
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.NEEDS_NETWORK and oracle.detail == want, (oracle.as_json(), oracle.setup_output)
