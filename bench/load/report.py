@@ -13,6 +13,7 @@ from bench.load.metrics import TurnClock, percentiles
 TARGET_LAG_P99_MS = 100.0
 TARGET_CPU_PER_TURN_MS = 1.0
 TARGET_RSS_PER_EPISODE_KB = 200.0
+TARGET_WHOLE_RSS_PER_EPISODE_KB = 256.0  # issue 41: everything a live episode costs, at any turn
 TARGET_BYTES_RATIO = 1.10
 
 
@@ -50,6 +51,8 @@ def scale_result(*, episodes: int, live_at_start: int, live_at_end: int, ramp_s:
         "rss_mb": {"before_episodes": round(rss_base / 2**20, 1), "window_end": round(rss_end / 2**20, 1),
                    "live_trajectory_arrays": round(live_traj_bytes / 2**20, 1)},
         "rss_per_live_episode_kb": round(rss_per_ep_kb, 1),
+        # Nothing subtracted: what the coordinator holds per live episode at the window's end (issue 41's figure).
+        "rss_per_live_episode_kb_whole": round((rss_end - rss_base) / live / 1024, 1) if live_at_end else float("nan"),
         "trajectories_spooled": len(spooled), "trajectory_tokens": tokens,
         "trajectory_bytes_per_token": round(bytes_per_token, 2), "raw_bytes_per_token": raw_bytes_per_token,
         "trajectory_bytes_ratio": round(ratio, 4),
@@ -62,6 +65,8 @@ def scale_result(*, episodes: int, live_at_start: int, live_at_end: int, ramp_s:
             "coordinator_cpu_per_turn_under_1ms": cpu_coord < TARGET_CPU_PER_TURN_MS,
             "rss_per_live_episode_under_200kb": None if live_at_end == 0 else rss_per_ep_kb < TARGET_RSS_PER_EPISODE_KB,
             "trajectory_bytes_within_10pct_of_raw": ratio <= TARGET_BYTES_RATIO,
+            "whole_rss_per_live_episode_at_most_256kb":
+                None if live_at_end == 0 else (rss_end - rss_base) / live / 1024 <= TARGET_WHOLE_RSS_PER_EPISODE_KB,
         },
     }
 
@@ -88,6 +93,10 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
                     if (w := s.get("late_wakeups")) and w["count"] else "0")),
         ("RSS per episode KB at ramp end (no turns yet)", lambda s: s.get("rss_per_episode_at_ramp_end_kb")),
         ("RSS per live episode KB (window end, less arrays)", lambda s: s["rss_per_live_episode_kb"]),
+        ("RSS per live episode KB (window end, whole)", lambda s: s.get("rss_per_live_episode_kb_whole")),
+        ("journal B / frames / fsyncs per turn",
+         lambda s: (f"{s['journal']['bytes_per_turn']:.0f} / {s['journal']['frames_per_turn']} / "
+                    f"{s['journal']['fsyncs_per_turn']}" if s.get("journal") else "off")),
         ("trajectory B/token (raw)", lambda s: f"{s['trajectory_bytes_per_token']} ({s['raw_bytes_per_token']})"),
         ("trajectory / raw", lambda s: s["trajectory_bytes_ratio"]),
         ("spool MB/s, traj/s", lambda s: f"{s['spool_mb_per_s']}, {s['spool_trajectories_per_s']}"),

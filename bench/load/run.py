@@ -93,6 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--creates-per-s", type=float, default=100.0, help="sandbox creation rate during ramp-up")
     p.add_argument("--no-bubblewrap", action="store_true", help="sandbox sessions without bubblewrap")
     p.add_argument("--no-transcripts", action="store_true", help="do not write per-episode transcripts")
+    p.add_argument("--no-journal", action="store_true",
+                   help="episodes keep their trajectory arrays in memory (coordinator.journal.enabled: false)")
+    p.add_argument("--journal-fsync-ms", type=int, default=1000, help="coordinator.journal.fsync_window_ms")
     p.add_argument("--steps-per-tick", type=int, default=None,
                    help="rollout.steps_per_loop_tick (episode steps started per loop iteration; 0: no pacing)")
     p.add_argument("--gc-full-interval-s", type=float, default=300.0,
@@ -177,6 +180,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     from bench.sandbox_host import HostedProvider
     from t1.config.sandbox import ShellConfig
     from t1.coordinator.gc_policy import GcSchedule
+    from t1.coordinator.journal import Journal
     from t1.coordinator.model_setup import make_renderers
     from t1.coordinator.parts import make_scheduler, open_spool
     from t1.coordinator.rollout import RolloutRunner
@@ -199,8 +203,9 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     sandboxes = SandboxPool(MeasuredProvider(host, clock), cfg.sandbox.pool)
     renderers = make_renderers(args.model)
     context = listing(args.context_tokens, next(iter(renderers.values())).encode)
+    journal = None if args.no_journal else Journal.open(workdir / "journal", args.journal_fsync_ms / 1000)
     runner = RolloutRunner(cfg, renderers, sandboxes.acquire, lambda job, task, fmt: generate,
-                           None if args.no_transcripts else workdir / "transcripts")
+                           None if args.no_transcripts else workdir / "transcripts", journal=journal)
     task = load_task(write_task(workdir / "task", context))
     scheduler = make_scheduler(cfg, asyncio.Semaphore(cfg.rollout.max_concurrent_episodes), spool)
     finite = args.quick or args.once
@@ -241,6 +246,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             cpu0["coordinator"] = time.process_time()
             packing0 = pool.stream_stats()
             deltas0 = prompt_delta_counts(pool)
+            journal0 = journal_counts(journal)
             w0 = time.monotonic()
             lag.recording = gc_pauses.recording = True
             deadline = float("inf") if finite else w0 + args.window_s
@@ -256,9 +262,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
             packing = {k: v if k.startswith("most_") else v - packing0.get(k, 0)  # a maximum: over the whole run
                        for k, v in pool.stream_stats().items()}
             deltas = {k: v - deltas0[k] for k, v in prompt_delta_counts(pool).items()}
+            journal_window = {k: v - journal0[k] for k, v in journal_counts(journal).items()}
             live_at_end = live.live
             rss_end = meter.rss("coordinator")
-            live_traj_bytes = live.trajectory_bytes(routing_bytes_per_token(args))
+            # A journaled episode keeps no trajectory arrays: nothing to subtract from its RSS.
+            live_traj_bytes = 0 if journal is not None else live.trajectory_bytes(routing_bytes_per_token(args))
             own_cpu = time.process_time()
             cpu1 = await asyncio.to_thread(meter.cpu, True)
             cpu1["coordinator"] = own_cpu
@@ -279,6 +287,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         await sandboxes.close()
         await host.close()
         spool.close()
+        if journal is not None:
+            journal.close()
         sim.terminate()
         await sim.wait()
     out = scale_result(
@@ -291,6 +301,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         round((rss_ramp - rss_base) / live_ramp / 1024, 1) if gate is not None and live_ramp else None)
     if out["rss_per_episode_at_ramp_end_kb"] is not None:  # the clean figure: no trajectory arrays yet
         out["targets"]["rss_per_live_episode_under_200kb"] = out["rss_per_episode_at_ramp_end_kb"] < 200
+    out["journal"] = None if journal is None else {
+        **journal_window, "bytes_per_turn": round(journal_window["bytes"] / max(turns, 1), 1),
+        "frames_per_turn": round(journal_window["frames"] / max(turns, 1), 3),
+        "fsyncs_per_turn": round(journal_window["syncs"] / max(turns, 1), 5),
+        "fsync_window_ms": args.journal_fsync_ms, "write_errors": journal.write_errors}
     out["gc_pauses"] = gc_pauses.summary()
     out["late_wakeups"] = lag.late_wakeups()
     out["gc_census_at_window_end"] = census
@@ -303,6 +318,13 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     out["timeline"] = timeline
     out["episodes_launched"] = run.launched
     return out
+
+
+def journal_counts(journal: Any) -> dict[str, int]:
+    """Frames, bytes and syncs the journal has written so far (zeros without one)."""
+    if journal is None:
+        return {"frames": 0, "bytes": 0, "syncs": 0}
+    return {"frames": journal.frames, "bytes": journal.bytes, "syncs": journal.syncs}
 
 
 def prompt_delta_counts(pool: Any) -> dict[str, float]:

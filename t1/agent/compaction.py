@@ -7,20 +7,52 @@ thread of the work without the bulk of old outputs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 Message = dict[str, Any]
 MAX_NOTE_CHARS = 4000
 
 
+def command_line(command: str, exit_code: int | None) -> str:
+    """A command's line in the compaction note."""
+    return f"$ {command.strip().splitlines()[0][:160] if command.strip() else ''}  -> exit {exit_code}"
+
+
+class RecentCommands:
+    """The commands an episode ran, as note lines, holding no more than the note can show (O(1) memory
+    however long the episode: the note keeps its last MAX_NOTE_CHARS)."""
+
+    def __init__(self) -> None:
+        self._lines: deque[str] = deque()
+        self._chars = -1  # len("\n".join(lines))
+        self.count = 0
+
+    def append(self, command: str, exit_code: int | None) -> None:
+        line = command_line(command, exit_code)
+        self._lines.append(line)
+        self._chars += len(line) + 1
+        self.count += 1
+        # Drop the oldest while what is left is still longer than the note: its last chars do not change.
+        while len(self._lines) > 1 and self._chars - len(self._lines[0]) - 1 > MAX_NOTE_CHARS:
+            self._chars -= len(self._lines.popleft()) + 1
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def lines(self) -> list[str]:
+        return list(self._lines)
+
+
 def compact_messages(messages: Sequence[Message], num_opening: int, keep_last_turns: int,
-                     commands_run: Sequence[tuple[str, int | None]]) -> list[Message]:
+                     commands_run: Iterable[tuple[str, int | None]] | RecentCommands) -> list[Message]:
     """A shorter conversation ending where `messages` ends (after an observation).
 
     messages: the current segment's conversation, opening messages first.
     num_opening: how many leading messages are the opening (system + instruction), kept as is.
-    commands_run: (command, exit code) of every command of the episode so far, oldest first.
+    commands_run: (command, exit code) of every command of the episode so far, oldest first (or the
+    episode's RecentCommands).
     """
     if num_opening < 1 or num_opening > len(messages):
         raise ValueError(f"num_opening must be in 1..{len(messages)}, got {num_opening}")
@@ -29,8 +61,8 @@ def compact_messages(messages: Sequence[Message], num_opening: int, keep_last_tu
     starts = [i for i, m in enumerate(body) if m.get("role") == "assistant"]
     kept = body[starts[-keep_last_turns]:] if keep_last_turns and len(starts) >= keep_last_turns else \
         (body[starts[0]:] if keep_last_turns and starts else [])
-    lines = [f"$ {cmd.strip().splitlines()[0][:160] if cmd.strip() else ''}  -> exit {code}"
-             for cmd, code in commands_run]
+    lines = commands_run.lines() if isinstance(commands_run, RecentCommands) else \
+        [command_line(cmd, code) for cmd, code in commands_run]
     note = "\n".join(lines)
     if len(note) > MAX_NOTE_CHARS:
         note = "...\n" + note[-MAX_NOTE_CHARS:]

@@ -8,6 +8,10 @@
 `run()` is `play()` then `export()`: a caller that bounds how many exported trajectories exist
 at once (the RolloutRunner) calls the two itself and exports under its own slot.
 
+With a journal (t1/coordinator/journal.py) every turn goes to disk as it completes and the
+episode keeps only what its next turn needs: the buffer's ids and messages, counters, the last
+commands for a compaction note. The export replays the journal into the trajectory.
+
 Statuses: ok (done or turn limit), timeout (task wall clock), context_limit, infra_error
 (sandbox lost or setup failing before the agent acted, inference failing past retries). Infra
 errors never get a reward: their trajectory carries reward 0 and status infra_error, and the
@@ -28,12 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from t1.agent.baseline import SharedBaselines
-from t1.agent.compaction import compact_messages
+from t1.agent.compaction import RecentCommands, compact_messages
 from t1.agent.episode_limits import LOCAL_SANDBOXES, EpisodeLimits, SandboxTraits
 from t1.agent.formats import AgentFormat, format_output
 from t1.agent.pacing import pace
 from t1.agent.policy_call import call_policy, is_text_level
 from t1.agent.transcript import Transcript
+from t1.agent.turn_journal import TurnJournal
 from t1.inference.types import (
     GenerateFn,
     GenerateRequest,
@@ -62,6 +67,7 @@ from t1.tasks.transfer import SetupError
 from t1.tasks.verifier import run_verifier
 from t1.tito import ChatRenderer, TokenBuffer
 from t1.tito.diagnostics import retokenize_mismatch, segment_drift
+from t1.tito.replay import replay
 from t1.trajectory.offload import offload
 from t1.trajectory.types import EpisodeStatus, Trajectory, VerifierSummary
 
@@ -145,8 +151,9 @@ class Episode:
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
                  transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES,
-                 baselines: SharedBaselines | None = None) -> None:
+                 baselines: SharedBaselines | None = None, journal: TurnJournal | None = None) -> None:
         self.spec = spec
+        self._journal = journal
         self._baselines = baselines
         self._generate = generate
         self._acquire = acquire
@@ -155,15 +162,19 @@ class Episode:
         self.tx = transcript
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
         self._num_opening = len(opening)
-        self.buf = TokenBuffer(renderer, opening)
+        if journal is not None:
+            journal.begin(task_id=spec.task.id, group_id=spec.group_id, attempt=spec.attempt,
+                          agent_format=spec.fmt.name.value)
+        self.buf = TokenBuffer(renderer, opening, sink=journal)
         self.turns = 0
         self._segments = 1
         self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
         self._bad_turns: list[int] = []  # turns whose reply had no valid action (reward.bad_reply_penalty)
-        self._commands: list[tuple[str, int | None]] = []
+        self._commands = RecentCommands()
         self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
-        # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids).
+        # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids); a
+        # journaled episode's is its journal's generations.
         self._sampled: list[tuple[int, int, np.ndarray]] = []
         # Labelled children looked up once, not per turn.
         self._generate_latency = m.TURN_LATENCY.labels(part="generate")
@@ -305,8 +316,9 @@ class Episode:
             eot = self._renderer.end_of_turn_ids
             text = server_text if server_text is not None else \
                 self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
-            self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
-                                  np.array(result.token_ids, np.int64)))
+            if self._journal is None:
+                self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
+                                      np.array(result.token_ids, np.int64)))
             # The buffer's default message is this same decoded text: handing it over saves a second decode.
             self.buf.append_generation(result, {"role": "assistant", "content": text})
             self.tx.turn(self.turns, text, len(ids), len(self.buf.prompt_ids()), result.policy_version,
@@ -320,13 +332,15 @@ class Episode:
             if bad_in_a_row:
                 self._bad_turns.append(self.turns)
             t_cmd = time.monotonic()
+            ran: list[tuple[str, int | None]] = []
             for cmd in parsed.commands:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 timeout = min(cmd.timeout_s or remaining, remaining)
                 res = await shell.run(cmd.text, timeout)
-                self._commands.append((cmd.text, res.exit_code))
+                self._commands.append(cmd.text, res.exit_code)
+                ran.append((cmd.text, res.exit_code))
                 self.tx.command(cmd.text, res.output, res.exit_code, res.duration_s, res.timed_out)
                 outputs.append(format_output(cmd.text, res.output, res.exit_code, res.timed_out, res.truncated))
             self._commands_latency.observe(time.monotonic() - t_cmd)
@@ -336,10 +350,14 @@ class Episode:
             if k and self.turns % k == 0 and not parsed.done:
                 report = await self._verify(sandbox, phase, provisioned, f"turn {self.turns}")
                 self._checkpoints[self.turns - 1] = report.passed
-            if parsed.done and parsed.error is None:
-                return
+            done = parsed.done and parsed.error is None
             # Appended before the next generation, so a next phase's instruction can join it.
-            self._pending_obs = self.spec.fmt.observation(outputs, parsed.error)
+            self._pending_obs = [] if done else self.spec.fmt.observation(outputs, parsed.error)
+            if self._journal is not None:
+                self._journal.turn(turn=self.turns - 1, commands=ran, bad=bool(bad_in_a_row), done=done,
+                                   checkpoint=self._checkpoints.get(self.turns - 1), observation=self._pending_obs)
+            if done:
+                return
 
     def _fit_context(self) -> None:
         """Compact (new segment) when the next turn might not fit; context_limit when it cannot."""
@@ -451,6 +469,8 @@ class Episode:
         verifier = VerifierSummary(report.passed, report.total, tuple((t.name, t.status.value) for t in report.tests))
         # O(episode) pure work (routing concatenation, re-tokenization): off the event loop. Nothing else
         # touches this episode's buffer any more.
+        if self._journal is not None:
+            await self._journal.written()
         traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration, turn_rewards)
         m.EPISODES.labels(status=status.value).inc()
         if not infra:
@@ -471,16 +491,18 @@ class Episode:
     def _export(self, status: EpisodeStatus, reward: float, verifier: VerifierSummary, duration: float,
                 turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int]]:
         spec = self.spec
+        replayed = None if self._journal is None else replay(self._journal.read())
         traj = self.buf.export(id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id,
                                attempt=spec.attempt, reward=reward, status=status, verifier=verifier,
-                               timings=(("episode_s", duration),), turn_rewards=turn_rewards)
-        return traj, self._tito_checks(traj)
+                               timings=(("episode_s", duration),), turn_rewards=turn_rewards,
+                               replayed=None if replayed is None else replayed.builders)
+        return traj, self._tito_checks(traj, self._sampled if replayed is None else replayed.sampled)
 
-    def _tito_checks(self, traj: Trajectory) -> tuple[int, int, int]:
+    def _tito_checks(self, traj: Trajectory, sampled: list[tuple[int, int, np.ndarray]]) -> tuple[int, int, int]:
         """Drift of the exported segments against the sampler's record, and the re-tokenization diagnostic."""
         drift = changed = total = 0
         for i, seg in enumerate(traj.segments):
-            drift += segment_drift(seg, [(start, ids) for s, start, ids in self._sampled if s == i])
+            drift += segment_drift(seg, [(start, ids) for s, start, ids in sampled if s == i])
             c, t = retokenize_mismatch(seg, self._renderer.encode, self._renderer.decode)
             changed, total = changed + c, total + t
         return drift, changed, total

@@ -19,6 +19,16 @@ class SpoolConfig(Section):
     hold_mb: int = Field(256, ge=1, description="Finished trajectories held in memory while spool writes fail.")
 
 
+class JournalConfig(Section):
+    """Each live episode's turns on disk as they complete (t1/coordinator/journal.py): memory per episode
+    that does not grow with its length."""
+
+    enabled: bool = Field(True, description="Journal live episodes; off: each keeps its trajectory arrays in memory.")
+    fsync_window_ms: int = Field(
+        1000, ge=0, description="Journal files reach the disk at least this often (one syncfs for all episodes): what "
+        "a machine crash can lose; 0: never synced (a coordinator crash loses nothing, a machine crash may).")
+
+
 class EvalConfig(Section):
     """Eval jobs and the final eval of a training run."""
 
@@ -52,6 +62,7 @@ class CoordinatorConfig(Section):
         None, description="Parent of numbered training runs <runs_dir>/<name>-<n> (run dir and trainer work dir "
         "inside): an unfinished newest run is resumed, else a fresh one starts; overrides run_dir and trainer.work_dir.")
     spool: SpoolConfig = Field(default_factory=SpoolConfig, description="Trajectory spool.")
+    journal: JournalConfig = Field(default_factory=JournalConfig, description="Per-turn journal of live episodes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Eval jobs.")
     loop_lag_warn_ms: float = Field(100.0, gt=0, description="Event-loop lag that triggers a slow-callback report.")
     gc_full_interval_s: float = Field(

@@ -22,6 +22,7 @@ from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalJobs
 from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
+from t1.coordinator.journal import Journal
 from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.progress import EvalProgress, ProgressView
 from t1.coordinator.rollout import RolloutRunner, new_group_id
@@ -72,6 +73,24 @@ def open_spool(cfg: T1Config, run_dir: Path) -> Spool:
     return Spool.open(run_dir / "spool", sp.max_mb * MB, sp.segment_mb * MB, sp.fsync, sp.hold_mb * MB)
 
 
+def open_journal(cfg: T1Config, run_dir: Path) -> Journal | None:
+    """The per-turn journal of live episodes in <run_dir>/journal (None when `coordinator.journal` is off).
+
+    Journals an earlier coordinator left are episodes it did not finish: they are counted and
+    removed (their groups never complete; the trainer's staleness bound lets them go)."""
+    jc = cfg.coordinator.journal
+    if not jc.enabled:
+        return None
+    journal = Journal.open(run_dir / "journal", jc.fsync_window_ms / 1000)
+    left = journal.files()
+    if left:
+        log.warning("journal: %d episodes an earlier coordinator left unfinished are not continued; removing them",
+                    len(left))
+        for path in left:
+            journal.submit(path, None)
+    return journal
+
+
 def make_scheduler(cfg: T1Config, limiter: asyncio.Semaphore, spool: Spool) -> Scheduler:
     """The one Scheduler of a run: groups of `rollout.group_size` under `limiter`, paced by `trainer.rl`."""
     rl = cfg.trainer.rl
@@ -93,6 +112,7 @@ class Parts:
     runner: RolloutRunner
     limiter: asyncio.Semaphore
     spool: Spool
+    journal: Journal | None
     store: JobStore
     evals: EvalJobs
     scheduler: Scheduler
@@ -115,8 +135,9 @@ class Parts:
             router.connect(endpoints)
         if cfg.coordinator.train:
             await router.check_trainable()
+        journal = open_journal(cfg, run_dir)
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
-                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider))
+                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal)
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         spool = open_spool(cfg, run_dir)
         store = JobStore(run_dir / "jobs.db")
@@ -126,8 +147,8 @@ class Parts:
         turn_rate = TurnRate(lambda: runner.stats.turns)
         status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate)
         server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)
-        return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, store,
-                   evals, scheduler, turn_rate, status, server, Background())
+        return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, journal,
+                   store, evals, scheduler, turn_rate, status, server, Background())
 
     async def start_services(self) -> str:
         """gRPC server up, unfinished eval jobs resumed, then the address written to
@@ -232,6 +253,8 @@ class Parts:
         except TimeoutError:
             log.error("shutdown: %s did not stop within the %.0fs bound; abandoning the rest", step, timeout_s)
         finally:
+            if self.journal is not None:
+                self.journal.close()
             self.spool.close()
             self.store.close()
             self.runlog.write("stop", spool_pending=self.spool.pending_count)

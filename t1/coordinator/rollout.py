@@ -30,6 +30,7 @@ from t1.agent.transcript import Transcript
 from t1.config.coordinator import ShardConfig
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalAttempt
+from t1.coordinator.journal import Journal
 from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.spool import Spool
 from t1.inference.types import GenerateFn, SamplingParams
@@ -81,8 +82,10 @@ class RolloutRunner:
 
     def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
                  generate_for: GenerateFor, transcripts_dir: Path | None,
-                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None) -> None:
+                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None,
+                 journal: Journal | None = None) -> None:
         self.cfg = cfg
+        self.journal = journal
         self.renderers = renderers
         self._acquire = acquire
         self._generate_for = generate_for
@@ -111,9 +114,10 @@ class RolloutRunner:
         spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg), limits,
                            reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
+        journal = None if self.journal is None else self.journal.episode(episode_id)
         episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
                           Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes,
-                          baselines=self._baselines)
+                          baselines=self._baselines, journal=journal)
         self.stats.active += 1
         try:
             end = await episode.play()
@@ -127,6 +131,8 @@ class RolloutRunner:
                 result = await episode.export(end)
                 if persist is not None:
                     await persist(result.trajectory)
+            if journal is not None:  # spooled (or not for the spool): the journal has done its job
+                journal.release()
         finally:
             episode.close()
         self.stats.finished += 1

@@ -89,6 +89,14 @@ SPOOL_DAMAGED_BYTES = Counter("t1_spool_damaged_bytes", "Spool bytes found damag
                               registry=REGISTRY)
 SPOOL_DAMAGED_RANGES = Counter("t1_spool_damaged_ranges", "Damaged byte ranges found on spool recovery.",
                                registry=REGISTRY)
+JOURNAL_BYTES = Counter("t1_journal_bytes", "Bytes appended to live episodes' journals.", registry=REGISTRY)
+JOURNAL_SYNCS = Counter("t1_journal_syncs", "Syncs of the journal to disk (one per window covers every episode).",
+                        registry=REGISTRY)
+JOURNAL_WRITE_ERRORS = Counter("t1_journal_write_errors", "Journal writes or syncs that failed (each is retried).",
+                               registry=REGISTRY)
+JOURNAL_WRITE_FAILING = Gauge("t1_journal_write_failing", "1 while journal writes fail (turns are held in memory).",
+                              registry=REGISTRY)
+JOURNAL_BACKLOG = Gauge("t1_journal_backlog_frames", "Journal frames queued and not yet written.", registry=REGISTRY)
 TRAINER_QUARANTINED_GROUPS = Gauge("t1_trainer_quarantined_groups", "Groups the trainer set aside after a failed step.",
                                    registry=REGISTRY)
 TRAINER_CONNECTED = Gauge("t1_trainer_connected", "1 while the trajectory stream to the trainer is open.",

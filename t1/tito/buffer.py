@@ -22,16 +22,23 @@ episode continues, the buffer never raises on a template its renderer accepted):
   turns further back (Qwen3 stripping the reasoning of all turns before a new user query). It is
   skipped once a mismatch has been counted in the segment: under REPAIR the buffer then differs
   from the rendering for good, and a template mismatch is counted once per divergence, not per turn.
+
+Journaled (a `sink`): every change is handed to the sink as it happens (segment starts,
+generations, observations) and the buffer keeps only the ids, the messages and the counters; the
+logprobs, versions, loss mask and routing live in the sink (the episode's journal on disk), and the
+trajectory is built by replaying it (t1/tito/replay.py), byte-identical to an unjournaled export.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Protocol
 
 import numpy as np
 
 from t1.inference.types import GenerateResult
+from t1.routing.block import RoutingBlock
 from t1.tito.diagnostics import REPAIRED_TURNS, TEMPLATE_MISMATCHES
 from t1.tito.render import ChatRenderer, Message, MismatchCause, anchor_context
 from t1.tito.segment import SegmentBuilder
@@ -50,11 +57,26 @@ class MismatchPolicy(StrEnum):
     NEW_SEGMENT = "new_segment"  # start a new segment from the re-rendered conversation
 
 
+class BufferSink(Protocol):
+    """Receives every change of a journaled TokenBuffer, in order; replaying them rebuilds its segments."""
+
+    def segment(self, ids: np.ndarray, messages: Sequence[Message], shared_prefix: int) -> None:
+        """A segment starts with these ids; its first `shared_prefix` positions have the previous segment's routing."""
+
+    def generation(self, start: int, ids: np.ndarray, logprobs: np.ndarray, versions: np.ndarray,
+                   routing: RoutingBlock | None, message: Message, repair: np.ndarray) -> None:
+        """Sampled ids appended at `start`, then `repair` (masked end-of-turn ids the sampler did not produce)."""
+
+    def context(self, ids: np.ndarray, messages: Sequence[Message]) -> None:
+        """Observation ids appended (loss mask off), rendered from `messages`."""
+
+
 class TokenBuffer:
     """One episode's exact token record (see module docstring)."""
 
     def __init__(self, renderer: ChatRenderer, messages: Sequence[Message], *,
-                 on_mismatch: MismatchPolicy = MismatchPolicy.REPAIR, full_check_every: int = 32) -> None:
+                 on_mismatch: MismatchPolicy = MismatchPolicy.REPAIR, full_check_every: int = 32,
+                 sink: BufferSink | None = None) -> None:
         if not messages:
             raise ValueError("a token buffer needs at least one opening message")
         if full_check_every < 0:
@@ -63,17 +85,18 @@ class TokenBuffer:
         self.full_check_every = full_check_every
         self.renderer = renderer
         self.on_mismatch = MismatchPolicy(on_mismatch)
-        self._closed: list[tuple[SegmentBuilder, int]] = []
-        self._first_turn = 0
+        self.sink = sink
+        self._closed: list[SegmentBuilder] = []
         self._repaired = self._masked = self._mismatches = 0
         self._causes: dict[MismatchCause, int] = {}
         self._start_segment(messages, previous=None)
 
     def _start_segment(self, messages: Sequence[Message], previous: SegmentBuilder | None) -> None:
         self._messages: list[Message] = list(messages)
-        self._seg = SegmentBuilder()
+        self._seg = SegmentBuilder(keep_arrays=self.sink is None)
         opening = np.asarray(self.renderer.encode(self.renderer.render(messages, True)), np.int32)
         self._seg.append_context(opening)
+        shared = 0
         self._text: list[str] = [self.renderer.decode(opening.tolist())]  # the segment's ids, decoded by chunk
         self._turn_text = ""   # the last generation's ids (and repair), decoded
         self._synced = True    # no template mismatch counted in this segment yet
@@ -84,9 +107,14 @@ class TokenBuffer:
             old, new = previous.ids(), self._seg.ids()
             n = min(len(old), len(new))
             diff = np.flatnonzero(old[:n] != new[:n])
-            block = previous.routing_prefix(int(diff[0]) if len(diff) else n)
+            shared = int(diff[0]) if len(diff) else n
+            block = previous.routing_prefix(shared) if previous.keep_arrays else None
             if block is not None:
                 self._seg.add_routing(block)
+        if self.sink is not None:
+            self.sink.segment(opening, self._messages, shared)
+            if previous is not None:
+                previous.drop_ids()  # a closed lean segment is in the journal: memory stays bounded by one segment
 
     def prompt_ids(self) -> np.ndarray:
         """The current segment's full exact context: a read-only int32 view (no copy), the next
@@ -139,6 +167,7 @@ class TokenBuffer:
         sampled = ids.tolist()
         end = self.renderer.end_length(sampled)
         self._turn_text = self.renderer.decode(sampled)
+        repair = np.zeros(0, np.int32) if end else np.asarray(eot, np.int32)
         if not end:
             self._seg.append_context(np.asarray(eot, np.int32))
             self._turn_text += self.renderer.decode(eot)
@@ -150,6 +179,10 @@ class TokenBuffer:
             message = {"role": "assistant", "content": self.renderer.decode(content_ids.tolist())}
         self._messages.append(message)
         self._text.append(self._turn_text)
+        if self.sink is not None:
+            self.sink.generation(span.start, ids, np.asarray(result.logprobs, np.float32), versions,
+                                 result.routing if result.routing is not None and result.routing.num_tokens else None,
+                                 message, repair)
         return span
 
     def append_observation(self, messages: Sequence[Message]) -> np.ndarray:
@@ -170,6 +203,8 @@ class TokenBuffer:
         self._seg.append_context(ids)
         self._text.append(self.renderer.decode(ids.tolist()))
         self._messages.extend(messages)
+        if self.sink is not None:
+            self.sink.context(ids, messages)
         self._since_check += 1
         due = self.full_check_every > 0 and self._since_check >= self.full_check_every
         if due and not self._check_history() and self.on_mismatch is MismatchPolicy.NEW_SEGMENT:
@@ -208,23 +243,37 @@ class TokenBuffer:
 
     def _close_segment(self) -> SegmentBuilder:
         self._check_history()
-        self._closed.append((self._seg, self._first_turn))
-        self._first_turn += self._seg.num_turns
+        self._closed.append(self._seg)
         return self._seg
 
     def segments(self, turn_rewards: Mapping[int, float] | None = None) -> tuple[Segment, ...]:
         """All segments with at least one generation, each ending at its last sampled token;
         turn_rewards maps episode-wide turn index to reward."""
-        rewards = dict(turn_rewards or {})
-        parts = [*self._closed, (self._seg, self._first_turn)]
-        return tuple(b.build(rewards, first) for b, first in parts if b.num_turns)
+        return build_segments([*self._closed, self._seg], turn_rewards)
 
     def export(self, *, id: str, task_id: str, group_id: str, attempt: int, reward: float,
                status: EpisodeStatus, verifier: VerifierSummary | None = None,
                timings: Sequence[tuple[str, float]] = (),
-               turn_rewards: Mapping[int, float] | None = None) -> Trajectory:
-        """The episode's Trajectory (after a last full-history check of the current segment)."""
+               turn_rewards: Mapping[int, float] | None = None,
+               replayed: Sequence[SegmentBuilder] | None = None) -> Trajectory:
+        """The episode's Trajectory (after a last full-history check of the current segment). A journaled
+        buffer needs `replayed`: its sink's record replayed into full builders (t1/tito/replay.py)."""
         self._check_history()
+        if self.sink is not None and replayed is None:
+            raise ValueError("a journaled buffer exports from its journal: pass the replayed segment builders")
+        segments = self.segments(turn_rewards) if replayed is None else build_segments(replayed, turn_rewards)
         return Trajectory(id=id, task_id=task_id, group_id=group_id, attempt=attempt,
-                          segments=self.segments(turn_rewards), reward=reward, status=EpisodeStatus(status),
+                          segments=segments, reward=reward, status=EpisodeStatus(status),
                           verifier=verifier or VerifierSummary(), timings=tuple(timings), tito=self.counters)
+
+
+def build_segments(builders: Sequence[SegmentBuilder], turn_rewards: Mapping[int, float] | None = None
+                   ) -> tuple[Segment, ...]:
+    """The built segments of those with at least one generation; turn_rewards is keyed by episode-wide turn."""
+    rewards = dict(turn_rewards or {})
+    out, first = [], 0
+    for b in builders:
+        if b.num_turns:
+            out.append(b.build(rewards, first))
+        first += b.num_turns
+    return tuple(out)

@@ -207,6 +207,22 @@ def decode_trajectory(data: bytes) -> Trajectory:
     return trajectory_from_obj(obj)
 
 
+def pack_obj(obj: Any) -> bytes:
+    """Any msgpack value whose numpy arrays travel as this codec's ndarray extension (the episode journal's
+    frame bodies)."""
+    return msgpack.packb(obj, default=_default, use_bin_type=True)
+
+
+def unpack_obj(data: bytes) -> Any:
+    """Inverse of pack_obj; arrays are read-only views on `data`."""
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+        if isinstance(exc, CodecError):
+            raise
+        raise CodecError(f"not a msgpack record ({exc})") from exc
+
+
 def iter_trajectories(stream: BinaryIO, max_record_bytes: int = 1 << 31) -> Iterator[Trajectory]:
     """Trajectories from a file of concatenated encode_trajectory records (a spool file)."""
     unpacker = msgpack.Unpacker(stream, ext_hook=_ext_hook, raw=False, max_buffer_size=max_record_bytes,

@@ -1,0 +1,26 @@
+"""The seam between an episode and its journal (t1/coordinator/journal.py is the real one).
+
+A journaled episode hands every change of its token buffer and the end of every turn to the
+journal as they happen, keeps only what its next turn needs, and builds its trajectory at the end
+by reading the journal back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from t1.tito.buffer import BufferSink
+
+
+class TurnJournal(BufferSink, Protocol):
+    def begin(self, **fields: Any) -> None:
+        """The episode's identity (task, group, attempt, agent format), before its first segment."""
+
+    def turn(self, **fields: Any) -> None:
+        """A turn ended: its index, commands with exit codes, bad reply, checkpoint, the next observation."""
+
+    async def written(self) -> None:
+        """Until every record so far can be read back."""
+
+    def read(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every record, in order (blocking: called off the event loop)."""

@@ -1,0 +1,324 @@
+"""The episode journal: each live episode's turns on the coordinator's disk, not in its memory.
+
+One file per live episode, `<run_dir>/journal/<quoted episode id>.journal`, a sequence of the
+spool's frames (`u32 length | u32 crc32(body) | body`, t1/coordinator/spool_files.py) whose body is
+msgpack `[kind, fields]`, arrays as the trajectory codec's ndarray extension. Kinds, in order:
+
+    begin    who the episode is (task, group, attempt, agent format, sandbox)
+    segment  a TokenBuffer segment starts       } the buffer's own changes (t1/tito/buffer.BufferSink):
+    gen      a generation with its arrays       } replayed at export into the trajectory
+    ctx      an observation's ids and messages  } (t1/tito/replay.py), byte-identical
+    turn     a turn ended: its index, commands with exit codes, a bad reply, a verifier checkpoint
+
+Writes run on one writer thread in submission order: the loop packs a frame body and queues it;
+the thread checksums it, appends it (open, write, close: no descriptor held per episode) and
+tells waiting exports. A frame reaches the file, so the page cache, which survives a kill of the
+coordinator, within milliseconds of its turn. The files reach the disk every `fsync_window_ms`:
+one syncfs of the journal's file system covers every episode written in the window (fsyncs per
+turn fall as episodes grow), so a crash of the machine loses at most that window of turns. A write
+that fails (a full disk) is retried with backoff, its frames held in memory meanwhile, counted.
+An episode's file is removed once its trajectory is in the spool (`release`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import heapq
+import logging
+import os
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from t1.coordinator import spool_files as sf
+from t1.metrics import registry as m
+from t1.routing.block import RoutingBlock
+from t1.tito.render import Message
+from t1.trajectory.serialization import CodecError, pack_obj, unpack_obj
+
+log = logging.getLogger(__name__)
+SUFFIX = ".journal"
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 10.0
+Event = tuple[str, dict[str, Any]]
+
+
+def _syncfs() -> Any:
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    return None
+
+
+_SYNCFS = _syncfs()
+
+
+class Journal:
+    """Open with `Journal.open(dir, fsync_window_s)`; one coordinator owns a journal directory at a time."""
+
+    def __init__(self, directory: Path, fsync_window_s: float) -> None:
+        if fsync_window_s < 0:
+            raise ValueError(f"fsync_window_s must be >= 0 (0: never synced, the page cache only), got {fsync_window_s}")
+        self.directory = directory
+        self.fsync_window_s = fsync_window_s
+        self.frames = self.bytes = self.syncs = self.write_errors = 0  # written so far (read by the load bench)
+        self.write_error = ""
+        self._queue: deque[tuple[int, Path, bytes | None]] = deque()  # seq, path, body (None: remove the file)
+        self._cv = threading.Condition()
+        self._next_seq = 0
+        self._written = -1
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        self._dirty: set[Path] = set()
+        self._thread = threading.Thread(target=self._run, name="t1-journal", daemon=True)
+
+    @classmethod
+    def open(cls, directory: Path, fsync_window_s: float) -> Journal:
+        directory.mkdir(parents=True, exist_ok=True)
+        journal = cls(directory, fsync_window_s)
+        journal._thread.start()
+        return journal
+
+    def path_of(self, episode_id: str) -> Path:
+        return self.directory / (quote(episode_id, safe="") + SUFFIX)
+
+    def episode(self, episode_id: str) -> EpisodeJournal:
+        return EpisodeJournal(self, episode_id)
+
+    def files(self) -> list[Path]:
+        """Journals on disk: episodes not yet released (after a crash, the unfinished ones)."""
+        return sorted(self.directory.glob(f"*{SUFFIX}"))
+
+    @property
+    def backlog(self) -> int:
+        return len(self._queue)
+
+    # -- the loop's side ---------------------------------------------------------------------
+
+    def submit(self, path: Path, body: bytes | None) -> int:
+        """Queue a frame body for `path` (None: remove the file after what is queued before it); its seq."""
+        if self._stopping:
+            raise RuntimeError("journal is closed")
+        with self._cv:
+            seq = self._next_seq
+            self._next_seq += 1
+            self._queue.append((seq, path, body))
+            self._cv.notify()
+        return seq
+
+    async def written(self, seq: int) -> None:
+        """Until the frame `seq` (and every one before it) is in its file."""
+        if self._written >= seq:
+            return
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        fut = loop.create_future()
+        heapq.heappush(self._waiters, (seq, id(fut), fut))
+        if self._written >= seq:  # the thread may have passed before the waiter was added
+            self._wake()
+        await fut
+
+    def _wake(self) -> None:
+        while self._waiters and self._waiters[0][0] <= self._written:
+            fut = heapq.heappop(self._waiters)[2]
+            if not fut.done():
+                fut.set_result(None)
+
+    def close(self) -> None:
+        """Write what is queued, sync, stop the thread. The files stay: unreleased episodes resume from them."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        self._thread.join()
+
+    # -- the writer thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        last_sync = time.monotonic()
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopping:
+                    timeout = None if not self._dirty or not self.fsync_window_s else \
+                        max(0.0, last_sync + self.fsync_window_s - time.monotonic())
+                    if timeout == 0.0:
+                        break
+                    self._cv.wait(timeout)
+                batch = list(self._queue)
+                self._queue.clear()
+                stopping = self._stopping
+            for item in batch:
+                self._apply(item)
+            if batch:
+                self._written = batch[-1][0]
+                m.JOURNAL_BACKLOG.set(len(self._queue))
+                if self._waiters and self._loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
+                        self._loop.call_soon_threadsafe(self._wake)
+            now = time.monotonic()
+            if self._dirty and self.fsync_window_s and (stopping or now - last_sync >= self.fsync_window_s):
+                self._sync()
+                last_sync = now
+            if stopping and not self._queue:
+                return
+
+    def _apply(self, item: tuple[int, Path, bytes | None]) -> None:
+        _, path, body = item
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                if body is None:
+                    path.unlink(missing_ok=True)
+                    self._dirty.discard(path)
+                else:
+                    _append(path, body)
+                    self.frames += 1
+                    self.bytes += sf.HEADER.size + len(body)
+                    m.JOURNAL_BYTES.inc(sf.HEADER.size + len(body))
+                    self._dirty.add(path)
+                if self.write_error:
+                    log.warning("journal writes succeed again (%s cleared)", self.write_error)
+                    self.write_error = ""
+                    m.JOURNAL_WRITE_FAILING.set(0)
+                return
+            except OSError as exc:
+                self.write_errors += 1
+                m.JOURNAL_WRITE_ERRORS.inc()
+                if not self.write_error:
+                    log.error("journal write failed: %s: %s; holding the episodes' turns in memory, retrying",
+                              path, exc)
+                self.write_error = f"{path}: {exc}"
+                m.JOURNAL_WRITE_FAILING.set(1)
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
+    def _sync(self) -> None:
+        """Everything written so far to the disk: one syncfs for the file system, else an fsync per file."""
+        try:
+            if _SYNCFS is not None:
+                fd = os.open(self.directory, os.O_RDONLY)
+                try:
+                    if _SYNCFS(fd) != 0:
+                        raise OSError(ctypes.get_errno(), "syncfs failed")
+                finally:
+                    os.close(fd)
+            else:
+                for path in self._dirty:
+                    with contextlib.suppress(FileNotFoundError):
+                        fd = os.open(path, os.O_RDONLY)
+                        try:
+                            os.fsync(fd)
+                        finally:
+                            os.close(fd)
+        except OSError as exc:  # the next window tries again; the frames are in the page cache
+            m.JOURNAL_WRITE_ERRORS.inc()
+            log.warning("journal sync failed: %s", exc)
+            return
+        self._dirty.clear()
+        self.syncs += 1
+        m.JOURNAL_SYNCS.inc()
+
+
+def _append(path: Path, body: bytes) -> None:
+    """One frame at the end of `path`; a failed write is cut off again (else a torn tail, which reading stops at)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            parts = [memoryview(sf.HEADER.pack(len(body), zlib.crc32(body))), memoryview(body)]
+            while parts:  # writev may write less than asked
+                n = os.writev(fd, parts)
+                while parts and n >= len(parts[0]):
+                    n -= len(parts.pop(0))
+                if parts:
+                    parts[0] = parts[0][n:]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
+    finally:
+        os.close(fd)
+
+
+def read_events(path: Path) -> tuple[list[Event], int]:
+    """Every intact frame of a journal file, in order, and the bytes after the last one (a torn tail: a
+    crash during its write). Reading stops at the first frame that is short, fails its checksum or does
+    not decode: what follows it cannot be replayed in order."""
+    data = path.read_bytes()
+    events: list[Event] = []
+    pos = 0
+    while pos + sf.HEADER.size <= len(data):
+        length, crc = sf.HEADER.unpack_from(data, pos)
+        end = pos + sf.HEADER.size + length
+        if end > len(data):
+            break
+        body = data[pos + sf.HEADER.size:end]
+        if zlib.crc32(body) != crc:
+            break
+        try:
+            kind, fields = unpack_obj(body)
+        except (CodecError, TypeError, ValueError):
+            break
+        if not isinstance(kind, str) or not isinstance(fields, dict):
+            break
+        events.append((kind, fields))
+        pos = end
+    return events, len(data) - pos
+
+
+class EpisodeJournal:
+    """One episode's journal: the BufferSink of its TokenBuffer, and the episode's own records."""
+
+    __slots__ = ("_journal", "_last", "episode_id", "path")
+
+    def __init__(self, journal: Journal, episode_id: str) -> None:
+        self._journal = journal
+        self.episode_id = episode_id
+        self.path = journal.path_of(episode_id)
+        self._last = -1
+
+    def _emit(self, kind: str, fields: Mapping[str, Any]) -> None:
+        self._last = self._journal.submit(self.path, pack_obj([kind, fields]))
+
+    def begin(self, **fields: Any) -> None:
+        self._emit("begin", {"episode_id": self.episode_id, **fields})
+
+    def turn(self, **fields: Any) -> None:
+        self._emit("turn", fields)
+
+    # BufferSink
+    def segment(self, ids: np.ndarray, messages: Sequence[Message], shared_prefix: int) -> None:
+        self._emit("segment", {"ids": ids, "messages": list(messages), "shared": shared_prefix})
+
+    def generation(self, start: int, ids: np.ndarray, logprobs: np.ndarray, versions: np.ndarray,
+                   routing: RoutingBlock | None, message: Message, repair: np.ndarray) -> None:
+        self._emit("gen", {"start": start, "ids": ids, "logprobs": logprobs, "versions": versions,
+                           "routing_start": None if routing is None else routing.start,
+                           "routing": None if routing is None else routing.experts,
+                           "message": message, "repair": repair})
+
+    def context(self, ids: np.ndarray, messages: Sequence[Message]) -> None:
+        self._emit("ctx", {"ids": ids, "messages": list(messages)})
+
+    async def written(self) -> None:
+        """Until every record of this episode so far is in its file (readable by `read`)."""
+        await self._journal.written(self._last)
+
+    def read(self) -> list[Event]:
+        """The episode's records (blocking file I/O: call it off the loop, after `written`)."""
+        events, torn = read_events(self.path)
+        if torn:
+            raise CodecError(f"{self.path}: {torn} bytes after the last intact record")
+        return events
+
+    def release(self) -> None:
+        """The episode's trajectory is spooled (or needs no journal any more): its file goes."""
+        self._journal.submit(self.path, None)

@@ -1,0 +1,67 @@
+"""The episode journal: frames on disk as turns complete, read back in order, torn tails, write failures."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from t1.coordinator.journal import Journal, read_events
+
+
+async def test_frames_are_read_back_in_order_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "j", fsync_window_s=0.01)
+    try:
+        ep = journal.episode("task/a-1")  # an id with a slash still names one file in the directory
+        assert ep.path.parent == tmp_path / "j"
+        ep.begin(task_id="task/a")
+        for i in range(50):
+            ep.turn(turn=i, commands=[["ls", 0]], ids=np.arange(i, dtype=np.int32))
+        await ep.written()
+        events = ep.read()
+        assert [k for k, _ in events] == ["begin"] + ["turn"] * 50
+        assert events[0][1]["episode_id"] == "task/a-1"
+        assert [f["turn"] for _, f in events[1:]] == list(range(50))
+        assert np.array_equal(events[-1][1]["ids"], np.arange(49))
+        for _ in range(500):  # a sync of the file system may take a while on a busy disk
+            if journal.syncs:
+                break
+            await asyncio.sleep(0.01)
+        assert journal.syncs >= 1 and journal.frames == 51
+        # A crash in the middle of a write leaves a partial frame: reading stops before it.
+        with ep.path.open("ab") as f:
+            f.write(b"\x40\x00\x00\x00\x01\x02\x03\x04partial")
+        intact, torn = read_events(ep.path)
+        assert len(intact) == 51 and torn == 15
+        with pytest.raises(ValueError, match="after the last intact record"):
+            ep.read()
+        ep.release()
+        await journal.written(journal.submit(ep.path, None))
+        assert not ep.path.exists() and journal.files() == []
+    finally:
+        journal.close()
+
+
+async def test_a_failing_write_is_retried_and_nothing_is_lost_or_reordered(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "j", fsync_window_s=0)
+    try:
+        ep = journal.episode("e")
+        ep.turn(turn=0)
+        await ep.written()
+        shutil.rmtree(tmp_path / "j")  # the directory is gone: every write fails until it is back
+        for i in range(1, 4):
+            ep.turn(turn=i)
+        for _ in range(100):
+            if journal.write_error:
+                break
+            await asyncio.sleep(0.01)
+        assert "No such file" in journal.write_error and journal.write_errors >= 1
+        (tmp_path / "j").mkdir()
+        await asyncio.wait_for(ep.written(), 10)
+        assert journal.write_error == ""
+        assert [f["turn"] for _, f in ep.read()] == [1, 2, 3]  # turn 0 went with the directory
+    finally:
+        journal.close()
