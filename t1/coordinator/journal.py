@@ -98,10 +98,6 @@ class Journal:
         """Journals on disk: episodes not yet released (after a crash, the unfinished ones)."""
         return sorted(self.directory.glob(f"*{SUFFIX}"))
 
-    @property
-    def backlog(self) -> int:
-        return len(self._queue)
-
     # -- the loop's side ---------------------------------------------------------------------
 
     def submit(self, path: Path, body: bytes | None) -> int:

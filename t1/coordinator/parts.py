@@ -9,6 +9,7 @@ are owned by `Background` and cancelled at close. `close(timeout_s)` bounds the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from t1.coordinator.evals import EvalJobs
 from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
 from t1.coordinator.journal import Journal
+from t1.coordinator.journal_recovery import end_unfinished
 from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.progress import EvalProgress, ProgressView
 from t1.coordinator.rollout import RolloutRunner, new_group_id
@@ -74,21 +76,9 @@ def open_spool(cfg: T1Config, run_dir: Path) -> Spool:
 
 
 def open_journal(cfg: T1Config, run_dir: Path) -> Journal | None:
-    """The per-turn journal of live episodes in <run_dir>/journal (None when `coordinator.journal` is off).
-
-    Journals an earlier coordinator left are episodes it did not finish: they are counted and
-    removed (their groups never complete; the trainer's staleness bound lets them go)."""
+    """The per-turn journal of live episodes in <run_dir>/journal (None when `coordinator.journal` is off)."""
     jc = cfg.coordinator.journal
-    if not jc.enabled:
-        return None
-    journal = Journal.open(run_dir / "journal", jc.fsync_window_ms / 1000)
-    left = journal.files()
-    if left:
-        log.warning("journal: %d episodes an earlier coordinator left unfinished are not continued; removing them",
-                    len(left))
-        for path in left:
-            journal.submit(path, None)
-    return journal
+    return Journal.open(run_dir / "journal", jc.fsync_window_ms / 1000) if jc.enabled else None
 
 
 def make_scheduler(cfg: T1Config, limiter: asyncio.Semaphore, spool: Spool) -> Scheduler:
@@ -140,6 +130,10 @@ class Parts:
                                sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal)
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         spool = open_spool(cfg, run_dir)
+        if journal is not None:  # episodes an earlier coordinator left unfinished: ended before new ones start
+            recovered = await end_unfinished(journal, spool)
+            if recovered.episodes:
+                runlog.write("journal_recovered", **dataclasses.asdict(recovered))
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
                          limiter, cfg.limits)
