@@ -91,8 +91,9 @@ class Journal:
     def path_of(self, episode_id: str) -> Path:
         return self.directory / (quote(episode_id, safe="") + SUFFIX)
 
-    def episode(self, episode_id: str) -> EpisodeJournal:
-        return EpisodeJournal(self, episode_id)
+    def episode(self, episode_id: str, training: bool = True) -> EpisodeJournal:
+        """A journal for one episode; a training episode's is spooled if a restart finds it unfinished."""
+        return EpisodeJournal(self, episode_id, training)
 
     def files(self) -> list[Path]:
         """Journals on disk: episodes not yet released (after a crash, the unfinished ones)."""
@@ -273,11 +274,12 @@ def read_events(path: Path) -> tuple[list[Event], int]:
 class EpisodeJournal:
     """One episode's journal: the BufferSink of its TokenBuffer, and the episode's own records."""
 
-    __slots__ = ("_journal", "_last", "episode_id", "path")
+    __slots__ = ("_journal", "_last", "episode_id", "path", "training")
 
-    def __init__(self, journal: Journal, episode_id: str) -> None:
+    def __init__(self, journal: Journal, episode_id: str, training: bool = True) -> None:
         self._journal = journal
         self.episode_id = episode_id
+        self.training = training
         self.path = journal.path_of(episode_id)
         self._last = -1
 
@@ -285,7 +287,7 @@ class EpisodeJournal:
         self._last = self._journal.submit(self.path, pack_obj([kind, fields]))
 
     def begin(self, **fields: Any) -> None:
-        self._emit("begin", {"episode_id": self.episode_id, **fields})
+        self._emit("begin", {"episode_id": self.episode_id, "training": self.training, **fields})
 
     def turn(self, **fields: Any) -> None:
         self._emit("turn", fields)

@@ -7,7 +7,8 @@ completed, arrays as sampled), is spooled with reward 0 and status infra_error, 
 completes at the trainer and the episode is kept out of training and advantages, never scored.
 The trainer deduplicates by id, so a journal whose trajectory was spooled just before the crash
 costs nothing. A journal that does not replay (damaged past its first frames) is kept aside as
-`<file>.corrupt`, named in the log and counted.
+`<file>.corrupt`, named in the log and counted. An eval attempt's journal is removed: its job runs
+the attempt again (it has no row in the job store).
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ class Recovered:
 
 
 def unfinished_trajectory(path: Path) -> tuple[Trajectory | None, int]:
-    """The infra_error trajectory of a journal (None when it holds no begin record) and its completed turns."""
+    """The infra_error trajectory of a training episode's journal (None for an eval attempt's, or one without its
+    begin record) and its completed turns."""
     events, torn = read_events(path)
     if torn:
         log.info("journal %s: %d bytes after the last intact record (the turn in flight) are dropped", path, torn)
-    if not events or events[0][0] != "begin":
+    if not events or events[0][0] != "begin" or not events[0][1].get("training", True):
         return None, 0
     begin = events[0][1]
     segments = build_segments(replay(events).builders)

@@ -114,7 +114,7 @@ class RolloutRunner:
         spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg), limits,
                            reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
-        journal = None if self.journal is None else self.journal.episode(episode_id)
+        journal = None if self.journal is None else self.journal.episode(episode_id, training=job is None)
         episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
                           Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes,
                           baselines=self._baselines, journal=journal)

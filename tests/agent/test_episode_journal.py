@@ -97,7 +97,8 @@ async def test_an_episode_its_coordinator_left_unfinished_is_spooled_as_infra_er
         spool.close()
 
 
-async def test_a_journal_that_does_not_replay_is_set_aside_and_counted(tmp_path: Path) -> None:
+async def test_a_journal_that_does_not_replay_is_set_aside_and_an_eval_attempts_is_not_spooled(tmp_path: Path
+                                                                                               ) -> None:
     journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
     spool = Spool.open(tmp_path / "spool", 1 << 30, 1 << 26)
     try:
@@ -105,8 +106,13 @@ async def test_a_journal_that_does_not_replay_is_set_aside_and_counted(tmp_path:
         ep.begin(task_id="t", group_id="g", attempt=0, agent_format="tool_calls")
         ep.context(np.arange(3, dtype=np.int32), [])  # an observation before any segment: not a buffer's record
         await ep.written()
+        ev = journal.episode("eval-1", training=False)  # its job reruns the attempt: nothing for the trainer
+        ev.begin(task_id="t", group_id="eval-j-t", attempt=0, agent_format="tool_calls")
+        ev.segment(np.arange(5, dtype=np.int32), [{"role": "user", "content": "hi"}], 0)
+        await ev.written()
         recovered = await end_unfinished(journal, spool)
-        assert recovered.damaged == 1 and recovered.infra_errors == 0 and spool.pending_count == 0
+        assert (recovered.episodes, recovered.damaged, recovered.infra_errors) == (2, 1, 0)
+        assert spool.pending_count == 0
         assert journal.files() == [] and (tmp_path / "journal" / "e.journal.corrupt").exists()
     finally:
         journal.close()
