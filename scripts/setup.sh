@@ -38,6 +38,11 @@ if [[ ${T1_SETUP_DOCKER:-0} == 1 ]] && ! command -v dockerd >/dev/null 2>&1; the
   apt-get install -y -qq --no-install-recommends docker.io >/dev/null
 fi
 
+# The agent harnesses T1 runs unmodified inside sandboxes (rollout.harness; idempotent): T1_SETUP_HARNESSES=0 skips.
+if [[ ${T1_SETUP_HARNESSES:-1} == 1 ]]; then
+  bash scripts/harnesses.sh
+fi
+
 if [[ -f "$STAMP" ]]; then
   exit 0
 fi

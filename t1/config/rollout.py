@@ -27,6 +27,37 @@ class CompactionConfig(Section):
     max_segments: int = Field(8, ge=1, description="Most segments per episode.")
 
 
+class HarnessSamplingConfig(Section):
+    """Which sampling parameters of a harness's calls the gateway honours."""
+
+    honour: Literal["run", "request"] = Field(
+        "run", description="run: rollout.sampling for every call (a call's max_tokens honoured up to its "
+                           "max_tokens), what training needs; request: the call's temperature, top_p, top_k "
+                           "and seed too, within the bounds below.")
+    min_temperature: float = Field(0.0, ge=0, description="Lowest temperature a call gets (honour: request).")
+    max_temperature: float = Field(2.0, ge=0, description="Highest temperature a call gets (honour: request).")
+    min_top_p: float = Field(0.0, ge=0, le=1, description="Lowest top_p a call gets (honour: request).")
+
+
+class HarnessConfig(Section):
+    """An agent harness of the user's own run inside the sandbox instead of T1's loop (docs/harness.md)."""
+
+    command: str = Field(
+        "", description="Shell command line that runs the harness in the sandbox (cwd /app) until it exits; "
+                        "empty: T1's own agent loop. It finds the gateway in OPENAI_BASE_URL / ANTHROPIC_BASE_URL "
+                        "with the key in OPENAI_API_KEY / ANTHROPIC_API_KEY, and the task in $T1_INSTRUCTION_FILE.")
+    env: dict[str, str] = Field(default_factory=dict, description="More environment variables for the harness.")
+    timeout_s: float | None = Field(
+        None, gt=0, description="Wall-clock limit of the harness; null: the task's agent timeout (times the "
+                                "timeout multipliers).")
+    output_cap_bytes: int = Field(65536, ge=1024, description="Tail of the harness's output kept for the transcript.")
+    max_calls: int = Field(400, ge=1, description="Most generation calls per episode; later calls are refused.")
+    port: int = Field(8087, ge=1, le=65535, description="Loopback port of the gateway inside the sandbox.")
+    model_name: str = Field("t1", min_length=1, description="The model's name on the gateway (/v1/models).")
+    sampling: HarnessSamplingConfig = Field(default_factory=HarnessSamplingConfig,
+                                            description="Sampling parameters of the harness's calls.")
+
+
 class RolloutConfig(Section):
     """One episode's shape and the scheduler around it."""
 
@@ -52,3 +83,5 @@ class RolloutConfig(Section):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")
     compaction: CompactionConfig = Field(default_factory=CompactionConfig, description="Context compaction.")
     transcripts: bool = Field(True, description="Write a readable transcript per episode.")
+    harness: HarnessConfig = Field(default_factory=HarnessConfig,
+                                   description="A harness of your own instead of T1's agent loop (off by default).")

@@ -45,6 +45,14 @@ class T1Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _harness_samples_as_the_trainer_scores(self) -> T1Config:
+        if self.coordinator.train and self.rollout.harness.command and self.rollout.harness.sampling.honour != "run":
+            raise ValueError("rollout.harness.sampling.honour must be 'run' when coordinator.train is true (a "
+                             "harness's own temperature or top_p would make its behaviour logprobs differ from "
+                             "what the trainer scores)")
+        return self
+
+    @model_validator(mode="after")
     def _trainable_endpoints(self) -> T1Config:
         if not self.coordinator.train:
             return self

@@ -43,6 +43,7 @@ from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
 from t1.sandbox.local import LocalProvider
+from t1.sandbox.loopback_port import SandboxPorts
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import SandboxProvider
 
@@ -127,7 +128,8 @@ class Parts:
             await router.check_trainable()
         journal = open_journal(cfg, run_dir)
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
-                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal)
+                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal,
+                               ports=provider if isinstance(provider, SandboxPorts) else None)
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         spool = open_spool(cfg, run_dir)
         if journal is not None:  # episodes an earlier coordinator left unfinished: ended before new ones start

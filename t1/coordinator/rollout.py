@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from t1.agent.episode import (
     SandboxTraits,
 )
 from t1.agent.formats import AgentFormat, FormatName, get_format
+from t1.agent.harness import HarnessEpisode
 from t1.agent.transcript import Transcript
 from t1.config.coordinator import ShardConfig
 from t1.config.schema import T1Config
@@ -35,6 +37,7 @@ from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.spool import Spool
 from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m
+from t1.sandbox.loopback_port import SandboxPorts
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
@@ -66,6 +69,7 @@ class RolloutStats:
     train_scored: int = 0        # training episodes that were not infra errors
     train_resolved: int = 0
     train_reward_sum: float = 0.0
+    gateway_segments: Counter[str] = field(default_factory=Counter)  # harness episodes' segment starts by cause
 
     def training_tallies(self) -> dict[str, float]:
         """Cumulative counts of scored training episodes (the run log's trainer records carry them: curves)."""
@@ -83,9 +87,13 @@ class RolloutRunner:
     def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
                  generate_for: GenerateFor, transcripts_dir: Path | None,
                  sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None,
-                 journal: Journal | None = None) -> None:
+                 journal: Journal | None = None, ports: SandboxPorts | None = None) -> None:
+        if cfg.rollout.harness.command and ports is None:
+            raise ValueError("rollout.harness.command: a harness needs a sandbox provider that opens its gateway "
+                             "inside the sandbox (sandbox.provider: local)")
         self.cfg = cfg
         self.journal = journal
+        self._ports = ports
         self.renderers = renderers
         self._acquire = acquire
         self._generate_for = generate_for
@@ -109,15 +117,22 @@ class RolloutRunner:
         # Eval attempts may run again after a restart: each run gets its own id (and transcript).
         episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
         limits = EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier)
-        if not process_rewards:
+        harness = self.cfg.rollout.harness
+        if not process_rewards or harness.command:  # a harness's calls are not turns the verifier can follow
             limits = replace(limits, process_every_k=None)
         spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg), limits,
                            reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
-        journal = None if self.journal is None else self.journal.episode(episode_id, training=job is None)
-        episode = Episode(spec, generate or self._generate_for(job, task, fmt), self._acquire, self.renderers[fmt.name],
-                          Transcript(tx_dir, task.id, episode_id), sandboxes=self._sandboxes,
-                          baselines=self._baselines, journal=journal)
+        generate = generate or self._generate_for(job, task, fmt)
+        transcript = Transcript(tx_dir, task.id, episode_id)
+        if harness.command:  # no per-turn journal: a harness process does not outlive its coordinator
+            assert self._ports is not None
+            episode: Episode = HarnessEpisode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,
+                                              ports=self._ports, harness=harness, sandboxes=self._sandboxes)
+        else:
+            journal = None if self.journal is None else self.journal.episode(episode_id, training=job is None)
+            episode = Episode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,
+                              sandboxes=self._sandboxes, baselines=self._baselines, journal=journal)
         self.stats.active += 1
         try:
             end = await episode.play()
@@ -136,6 +151,8 @@ class RolloutRunner:
         finally:
             episode.close()
         self.stats.finished += 1
+        if isinstance(episode, HarnessEpisode):
+            self.stats.gateway_segments.update(episode.segment_causes)
         self.stats.turns += result.turns
         self.stats.infra_errors += result.status is EpisodeStatus.INFRA_ERROR
         m.INFRA_FAILURE_RATE.set(self.stats.infra_errors / self.stats.finished)

@@ -48,6 +48,11 @@ INFRA_FAILURES = Counter("t1_infra_failures", "Infra failures by kind.", ["kind"
 INFRA_FAILURE_RATE = Gauge("t1_infra_failure_rate", "Share of finished episodes that were infra errors.",
                            registry=REGISTRY)
 INFERENCE_RETRIES = Counter("t1_inference_retries", "Turns retried on another replica.", registry=REGISTRY)
+GATEWAY_CALLS = Counter("t1_gateway_calls", "Generation calls a harness made through its episode's gateway.",
+                        registry=REGISTRY)
+GATEWAY_SEGMENTS = Counter("t1_gateway_segment_starts", "Segments a gateway call started, by cause.", ["cause"],
+                           registry=REGISTRY)
+GATEWAY_REFUSED = Counter("t1_gateway_refused", "Gateway requests refused, by reason.", ["reason"], registry=REGISTRY)
 BAD_REPLIES = Counter("t1_agent_bad_replies", "Model replies that did not parse as an action.", ["format"],
                       registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram("t1_event_loop_lag_seconds", "Lateness of the coordinator's event loop.",

@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import secrets
+import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree, sweep_tree
 from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
 from t1.sandbox.holders import kill_leftovers
 from t1.sandbox.local_server import LocalSshServer, verifier_user
+from t1.sandbox.loopback_port import LoopbackPortError, listen_in_namespace
 from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.supervisor_bin import install_private_bash
@@ -161,6 +163,18 @@ class LocalProvider:
     def host_path(self, sandbox_id: str, name: str) -> Path:
         """Where T1 reaches tree dir `name` (`app`, `logs`, ...) of a live sandbox (tests and provisioning may read it)."""
         return self.server.host_path(sandbox_id, name)
+
+    async def listen_inside(self, sandbox_id: str, port: int) -> socket.socket:
+        """A socket listening on 127.0.0.1:`port` in the sandbox's own network namespace, held by T1
+        (`t1.sandbox.loopback_port`): a harness's gateway that only this sandbox reaches."""
+        tree = self.server.trees.get(sandbox_id)
+        if tree is None:
+            raise LoopbackPortError(f"sandbox {sandbox_id} is not live")
+        target = await self.server.ns_target(tree)
+        if target is None or "net" not in target.namespaces:
+            raise LoopbackPortError(f"sandbox {sandbox_id} shares T1's network (sandbox.local.bubblewrap is off): "
+                                     "a gateway there would be reachable from outside it")
+        return await asyncio.to_thread(listen_in_namespace, target.pid, port)
 
     async def _forget(self, tree: SandboxTree) -> None:
         await self.server.end_sandbox(tree.sandbox_id)

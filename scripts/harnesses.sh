@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install the agent harnesses T1 runs unmodified inside sandboxes (rollout.harness, docs/harness.md), each
+# in a virtualenv of its own under T1_HARNESS_DIR (default /opt/t1-harnesses): a system dir, so every
+# local sandbox sees it through its copy-on-write root (the host's /work or /root are hidden there).
+#   mini-swe-agent  on the system's python3 (3.11)
+#   harbor          (Terminus-2) on Python 3.12: pyenv's, copied under T1_HARNESS_DIR so sandboxes can run it
+# Idempotent: a harness whose stamp matches its pinned version is skipped. Used by scripts/setup.sh.
+set -euo pipefail
+
+DIR=${T1_HARNESS_DIR:-/opt/t1-harnesses}
+MINI_SWE_AGENT=2.4.6
+HARBOR=0.25.0
+mkdir -p "$DIR"
+chmod 755 "$DIR"
+
+install() {  # name, python, pip spec
+  local name=$1 python=$2 spec=$3 venv="$DIR/$1"
+  if [[ -f "$venv/.t1-stamp" && $(cat "$venv/.t1-stamp") == "$spec" ]]; then
+    return 0
+  fi
+  echo "t1 harnesses: installing $spec into $venv"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip --disable-pip-version-check install -q "$spec"
+  echo "$spec" > "$venv/.t1-stamp"
+  chmod -R a+rX "$venv"
+}
+
+install mini-swe-agent /usr/bin/python3 "mini-swe-agent==$MINI_SWE_AGENT"
+
+if [[ ${T1_HARNESS_HARBOR:-1} == 1 ]]; then
+  py312="$DIR/python3.12"
+  if [[ ! -x "$py312/bin/python3.12" ]]; then
+    root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+    src=$(ls -d "$root"/versions/3.12.* 2>/dev/null | sort -V | tail -1 || true)
+    if [[ -z $src ]]; then
+      echo "t1 harnesses: harbor needs Python >= 3.12 (pyenv install 3.12); skipped" >&2
+      exit 0
+    fi
+    echo "t1 harnesses: copying $src to $py312 (sandboxes cannot see $root)"
+    cp -a "$src" "$py312.tmp"
+    chmod -R a+rX "$py312.tmp"
+    mv "$py312.tmp" "$py312"
+  fi
+  install harbor "$py312/bin/python3.12" "harbor==$HARBOR"
+fi

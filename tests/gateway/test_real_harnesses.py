@@ -1,0 +1,84 @@
+"""Real harnesses from PyPI, unmodified, in a local sandbox against the episode's gateway and the tiny model.
+
+They are installed by scripts/harnesses.sh (run by setup) under /opt/t1-harnesses, where every
+sandbox sees them. The tiny model's replies are noise; what is checked is the plumbing: every call
+the harness made is in the trajectory with the sampler's exact ids (drift 0), routing for every
+position, and its segments counted by cause.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from t1.config.rollout import HarnessConfig
+from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, collect
+from t1.trajectory.types import EpisodeStatus
+
+from .test_harness_episode import episode
+
+HARNESSES = Path("/opt/t1-harnesses")
+MINI = (f"{HARNESSES}/mini-swe-agent/bin/mini -y --exit-immediately -m openai/$T1_MODEL "
+        '-t "$(cat $T1_INSTRUCTION_FILE)" -c mini.yaml -c agent.step_limit=4 -c agent.cost_limit=0 '
+        "-o /tmp/mini.traj.json")
+MINI_ENV = {"MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_CONFIGURED": "true", "MSWEA_SILENT_STARTUP": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "2"}
+
+
+def installed(name: str) -> Path:
+    path = HARNESSES / name
+    if not (path / "bin" / "python").exists():
+        pytest.fail(f"{path}: the {name} harness is not installed (scripts/harnesses.sh)")
+    return path
+
+
+@pytest.mark.slow
+async def test_mini_swe_agent_runs_unmodified_with_exact_tokens(tmp_path: Path, provider, renderers, backend) -> None:
+    installed("mini-swe-agent")
+    sampled: list[np.ndarray] = []
+
+    async def generate(req: GenerateRequest) -> GenerateResult:
+        res = await collect(backend.stream(req))
+        sampled.append(res.token_ids.copy())
+        return res
+
+    ep = episode(tmp_path, provider, renderers, generate, HarnessConfig(command=MINI, env=MINI_ENV, timeout_s=240))
+    result = await ep.run()
+    text = Path(result.transcript).read_text()
+    assert result.status is EpisodeStatus.OK, (result.failure_mode, text[-4000:])
+    assert ep.gateway.calls >= 2, text[-4000:]
+    assert result.drift_tokens == 0
+    loss = np.concatenate([s.token_ids[s.loss_mask] for s in result.trajectory.segments])
+    assert np.array_equal(loss, np.concatenate(sampled))
+    assert sum(ep.segment_causes.values()) == len(result.trajectory.segments)
+    print(dict(ep.segment_causes), [r.cause for r in ep.gateway.records])
+
+
+async def test_mini_swe_agent_solves_with_tool_calls_in_one_segment(tmp_path: Path, provider, renderers) -> None:
+    """Replies that are the template's tool calls (a policy that has learnt the format): mini-swe-agent runs
+    them, echoes each reply with its tool result, and every call continues the one segment."""
+    installed("mini-swe-agent")
+    renderer = renderers[next(iter(renderers))]
+    script = ['<tool_call>\n{"name": "bash", "arguments": {"command": "echo hello > /app/answer.txt"}}\n</tool_call>',
+              'Done.\n<tool_call>\n{"name": "bash", "arguments": {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}'
+              '\n</tool_call>']
+    prompts: list[int] = []
+
+    async def generate(req: GenerateRequest) -> GenerateResult:
+        prompts.append(len(req.prompt_ids))
+        ids = np.asarray(renderer.encode(script[len(prompts) - 1]) + list(renderer.end_of_turn_ids), np.int32)
+        return GenerateResult(ids, np.full(len(ids), -0.5, np.float32), FinishReason.STOP, 7,
+                              np.full(len(ids), 7, np.int32), None, len(req.prompt_ids))
+
+    ep = episode(tmp_path, provider, renderers, generate, HarnessConfig(command=MINI, env=MINI_ENV, timeout_s=240))
+    result = await ep.run()
+    text = Path(result.transcript).read_text()
+    assert result.status is EpisodeStatus.OK, (result.failure_mode, text[-4000:])
+    assert result.report.resolved and result.trajectory.reward == 1.0
+    assert ep.gateway.calls == 2 and dict(ep.segment_causes) == {"first": 1}, [r.cause for r in ep.gateway.records]
+    (seg,) = result.trajectory.segments
+    assert result.drift_tokens == 0 and (seg.policy_versions[seg.loss_mask] == 7).all()
+    # The second call sent only the reply's delta and the tool result after the first context.
+    assert prompts[1] > prompts[0] + seg.turns[0].end - seg.turns[0].start
