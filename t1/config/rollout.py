@@ -54,6 +54,11 @@ class HarnessConfig(Section):
     max_calls: int = Field(400, ge=1, description="Most generation calls per episode; later calls are refused.")
     port: int = Field(8087, ge=1, le=65535, description="Loopback port of the gateway inside the sandbox.")
     model_name: str = Field("t1", min_length=1, description="The model's name on the gateway (/v1/models).")
+    on_template_rewrite: Literal["new_segment", "repair"] = Field(
+        "new_segment", description="A call that extends the last one but renders otherwise under the template "
+                                   "(Qwen3 with thinking off drops the empty think block of past turns): "
+                                   "new_segment renders it afresh; repair keeps the ids the model saw and "
+                                   "appends the delta (counted as template mismatches, as T1's own loop does).")
     sampling: HarnessSamplingConfig = Field(default_factory=HarnessSamplingConfig,
                                             description="Sampling parameters of the harness's calls.")
 

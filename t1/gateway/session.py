@@ -55,7 +55,8 @@ class SegmentCause(StrEnum):
     HISTORY_REWRITTEN = "history_rewritten"  # an earlier message changed, was dropped or re-ordered (compaction)
     REPLY_REWRITTEN = "reply_rewritten"      # the harness's copy of the last reply differs (reasoning dropped, ...)
     NO_REPLY = "no_reply"                    # the call does not carry the last reply (a retry, a parallel call)
-    TEMPLATE_REWROTE = "template_rewrote"    # the messages extend the last call, the template renders them otherwise
+    TEMPLATE_REWROTE = "template_rewrote"    # the messages extend the last call, the template renders them
+                                             # otherwise (recorded as template_rewrote:<the buffer's MismatchCause>)
 
 
 class GatewayInferenceFailed(Exception):
@@ -180,7 +181,7 @@ class GatewaySession:
         if buf is None or key != self._tools_key:
             if buf is not None:
                 self._end_segment_session()
-            self._buffers.append(TokenBuffer(renderer, messages, on_mismatch=MismatchPolicy.NEW_SEGMENT,
+            self._buffers.append(TokenBuffer(renderer, messages, on_mismatch=MismatchPolicy(self._cfg.on_template_rewrite),
                                              full_check_every=1))
             self._tools_key = key
             return SegmentCause.FIRST if buf is None else SegmentCause.TOOLS_CHANGED
@@ -189,17 +190,15 @@ class GatewaySession:
             return ""  # the call that failed before its reply, asked again: nothing new to add
         cause = _cause(held, messages)
         if cause is None:
-            segments = buf.num_segments
-            try:
-                buf.append_observation(messages[len(held):])
-            except ValueError as exc:  # the template cannot render this delta: a new segment renders it whole
-                log.info("gateway %s: no delta renders (%s); new segment", self.episode_id, exc)
-                cause = SegmentCause.TEMPLATE_REWROTE
-            else:
-                if buf.num_segments == segments:
-                    return ""
-                self._end_segment_session(segments)
-                return SegmentCause.TEMPLATE_REWROTE
+            segments, before = buf.num_segments, buf.mismatch_causes
+            buf.append_observation(messages[len(held):])
+            if buf.num_segments == segments:
+                return ""
+            self._end_segment_session(segments)
+            # The buffer's own cause of the mismatch: the generation prompt, reasoning, tool calls, a turn, history.
+            after = buf.mismatch_causes
+            how = [str(c) for c in after if after[c] > before.get(c, 0)]
+            return f"{SegmentCause.TEMPLATE_REWROTE}:{'+'.join(how) or 'history'}"
         self._end_segment_session()
         buf.compact(messages)
         return cause
@@ -247,7 +246,6 @@ class GatewaySession:
         drift of their loss region against the sampler's record (must be 0), and the buffers' counters."""
         out: list[Segment] = []
         drift = 0
-        counters = TitoCounters()
         for b, buf in enumerate(self._buffers):
             with_turns = sorted({s for bb, s, _, _ in self.sampled if bb == b})
             segs = buf.segments()
@@ -257,10 +255,13 @@ class GatewaySession:
             for seg, s in zip(segs, with_turns, strict=True):
                 drift += segment_drift(seg, [(start, ids) for bb, ss, start, ids in self.sampled if (bb, ss) == (b, s)])
                 out.append(seg)
-            c = buf.counters
-            counters = TitoCounters(counters.repaired_turns + c.repaired_turns, counters.masked_tokens + c.masked_tokens,
-                                    counters.template_mismatches + c.template_mismatches)
-        return tuple(out), drift, counters
+        return tuple(out), drift, self.counters()
+
+    def counters(self) -> TitoCounters:
+        """The TITO counters of all the episode's buffers."""
+        cs = [b.counters for b in self._buffers]
+        return TitoCounters(sum(c.repaired_turns for c in cs), sum(c.masked_tokens for c in cs),
+                            sum(c.template_mismatches for c in cs))
 
 
 def _cause(held: list[Message], messages: list[Message]) -> SegmentCause | None:
