@@ -303,6 +303,8 @@ class Episode:
                 return
             if time.monotonic() >= deadline:
                 raise _End(EpisodeStatus.TIMEOUT, "task wall-clock timeout")
+            if self._journal is not None:
+                await self._journal.room()  # the journal's writer keeps up: memory stays bounded
             await pace(limits.steps_per_loop_tick)  # the observation, the request: this turn's CPU
             if self._pending_obs:
                 self.buf.append_observation(self._pending_obs)

@@ -19,6 +19,9 @@ class TurnJournal(BufferSink, Protocol):
     def turn(self, **fields: Any) -> None:
         """A turn ended: its index, commands with exit codes, bad reply, checkpoint, the next observation."""
 
+    async def room(self) -> None:
+        """Until the journal can take another turn (its writer keeps up with the disk): awaited before each turn."""
+
     async def written(self) -> None:
         """Until every record so far can be read back."""
 

@@ -27,6 +27,8 @@ class JournalConfig(Section):
     fsync_window_ms: int = Field(
         1000, ge=0, description="Journal files reach the disk at least this often (one syncfs for all episodes): what "
         "a machine crash can lose; 0: never synced (a coordinator crash loses nothing, a machine crash may).")
+    max_backlog_mb: int = Field(
+        256, ge=1, description="Journal bytes waiting for the disk before episodes wait to start their next turn.")
 
 
 class EvalConfig(Section):

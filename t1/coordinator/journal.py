@@ -17,7 +17,10 @@ coordinator, within milliseconds of its turn. The files reach the disk every `fs
 one syncfs of the journal's file system covers every episode written in the window (fsyncs per
 turn fall as episodes grow), so a crash of the machine loses at most that window of turns. A write
 that fails (a full disk) is retried with backoff, its frames held in memory meanwhile, counted.
-An episode's file is removed once its trajectory is in the spool (`release`).
+Back-pressure: while more than `max_backlog_bytes` wait to be written (a disk slower than the
+turns, a failing disk), `room()` blocks, and episodes await it before their next turn: memory stays
+bounded and the turn rate falls to what the disk takes. An episode's file is removed once its
+trajectory is in the spool (`release`).
 """
 
 from __future__ import annotations
@@ -64,11 +67,16 @@ _SYNCFS = _syncfs()
 class Journal:
     """Open with `Journal.open(dir, fsync_window_s)`; one coordinator owns a journal directory at a time."""
 
-    def __init__(self, directory: Path, fsync_window_s: float) -> None:
+    def __init__(self, directory: Path, fsync_window_s: float, max_backlog_bytes: int = 256 << 20) -> None:
         if fsync_window_s < 0:
             raise ValueError(f"fsync_window_s must be >= 0 (0: never synced, the page cache only), got {fsync_window_s}")
+        if max_backlog_bytes <= 0:
+            raise ValueError(f"max_backlog_bytes must be positive, got {max_backlog_bytes}")
         self.directory = directory
         self.fsync_window_s = fsync_window_s
+        self.max_backlog_bytes = max_backlog_bytes
+        self._backlog_bytes = 0  # queued, not yet written (changed under _cv)
+        self._room_waiters: list[asyncio.Future[None]] = []
         self.frames = self.bytes = self.syncs = self.write_errors = 0  # written so far (read by the load bench)
         self.write_error = ""
         self._queue: deque[tuple[int, Path, bytes | None]] = deque()  # seq, path, body (None: remove the file)
@@ -82,9 +90,9 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="t1-journal", daemon=True)
 
     @classmethod
-    def open(cls, directory: Path, fsync_window_s: float) -> Journal:
+    def open(cls, directory: Path, fsync_window_s: float, max_backlog_bytes: int = 256 << 20) -> Journal:
         directory.mkdir(parents=True, exist_ok=True)
-        journal = cls(directory, fsync_window_s)
+        journal = cls(directory, fsync_window_s, max_backlog_bytes)
         journal._thread.start()
         return journal
 
@@ -109,8 +117,21 @@ class Journal:
             seq = self._next_seq
             self._next_seq += 1
             self._queue.append((seq, path, body))
+            self._backlog_bytes += 0 if body is None else len(body)
             self._cv.notify()
         return seq
+
+    async def room(self) -> None:
+        """Until the frames waiting to be written are within `max_backlog_bytes` (the back-pressure)."""
+        if self._backlog_bytes <= self.max_backlog_bytes:
+            return
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        fut = loop.create_future()
+        self._room_waiters.append(fut)
+        if self._backlog_bytes <= self.max_backlog_bytes:  # the thread may have drained it meanwhile
+            self._wake()
+        await fut
 
     async def written(self, seq: int) -> None:
         """Until the frame `seq` (and every one before it) is in its file."""
@@ -129,6 +150,11 @@ class Journal:
             fut = heapq.heappop(self._waiters)[2]
             if not fut.done():
                 fut.set_result(None)
+        if self._backlog_bytes <= self.max_backlog_bytes:
+            waiters, self._room_waiters = self._room_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 
     def close(self) -> None:
         """Write what is queued, sync, stop the thread. The files stay: unreleased episodes resume from them."""
@@ -154,10 +180,16 @@ class Journal:
                 stopping = self._stopping
             for item in batch:
                 self._apply(item)
+                if item[2] is not None:
+                    with self._cv:
+                        self._backlog_bytes -= len(item[2])
+                    if self._room_waiters and self._backlog_bytes <= self.max_backlog_bytes and self._loop is not None:
+                        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
+                            self._loop.call_soon_threadsafe(self._wake)
             if batch:
                 self._written = batch[-1][0]
-                m.JOURNAL_BACKLOG.set(len(self._queue))
-                if self._waiters and self._loop is not None:
+                m.JOURNAL_BACKLOG.set(self._backlog_bytes)
+                if (self._waiters or self._room_waiters) and self._loop is not None:
                     with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
                         self._loop.call_soon_threadsafe(self._wake)
             now = time.monotonic()
@@ -305,6 +337,9 @@ class EpisodeJournal:
 
     def context(self, ids: np.ndarray, messages: Sequence[Message]) -> None:
         self._emit("ctx", {"ids": ids, "messages": list(messages)})
+
+    async def room(self) -> None:
+        await self._journal.room()
 
     async def written(self) -> None:
         """Until every record of this episode so far is in its file (readable by `read`)."""

@@ -79,7 +79,7 @@ def open_spool(cfg: T1Config, run_dir: Path) -> Spool:
 def open_journal(cfg: T1Config, run_dir: Path) -> Journal | None:
     """The per-turn journal of live episodes in <run_dir>/journal (None when `coordinator.journal` is off)."""
     jc = cfg.coordinator.journal
-    return Journal.open(run_dir / "journal", jc.fsync_window_ms / 1000) if jc.enabled else None
+    return Journal.open(run_dir / "journal", jc.fsync_window_ms / 1000, jc.max_backlog_mb * MB) if jc.enabled else None
 
 
 def make_scheduler(cfg: T1Config, limiter: asyncio.Semaphore, spool: Spool) -> Scheduler:

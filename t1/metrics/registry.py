@@ -101,7 +101,7 @@ JOURNAL_WRITE_ERRORS = Counter("t1_journal_write_errors", "Journal writes or syn
                                registry=REGISTRY)
 JOURNAL_WRITE_FAILING = Gauge("t1_journal_write_failing", "1 while journal writes fail (turns are held in memory).",
                               registry=REGISTRY)
-JOURNAL_BACKLOG = Gauge("t1_journal_backlog_frames", "Journal frames queued and not yet written.", registry=REGISTRY)
+JOURNAL_BACKLOG = Gauge("t1_journal_backlog_bytes", "Journal bytes queued and not yet written.", registry=REGISTRY)
 TRAINER_QUARANTINED_GROUPS = Gauge("t1_trainer_quarantined_groups", "Groups the trainer set aside after a failed step.",
                                    registry=REGISTRY)
 TRAINER_CONNECTED = Gauge("t1_trainer_connected", "1 while the trajectory stream to the trainer is open.",

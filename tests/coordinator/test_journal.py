@@ -46,20 +46,25 @@ async def test_frames_are_read_back_in_order_and_a_torn_tail_is_cut(tmp_path: Pa
 
 
 async def test_a_failing_write_is_retried_and_nothing_is_lost_or_reordered(tmp_path: Path) -> None:
-    journal = Journal.open(tmp_path / "j", fsync_window_s=0)
+    """While writes fail the frames wait in memory, up to the backlog bound: past it, room() holds episodes back."""
+    journal = Journal.open(tmp_path / "j", fsync_window_s=0, max_backlog_bytes=20_000)
     try:
         ep = journal.episode("e")
         ep.turn(turn=0)
         await ep.written()
         shutil.rmtree(tmp_path / "j")  # the directory is gone: every write fails until it is back
         for i in range(1, 4):
-            ep.turn(turn=i)
+            ep.turn(turn=i, ids=np.zeros(2000, np.int32))  # 8 KB each: the third passes the bound
+        room = asyncio.create_task(journal.room())
+        await asyncio.sleep(0.3)
+        assert not room.done()
         for _ in range(100):
             if journal.write_error:
                 break
             await asyncio.sleep(0.01)
         assert "No such file" in journal.write_error and journal.write_errors >= 1
         (tmp_path / "j").mkdir()
+        await asyncio.wait_for(room, 10)
         await asyncio.wait_for(ep.written(), 10)
         assert journal.write_error == ""
         assert [f["turn"] for _, f in ep.read()] == [1, 2, 3]  # turn 0 went with the directory
