@@ -65,3 +65,5 @@ _.separates_verifier
 # is nothing to place it under), TB1's run_tests_in_same_shell (the verifier
 # always gets its own shell; see docs/security.md).
 _.allowed_hosts, _.destination, _.same_shell
+# tokenizers.Tokenizer's normalizer, set on the Qwen tokenizer (t1/model/qwen_tokenizer.py) and read by the library.
+_.normalizer

@@ -1,9 +1,11 @@
-"""`t1 model init --out DIR --preset tiny|small|learn --seed S`: create a random-init model folder locally."""
+"""`t1 model init --out DIR --preset tiny|small|learn|qwen3-vocab --seed S`: create a random-init model folder locally."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from t1.model.presets import PRESETS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -11,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmds = parser.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     init = cmds.add_parser("init", help="Write a random-init Qwen3-MoE with a locally trained tokenizer.")
     init.add_argument("--out", required=True, type=Path, metavar="DIR", help="Model folder to write.")
-    init.add_argument("--preset", choices=["tiny", "small", "learn"], default="tiny", help="Model size (default tiny).")
+    init.add_argument("--preset", choices=list(PRESETS), default="tiny",
+                      help="Model size (default tiny); qwen3-vocab: Qwen3's real tokenizer and chat template.")
     init.add_argument("--seed", type=int, default=0, help="Seed for the tokenizer corpus and the weights.")
     init.set_defaults(func=_init)
 

@@ -16,10 +16,13 @@ class ModelConfig(Section):
     """The policy model folder, created locally when asked."""
 
     path: Path = Field(Path(".t1/models/tiny"), description="Hugging Face model folder.")
-    init_preset: Literal["tiny", "small", "learn"] | None = Field(
+    init_preset: Literal["tiny", "small", "learn", "qwen3-vocab"] | None = Field(
         "tiny", description="If the folder is missing, create a random-init model of this preset; null forbids."
     )
     init_seed: int = Field(0, description="Seed for model creation.")
+    chat_template_kwargs: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Variables for the model's chat template, e.g. {enable_thinking: false} "
+                                          "for Qwen3 with thinking off.")
 
 
 class WeightsMode(StrEnum):

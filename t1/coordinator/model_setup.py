@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from t1.agent.formats import FormatName, get_format
 from t1.config.schema import T1Config
@@ -15,8 +15,11 @@ from t1.tito.render import ChatTokenizer
 log = logging.getLogger(__name__)
 
 
-def make_renderers(model_path: Path, tool_schemas: bool = True) -> dict[FormatName, ChatRenderer]:
-    """One renderer per agent format (the tool-call format puts its tools into the template unless told not to)."""
+def make_renderers(model_path: Path, tool_schemas: bool = True,
+                   template_kwargs: dict[str, Any] | None = None) -> dict[FormatName, ChatRenderer]:
+    """One renderer per agent format (the tool-call format puts its tools into the template unless told not to);
+    template_kwargs: variables for the chat template (inference.model.chat_template_kwargs). A template the
+    renderer cannot render deltas with is refused here, when the model is loaded (ValueError)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_path))
@@ -24,8 +27,12 @@ def make_renderers(model_path: Path, tool_schemas: bool = True) -> dict[FormatNa
     if not eot:
         raise ValueError(f"inference.model.path: the tokenizer of {model_path} has no eos_token (end of turn)")
     chat = cast(ChatTokenizer, tok)
-    return {name: ChatRenderer(chat, end_of_turn=eot, tools=get_format(name).tools if tool_schemas else None)
-            for name in FormatName}
+    try:
+        return {name: ChatRenderer(chat, end_of_turn=eot, tools=get_format(name).tools if tool_schemas else None,
+                                   template_kwargs=template_kwargs)
+                for name in FormatName}
+    except ValueError as exc:
+        raise ValueError(f"inference.model.path: the chat template of {model_path}: {exc}") from None
 
 
 def ensure_model(cfg: T1Config) -> Path:

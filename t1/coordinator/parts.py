@@ -118,7 +118,8 @@ class Parts:
         runlog = RunLog(cfg.metrics.run_log or run_dir / "run.jsonl",
                         open_trackers(cfg.metrics, run_dir, cfg.name, cfg.model_dump(mode="json")))
         metrics = start_metrics_server(cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port is not None else None
-        renderers = await asyncio.to_thread(make_renderers, cfg.inference.model.path, cfg.rollout.tool_schemas)
+        renderers = await asyncio.to_thread(make_renderers, cfg.inference.model.path, cfg.rollout.tool_schemas,
+                                              cfg.inference.model.chat_template_kwargs)
         provider = build_provider(cfg.sandbox)
         sandboxes = SandboxPool(provider, cfg.sandbox.pool)
         router = GenerateRouter(cfg, renderers)

@@ -65,6 +65,7 @@ class RolloutStats:
     drift_tokens: int = 0
     retokenize_changed: int = 0
     retokenize_total: int = 0
+    template_mismatches: int = 0  # TITO: turns whose template rendering differed from the buffer (tito counters)
     versions: set[int] = field(default_factory=set)  # policy versions that sampled tokens of training episodes
     train_scored: int = 0        # training episodes that were not infra errors
     train_resolved: int = 0
@@ -159,6 +160,7 @@ class RolloutRunner:
         self.stats.drift_tokens += result.drift_tokens
         self.stats.retokenize_changed += result.retokenize_changed
         self.stats.retokenize_total += result.retokenize_total
+        self.stats.template_mismatches += result.trajectory.tito.template_mismatches
         m.TITO_DRIFT_TOKENS.set(self.stats.drift_tokens)
         m.RETOKENIZE_MISMATCH_RATE.set(self.stats.retokenize_mismatch_rate)
         if result.drift_tokens:

@@ -129,6 +129,7 @@ def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, 
     # Measured here over every episode of the run: the sampler's ids against the exported trajectories.
     report["fidelity"]["t1_tito_drift_tokens"] = stats.drift_tokens
     report["fidelity"]["t1_retokenize_mismatch_rate"] = stats.retokenize_mismatch_rate
+    report["fidelity"]["t1_tito_template_mismatches"] = stats.template_mismatches
     report["rollouts"] = {"episodes": stats.finished, "turns": stats.turns, "infra_errors": stats.infra_errors,
                           "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions),
                           "training": stats.training_tallies()}

@@ -18,7 +18,18 @@ from typing import Any
 
 from t1.model.corpus import curriculum_corpus, default_corpus
 from t1.model.presets import ModelPreset, PresetName, get_preset
+from t1.model.qwen_tokenizer import ADDED_TOKENS, QWEN3_VOCAB, build_qwen_tokenizer
 from t1.model.tokenizer import END_OF_TEXT, IM_END, recipe, save_tokenizer, train_bpe
+
+
+def preset_recipe(spec: ModelPreset) -> str:
+    """The tokenizer recipe t1_model.json records for a preset."""
+    return "qwen3-ranks" if spec.tokenizer == "qwen3" else recipe(spec.tokenizer_split)
+
+
+def qwen3_chat_template() -> str:
+    """Qwen3's own chat template (t1/model/templates, with its attribution)."""
+    return (Path(__file__).parent / "templates" / "qwen3.jinja").read_text()
 
 
 def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[str] | None = None) -> Path:
@@ -35,10 +46,14 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
         raise FileExistsError(f"--out {out_dir} exists, is not empty and holds no model; refusing to overwrite")
-    if corpus is None:
-        corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else default_corpus(seed)
-    tok = train_bpe(corpus, spec.tokenizer_vocab, spec.tokenizer_split)
-    vocab_size = tok.get_vocab_size()
+    if spec.tokenizer == "qwen3":
+        tok = build_qwen_tokenizer()
+        vocab_size = QWEN3_VOCAB  # Qwen3's rows: the ranks, the added tokens, padding rows
+    else:
+        if corpus is None:
+            corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else default_corpus(seed)
+        tok = train_bpe(corpus, spec.tokenizer_vocab, spec.tokenizer_split)
+        vocab_size = tok.get_vocab_size()
     eos_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(END_OF_TEXT)
     config = model_config(spec, vocab_size, eos_id, pad_id)
     torch.manual_seed(seed)
@@ -56,9 +71,13 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         model.save_pretrained(str(tmp), safe_serialization=True)
         _add_config_aliases(tmp / "config.json", spec.num_experts)
         gen.save_pretrained(str(tmp))
-        save_tokenizer(tok, tmp, spec.max_position_embeddings)
+        if spec.tokenizer == "qwen3":
+            save_tokenizer(tok, tmp, spec.max_position_embeddings, chat_template=qwen3_chat_template(),
+                           special_tokens=tuple(t for t, special in ADDED_TOKENS if special))
+        else:
+            save_tokenizer(tok, tmp, spec.max_position_embeddings)
         (tmp / "t1_model.json").write_text(json.dumps(
-            {"preset": preset, "seed": seed, "tokenizer": recipe(spec.tokenizer_split),
+            {"preset": preset, "seed": seed, "tokenizer": preset_recipe(spec),
              "weights_sha256": _sha256(tmp / "model.safetensors")}, indent=2) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -89,10 +108,10 @@ def why_make(out_dir: Path, preset: str | None, seed: int) -> str | None:
     if preset is None or not isinstance(made, dict):
         return None
     try:
-        split = get_preset(preset).tokenizer_split
+        spec = get_preset(preset)
     except ValueError:
         return None  # the config validates the preset's name; nothing to compare here
-    wanted = {"preset": preset, "seed": seed, "tokenizer": recipe(split)}
+    wanted = {"preset": preset, "seed": seed, "tokenizer": preset_recipe(spec)}
     differ = {k: v for k, v in wanted.items() if made.get(k) != v}
     if not differ or not (out_dir / "model.safetensors").is_file():
         return None

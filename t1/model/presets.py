@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-PresetName = Literal["tiny", "small", "learn"]
+PresetName = Literal["tiny", "small", "learn", "qwen3-vocab"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,9 @@ class ModelPreset:
     corpus: Literal["shell", "curriculum"] = "shell"  # the tokenizer's text: shell sessions (+ the curriculum's)
     # the pre-tokenizer split (t1/model/tokenizer.py): qwen2 keeps numbers as digit tokens, for copying values
     tokenizer_split: Literal["gpt2", "qwen2"] = "gpt2"
+    # "trained": a BPE trained here on the corpus with T1's chat template; "qwen3": the real Qwen3
+    # tokenizer (t1/model/qwen_tokenizer.py, 151,936 embedding rows) with Qwen3's own chat template
+    tokenizer: Literal["trained", "qwen3"] = "trained"
 
 
 PRESETS: dict[str, ModelPreset] = {
@@ -41,6 +44,14 @@ PRESETS: dict[str, ModelPreset] = {
         tokenizer_vocab=2048, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
         moe_intermediate_size=96, max_position_embeddings=4096, corpus="curriculum", tokenizer_split="qwen2",
+    ),
+    # The real Qwen3 vocabulary and chat template on a tiny MoE: what a run on a Qwen3 model meets in tokens
+    # and template (151,936 embedding rows; hidden kept small, so the two embedding matrices are 19M of its
+    # parameters and a 1k-token forward's logits about 0.6 GB in float32).
+    "qwen3-vocab": ModelPreset(
+        tokenizer_vocab=151_936, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=64, max_position_embeddings=8192, tokenizer_split="qwen2", tokenizer="qwen3",
     ),
     # Still CPU-feasible, closer to a real model's proportions (about 20M parameters).
     "small": ModelPreset(

@@ -61,13 +61,14 @@ def train_bpe(corpus: Iterable[str], vocab_size: int, split: TokenizerSplit = "g
     return tok
 
 
-def save_tokenizer(tok: Tokenizer, out_dir: Path, model_max_length: int) -> None:
+def save_tokenizer(tok: Tokenizer, out_dir: Path, model_max_length: int, chat_template: str = CHAT_TEMPLATE,
+                   special_tokens: tuple[str, ...] = SPECIAL_TOKENS) -> None:
     """Write tokenizer.json and tokenizer_config.json (with the chat template) the way transformers reads them."""
     from transformers import PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token=IM_END, pad_token=END_OF_TEXT, unk_token=None, bos_token=None,
-        additional_special_tokens=[t for t in SPECIAL_TOKENS if t not in (IM_END, END_OF_TEXT)],
+        additional_special_tokens=[t for t in special_tokens if t not in (IM_END, END_OF_TEXT)],
         model_max_length=model_max_length, clean_up_tokenization_spaces=False,
     )
     fast.save_pretrained(str(out_dir))
@@ -77,6 +78,6 @@ def save_tokenizer(tok: Tokenizer, out_dir: Path, model_max_length: int) -> None
     cfg = json.loads(cfg_path.read_text())
     extra = cfg.pop("extra_special_tokens", None) or cfg.pop("additional_special_tokens", None) or []
     cfg.update(tokenizer_class="PreTrainedTokenizerFast", additional_special_tokens=list(extra),
-               chat_template=CHAT_TEMPLATE)
+               chat_template=chat_template)
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     (out_dir / "chat_template.jinja").unlink(missing_ok=True)

@@ -25,10 +25,10 @@ _PROBE_TEXTS = ("", "a", "  two  spaces\n\n\ttab\r\n", "Ünïcödé — 日本�
 class DirectCodec:
     """encode/decode on a transformers fast tokenizer's backend, with the wrapper's backend state."""
 
-    def __init__(self, tokenizer: Any, fast_decode: bool = True) -> None:
+    def __init__(self, tokenizer: Any, fast_decode: bool = True, table: dict[int, bytes] | None = None) -> None:
         self._tok = tokenizer
         self._backend = tokenizer.backend_tokenizer
-        self._bytes = byte_level_table(self._backend) if fast_decode else None
+        self._bytes = table if table is not None else byte_level_table(self._backend) if fast_decode else None
 
     def encode(self, text: str) -> list[int]:
         be = self._backend
@@ -107,7 +107,10 @@ def direct_codec(tokenizer: Any, end_of_turn: str) -> DirectCodec | None:
            and cls._encode_plus is TokenizersBackend._encode_plus and cls._decode is TokenizersBackend._decode)
     if not (own and hasattr(tokenizer.backend_tokenizer, "encode_batch_fast")):
         return None
-    codec = DirectCodec(tokenizer)
+    backend = tokenizer.backend_tokenizer
+    key = (id(backend), backend.get_vocab_size(with_added_tokens=True), end_of_turn)
+    cached = _VERIFIED_TABLES.get(key)
+    codec = DirectCodec(tokenizer, table=cached[1] if cached is not None else None)
     special = "".join(str(t) for t in tokenizer.all_special_tokens)
     for text in (*_PROBE_TEXTS, end_of_turn, special, f"a{end_of_turn}\n{special} b"):
         ids = list(tokenizer.encode(text, add_special_tokens=False))
@@ -116,9 +119,21 @@ def direct_codec(tokenizer: Any, end_of_turn: str) -> DirectCodec | None:
         wrapped = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         if codec.decode(ids) != wrapped:
             return None
-    if codec._bytes is not None and not _table_decodes_like_backend(codec, end_of_turn):
-        codec._bytes = None
+    if cached is None and codec._bytes is not None:
+        if _table_decodes_like_backend(codec, end_of_turn):
+            _VERIFIED_TABLES[key] = (backend, codec._bytes)
+            while len(_VERIFIED_TABLES) > _MAX_TABLES:
+                del _VERIFIED_TABLES[next(iter(_VERIFIED_TABLES))]
+        else:
+            codec._bytes = None
     return codec
+
+
+# Byte tables checked against their backend, by (backend identity, its size, end of turn): renderers of
+# one tokenizer (one per agent format, per template setting) share one; building and checking a table
+# costs seconds on a 151k vocabulary. The entry holds the backend, so its id is not reused meanwhile.
+_VERIFIED_TABLES: dict[tuple[int, int, str], tuple[Any, dict[int, bytes]]] = {}
+_MAX_TABLES = 4
 
 
 def _table_decodes_like_backend(codec: DirectCodec, end_of_turn: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from real_templates import FAMILIES, Scenario, make_tokenizer, run_session
 
+from t1.model.qwen_tokenizer import qwen3_tokenizer
 from t1.tito.buffer import MismatchPolicy
 from t1.tito.render import ChatRenderer
 
@@ -34,8 +35,12 @@ _TOKENIZERS: dict[str, object] = {}
 
 
 def tokenizer(name: str):
+    """The real Qwen tokenizer for the Qwen families (built once per process), a small BPE for the others."""
     if name not in _TOKENIZERS:
-        _TOKENIZERS[name] = make_tokenizer(FAMILIES[name])
+        fam = FAMILIES[name]
+        if fam.qwen and "qwen" not in _TOKENIZERS:
+            _TOKENIZERS["qwen"] = qwen3_tokenizer()
+        _TOKENIZERS[name] = make_tokenizer(fam, _TOKENIZERS.get("qwen") if fam.qwen else None)
     return _TOKENIZERS[name]
 
 
@@ -78,6 +83,6 @@ def test_a_template_that_raises_on_tool_calls_is_refused_at_load():
 
 
 def test_an_end_of_turn_the_template_never_writes_is_refused_at_load():
-    tok = make_tokenizer(FAMILIES["qwen3"])
+    tok = tokenizer("qwen3")
     with pytest.raises(ValueError, match="never writes the end-of-turn text"):
         ChatRenderer(tok, end_of_turn="<|endoftext|>")

@@ -182,10 +182,23 @@ def test_a_byte_table_that_decodes_differently_from_the_backend_is_not_used(monk
         return table
 
     monkeypatch.setattr(codec_module, "byte_level_table", off_by_one_byte)
+    monkeypatch.setattr(codec_module, "_VERIFIED_TABLES", {})  # a table checked earlier is reused, not rebuilt
     codec = direct_codec(fam.tokenizer, fam.end_of_turn)
     assert codec is not None and codec._bytes is None
     ids = list(range(60))
     assert codec.decode(ids) == fam.tokenizer.backend_tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def test_renderers_of_one_tokenizer_share_one_checked_byte_table(monkeypatch):
+    import t1.tito.tokenizer_fast_path as codec_module
+
+    monkeypatch.setattr(codec_module, "_VERIFIED_TABLES", {})
+    tok = copy.deepcopy(get_family("chatml").tokenizer)
+    a, b = (ChatRenderer(tok, end_of_turn="<|im_end|>") for _ in range(2))
+    assert a._codec is not None and b._codec is not None and a._codec._bytes is b._codec._bytes is not None
+    other = copy.deepcopy(tok)  # another backend: its own table
+    c = ChatRenderer(other, end_of_turn="<|im_end|>")
+    assert c._codec is not None and c._codec._bytes is not a._codec._bytes
 
 
 def test_direct_encode_resets_backend_state_as_the_wrapper_does():
