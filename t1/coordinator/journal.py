@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,13 +45,14 @@ from t1.coordinator import spool_files as sf
 from t1.metrics import registry as m
 from t1.routing.block import RoutingBlock
 from t1.tito.render import Message
-from t1.trajectory.serialization import CodecError, pack_obj, unpack_obj
+from t1.trajectory.serialization import CodecError, pack_parts, unpack_obj
 
 log = logging.getLogger(__name__)
 SUFFIX = ".journal"
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 10.0
 Event = tuple[str, dict[str, Any]]
+Body = list[Any]  # a frame body as buffers (bytes, memoryviews of arrays) written without joining them
 
 
 def _syncfs() -> Any:
@@ -79,7 +79,7 @@ class Journal:
         self._room_waiters: list[asyncio.Future[None]] = []
         self.frames = self.bytes = self.syncs = self.write_errors = 0  # written so far (read by the load bench)
         self.write_error = ""
-        self._queue: deque[tuple[int, Path, bytes | None]] = deque()  # seq, path, body (None: remove the file)
+        self._queue: deque[tuple[int, Path, Body | None, int]] = deque()  # seq, path, body (None: remove), bytes
         self._cv = threading.Condition()
         self._next_seq = 0
         self._written = -1
@@ -109,15 +109,17 @@ class Journal:
 
     # -- the loop's side ---------------------------------------------------------------------
 
-    def submit(self, path: Path, body: bytes | None) -> int:
-        """Queue a frame body for `path` (None: remove the file after what is queued before it); its seq."""
+    def submit(self, path: Path, body: Body | None) -> int:
+        """Queue a frame body for `path` (None: remove the file after what is queued before it); its seq.
+        The body's buffers must not change until the frame is written (the arrays of a finished turn)."""
         if self._stopping:
             raise RuntimeError("journal is closed")
+        size = 0 if body is None else sum(memoryview(p).nbytes for p in body)
         with self._cv:
             seq = self._next_seq
             self._next_seq += 1
-            self._queue.append((seq, path, body))
-            self._backlog_bytes += 0 if body is None else len(body)
+            self._queue.append((seq, path, body, size))
+            self._backlog_bytes += size
             self._cv.notify()
         return seq
 
@@ -182,7 +184,7 @@ class Journal:
                 self._apply(item)
                 if item[2] is not None:
                     with self._cv:
-                        self._backlog_bytes -= len(item[2])
+                        self._backlog_bytes -= item[3]
                     if self._room_waiters and self._backlog_bytes <= self.max_backlog_bytes and self._loop is not None:
                         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
                             self._loop.call_soon_threadsafe(self._wake)
@@ -199,8 +201,8 @@ class Journal:
             if stopping and not self._queue:
                 return
 
-    def _apply(self, item: tuple[int, Path, bytes | None]) -> None:
-        _, path, body = item
+    def _apply(self, item: tuple[int, Path, Body | None, int]) -> None:
+        _, path, body, size = item
         delay = RETRY_FIRST_S
         while True:
             try:
@@ -208,10 +210,10 @@ class Journal:
                     path.unlink(missing_ok=True)
                     self._dirty.discard(path)
                 else:
-                    _append(path, body)
+                    _append(path, body, size)
                     self.frames += 1
-                    self.bytes += sf.HEADER.size + len(body)
-                    m.JOURNAL_BYTES.inc(sf.HEADER.size + len(body))
+                    self.bytes += sf.HEADER.size + size
+                    m.JOURNAL_BYTES.inc(sf.HEADER.size + size)
                     self._dirty.add(path)
                 if self.write_error:
                     log.warning("journal writes succeed again (%s cleared)", self.write_error)
@@ -256,13 +258,16 @@ class Journal:
         m.JOURNAL_SYNCS.inc()
 
 
-def _append(path: Path, body: bytes) -> None:
+def _append(path: Path, body: Body, size: int) -> None:
     """One frame at the end of `path`; a failed write is cut off again (else a torn tail, which reading stops at)."""
+    crc = 0
+    for part in body:
+        crc = sf.crc32(part, crc)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            parts = [memoryview(sf.HEADER.pack(len(body), zlib.crc32(body))), memoryview(body)]
+            parts = [memoryview(sf.HEADER.pack(size, crc)), *(memoryview(p).cast("B") for p in body)]
             while parts:  # writev may write less than asked
                 n = os.writev(fd, parts)
                 while parts and n >= len(parts[0]):
@@ -290,7 +295,7 @@ def read_events(path: Path) -> tuple[list[Event], int]:
         if end > len(data):
             break
         body = data[pos + sf.HEADER.size:end]
-        if zlib.crc32(body) != crc:
+        if sf.crc32(body) != crc:
             break
         try:
             kind, fields = unpack_obj(body)
@@ -316,7 +321,7 @@ class EpisodeJournal:
         self._last = -1
 
     def _emit(self, kind: str, fields: Mapping[str, Any]) -> None:
-        self._last = self._journal.submit(self.path, pack_obj([kind, fields]))
+        self._last = self._journal.submit(self.path, pack_parts([kind, fields]))
 
     def begin(self, **fields: Any) -> None:
         self._emit("begin", {"episode_id": self.episode_id, "training": self.training, **fields})

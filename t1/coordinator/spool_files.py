@@ -3,6 +3,7 @@
 A frame is `u32 length | u32 crc32(body) | body` (little-endian). A spool record's body is
 msgpack `[trajectory_id, payload]`; an ack-log frame's body is the acknowledged id (UTF-8).
 Reading a file back, and recovering one that is torn or damaged, is t1/coordinator/spool_recovery.py.
+The CRC is zlib's CRC-32, computed by ISA-L (the same values, an order of magnitude faster).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgpack
+from isal.isal_zlib import crc32
 
 HEADER = struct.Struct("<II")
 MAX_FRAME_BYTES = 1 << 31
@@ -41,7 +42,7 @@ class Record:
 
 
 def encode_frame(body: bytes) -> bytes:
-    return HEADER.pack(len(body), zlib.crc32(body)) + body
+    return HEADER.pack(len(body), crc32(body)) + body
 
 
 def encode_record(trajectory_id: str, payload: bytes) -> bytes:
@@ -74,7 +75,7 @@ def write_record(fd: int, head: bytes, payload: bytes) -> None:
 
     Pure C work on the payload (CRC, write) that releases the GIL: meant for a worker thread.
     """
-    crc = zlib.crc32(payload, zlib.crc32(head))
+    crc = crc32(payload, crc32(head))
     for part in (HEADER.pack(len(head) + len(payload), crc) + head, payload):
         view = memoryview(part)
         while view:  # os.write may write less than asked (a signal, a nearly full disk)

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import shutil
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +83,7 @@ def _frame_at(data: bytes, pos: int, check: BodyCheck) -> tuple[int, str | None]
     if length == 0 or end > len(data):
         return 0, f"frame length {length} runs past the end of the file"
     body = data[pos + sf.HEADER.size : end]
-    if zlib.crc32(body) != crc:
+    if sf.crc32(body) != crc:
         return 0, "checksum mismatch"
     reason = check(body)
     return (0, reason) if reason else (end, None)

@@ -207,14 +207,19 @@ def decode_trajectory(data: bytes) -> Trajectory:
     return trajectory_from_obj(obj)
 
 
-def pack_obj(obj: Any) -> bytes:
-    """Any msgpack value whose numpy arrays travel as this codec's ndarray extension (the episode journal's
-    frame bodies)."""
-    return msgpack.packb(obj, default=_default, use_bin_type=True)
+def pack_parts(items: list[Any]) -> list[Any]:
+    """The msgpack bytes of the list `items` as parts (bytes, and memoryviews of the arrays' own buffers: no
+    copy of an array), numpy arrays as this codec's ndarray extension: the episode journal's frame bodies.
+    b"".join(parts) == msgpack.packb(items, default=...) byte for byte."""
+    packer = msgpack.Packer(use_bin_type=True)
+    parts: list[Any] = [packer.pack_array_header(len(items))]
+    for item in items:
+        _pack_into(item, parts, packer)
+    return parts
 
 
 def unpack_obj(data: bytes) -> Any:
-    """Inverse of pack_obj; arrays are read-only views on `data`."""
+    """Inverse of pack_parts; arrays are read-only views on `data`."""
     try:
         return msgpack.unpackb(data, ext_hook=_ext_hook, raw=False, strict_map_key=True)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:

@@ -13,19 +13,19 @@ from t1.routing.block import RoutingBlock
 from t1.tito.buffer import MismatchPolicy, TokenBuffer, build_segments
 from t1.tito.render import ChatRenderer
 from t1.tito.replay import JournalMismatch, replay
-from t1.trajectory.serialization import pack_obj, unpack_obj
+from t1.trajectory.serialization import pack_parts, unpack_obj
 
 LAYERS, TOP_K = 48, 8
 
 
 class ListSink:
-    """The BufferSink contract kept in a list, through the journal's own frame codec (pack_obj)."""
+    """The BufferSink contract kept in a list, through the journal's own frame codec (pack_parts)."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
 
     def _keep(self, kind: str, fields: dict[str, Any]) -> None:
-        self.events.append(tuple(unpack_obj(pack_obj([kind, fields]))))  # type: ignore[arg-type]
+        self.events.append(tuple(unpack_obj(b"".join(pack_parts([kind, fields])))))  # type: ignore[arg-type]
 
     def segment(self, ids, messages, shared_prefix) -> None:
         self._keep("segment", {"ids": ids, "messages": list(messages), "shared": shared_prefix})

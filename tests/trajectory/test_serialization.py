@@ -121,3 +121,19 @@ def test_big_endian_and_strided_arrays_encode_as_before() -> None:
     back = decode_trajectory(encode_trajectory(t)).segments[0]
     assert back.token_ids.dtype == np.dtype("<i4") and np.array_equal(back.token_ids, s.token_ids)
     assert np.array_equal(back.routing, s.routing)
+
+
+def test_pack_parts_joins_to_msgpack_of_the_same_list_without_copying_arrays():
+    import msgpack
+
+    from t1.trajectory.serialization import _default, pack_parts, unpack_obj
+
+    routing = np.arange(5 * 48 * 8, dtype=np.uint8).reshape(5, 48, 8)
+    items = ["gen", {"start": 3, "ids": np.arange(5, dtype=np.int32), "routing": routing, "routing_start": None,
+                     "message": {"role": "assistant", "content": "ls"}, "messages": [{"role": "tool", "content": "x"}],
+                     "commands": [["ls", 0], ["make", None]]}]
+    parts = pack_parts(items)
+    assert b"".join(parts) == msgpack.packb(items, default=_default, use_bin_type=True)
+    assert any(isinstance(p, memoryview) and p.obj is routing for p in parts)  # the array's own buffer, not a copy
+    kind, fields = unpack_obj(b"".join(parts))
+    assert kind == "gen" and np.array_equal(fields["routing"], routing) and fields["commands"] == [["ls", 0], ["make", None]]
