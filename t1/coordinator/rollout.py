@@ -126,6 +126,7 @@ class RolloutRunner:
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         generate = generate or self._generate_for(job, task, fmt)
         transcript = Transcript(tx_dir, task.id, episode_id)
+        journal = None
         if harness.command:  # no per-turn journal: a harness process does not outlive its coordinator
             assert self._ports is not None
             episode: Episode = HarnessEpisode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,

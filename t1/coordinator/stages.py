@@ -133,6 +133,8 @@ def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, 
     report["rollouts"] = {"episodes": stats.finished, "turns": stats.turns, "infra_errors": stats.infra_errors,
                           "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions),
                           "training": stats.training_tallies()}
+    if stats.gateway_segments:  # harness episodes: the segments their gateway calls started, by cause
+        report["rollouts"]["gateway_segments"] = dict(sorted(stats.gateway_segments.items()))
     png = _learning_curves(parts, sft_curve or [])
     if png is not None:
         report["curves_png"] = str(png)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from t1.agent.episode import EpisodeSpec, acquire_from
 from t1.agent.episode_limits import EpisodeLimits
@@ -14,6 +15,7 @@ from t1.agent.harness import HarnessEpisode
 from t1.agent.transcript import Transcript
 from t1.config.loader import load_config
 from t1.config.rollout import HarnessConfig
+from t1.coordinator.rollout import RolloutRunner
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams, collect
 from t1.tasks.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
@@ -83,3 +85,19 @@ async def test_harness_timeout_ends_the_episode_as_timeout(tmp_path: Path, provi
     result = await ep.run()
     assert result.status is EpisodeStatus.TIMEOUT
     assert not result.report.resolved and result.trajectory.segments == ()
+
+
+async def test_rollout_runner_runs_the_configured_harness(tmp_path: Path, provider, renderers, backend) -> None:
+    """The rollout path: `rollout.harness.command` set, the runner plays a harness episode and counts its
+    segment starts."""
+    cfg = load_config(None, [f"sandbox.local.root={tmp_path / 'trees'}", "rollout.harness.command=echo hi"])
+    runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda *_: None, tmp_path / "tx", ports=provider)
+
+    async def generate(req: GenerateRequest) -> GenerateResult:
+        return await collect(backend.stream(req))
+
+    result = await runner.run_episode(load_task(echo_task(tmp_path, "x")), "g", 0, generate=generate)
+    assert result.status is EpisodeStatus.OK and result.turns == 0 and not result.report.resolved
+    assert "hi" in Path(result.transcript).read_text()
+    with pytest.raises(ValueError, match=r"rollout\.harness\.command"):
+        RolloutRunner(cfg, renderers, acquire_from(provider), lambda *_: None, None)
