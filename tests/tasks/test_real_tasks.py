@@ -32,6 +32,8 @@ def test_every_vendored_task_has_an_expectation_and_attribution() -> None:
     attribution = (REAL / "ATTRIBUTION").read_text()
     assert all(f"\n{name} " in attribution for name in folders)
     assert "Apache License" in (REAL / "LICENSE").read_text()
+    assert "MIT License" in (REAL / "LICENSE-mmtb").read_text()
+    assert len(folders) >= 50
 
 
 @pytest.fixture
