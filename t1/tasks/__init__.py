@@ -2,7 +2,7 @@
 
 - `spec`: TaskSpec (instruction, environment, verifier, solution, steps, metadata) and its parts.
 - `load_tb1`, `load_harbor`, `dataset`: read Terminal-Bench 1 and Harbor / TB 2.x folders, datasets, named sets.
-- `harbor_schema`: Harbor task.toml schema 1.0-1.2 (keys, env templates, the environment table).
+- `harbor_schema`: Harbor task.toml schema 1.0-1.4 (keys, env templates, the environment table).
 - `provision`: prepare a sandbox for a task (refusals, Dockerfile replay on local sandboxes, files,
   workdir/env/user, healthchecks); `transfer`: uploads through the Shell protocol.
 - `dockerfile` (syntax), `dockerplan` (container semantics, pure), `replay` (runs the plan), `base_images`.

@@ -1,4 +1,4 @@
-"""Harbor task.toml schema 1.0-1.2: the keys of each table, env templates, and the environment table itself.
+"""Harbor task.toml schema 1.0-1.4: the keys of each table, env templates, and the environment table itself.
 
 Every key Harbor's TaskConfig defines is listed here, so each one is either
 honoured (read into the TaskSpec) or refused by name (t1.tasks.predict); keys
@@ -18,11 +18,11 @@ from pathlib import Path
 from t1.tasks.fields import Fields
 from t1.tasks.spec import Env, EnvironmentSpec
 
-SCHEMA_VERSIONS = ("1.0", "1.1", "1.2")
+SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 KEYS: dict[str, tuple[str, ...]] = {
     "": ("schema_version", "version", "task", "metadata", "verifier", "agent", "environment", "solution", "source",
          "multi_step_reward_strategy", "steps", "artifacts"),
-    "task": ("name", "description", "authors", "keywords"),
+    "task": ("name", "version", "description", "authors", "keywords"),
     "environment": ("build_timeout_sec", "docker_image", "os", "cpus", "memory_mb", "storage_mb", "gpus",
                     "gpu_types", "tpu", "allow_internet", "network_mode", "allowed_hosts", "mcp_servers", "env",
                     "skills_dir", "healthcheck", "workdir", "memory", "storage"),

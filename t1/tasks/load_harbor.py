@@ -1,19 +1,21 @@
 """Read a Harbor / Terminal-Bench 2.x task folder (task.toml, instruction.md, environment/, tests/, solution/, steps/).
 
-Every field of Harbor's task.toml schema 1.0-1.2 (t1.tasks.harbor_schema) is
+Every field of Harbor's task.toml schema 1.0-1.4 (t1.tasks.harbor_schema) is
 read: defaults follow Harbor's TaskConfig (verifier and agent `timeout_sec` 600,
 `build_timeout_sec` 600, `allow_internet` true); `memory`/`storage` ("2G") when
 the `_mb` forms are absent; users may be names or uids. `[verifier]
 environment_mode = "separate"` (implied by a `[verifier.environment]` table)
 gives the verifier a sandbox of its own, built from that table with tests/ as
-its build context, or as a fresh copy of the task's environment; the top-level
+its build context, or without it as a fresh copy of the task's environment (built
+from tests/Dockerfile when there is one, as Harbor's resolver does); the top-level
 `artifacts` and `[[verifier.collect]]` say what it receives. Multi-step tasks
 list `[[steps]]` (name, min_reward as a number or a table of reward keys,
 [steps.agent], [steps.verifier], [steps.healthcheck], artifacts) with files under
 steps/<name>/ (instruction.md, tests/ merged over the top-level tests/,
 solution/, workdir/ with an optional setup.sh), and combine step rewards by
 `multi_step_reward_strategy` ("mean" or "final"). Features T1 cannot provide
-(GPUs, MCP servers, Windows, network allowlists, unset env templates) are kept
+(GPUs, MCP servers, Windows, network allowlists, a per-phase network policy other
+than the environment's, unset env templates) are kept
 on the spec and refused by name when the task runs (t1.tasks.predict).
 """
 
@@ -105,9 +107,11 @@ def _separate(root: Path, v: Fields, task_env: EnvironmentSpec, artifacts: tuple
         return None
     if v.has("network_mode"):
         raise v.error("network_mode", "a separate verifier takes its network from [verifier.environment]")
-    if not has_table:
-        return SeparateVerifier(environment=task_env, artifacts=artifacts, collect=_collect(v))
     dockerfile = tests_dir / "Dockerfile"
+    if not has_table:  # Harbor's rule: the task's environment, built from tests/ when tests/Dockerfile exists
+        env = task_env if not dockerfile.is_file() else replace(task_env, dockerfile=dockerfile, files_dir=None,
+                                                                   compose_file=None, docker_image=None)
+        return SeparateVerifier(environment=env, artifacts=artifacts, collect=_collect(v))
     env = environment_spec(v.table("environment"), dockerfile=dockerfile if dockerfile.is_file() else None,
                            files_dir=None, compose_file=None)
     if env.dockerfile is None and env.docker_image is None:
@@ -115,16 +119,30 @@ def _separate(root: Path, v: Fields, task_env: EnvironmentSpec, artifacts: tuple
     return SeparateVerifier(environment=env, artifacts=artifacts, collect=_collect(v))
 
 
-def _verifier(tests_dir: Path, v: Fields, default_timeout: float, refused: list[str], *,
+def phase_network(phase: Fields, public: bool) -> list[str]:
+    """[agent]/[verifier] `network_mode` (schema 1.4's per-phase policy): honoured where it is the environment's
+    own policy (`public` beside internet, `no-network` without), else refused by name: a sandbox has one
+    policy for the whole episode, and an allowlist (`allowed_hosts`) is a policy T1's providers do not have."""
+    if not phase.has("network_mode") and not phase.has("allowed_hosts"):
+        return []
+    mode = str(phase.data.get("network_mode", "allowlist"))
+    hosts = phase.str_list("allowed_hosts")
+    if mode == ("public" if public else "no-network") and not hosts:
+        return []
+    listed = f" (allowed_hosts: {', '.join(hosts)})" if hosts else ""
+    return [f"{phase.name('network_mode')} = {mode!r}{listed}: T1 gives a sandbox one network policy for the "
+            f"whole episode, here {'public' if public else 'no-network'} ([environment])"]
+
+
+def _verifier(tests_dir: Path, v: Fields, default_timeout: float, refused: list[str], *, public: bool,
               extra: tuple[Path, ...] = (), separate: SeparateVerifier | None = None) -> VerifierSpec:
     test_sh = tests_dir / "test.sh"
     if not test_sh.is_file() and not any((d / "test.sh").is_file() for d in extra):
         raise TaskParseError(test_sh, "tests", "file is missing (Harbor tasks need tests/test.sh)")
     env, unset = resolve_env(v, "env", v.name("env"))
     refused += unset
-    if v.has("network_mode") and separate is None:
-        refused.append(f"{v.name('network_mode')} = {v.data['network_mode']!r}: T1 gives a sandbox one network "
-                       "policy for the whole episode")
+    if separate is None:
+        refused += phase_network(v, public)
     return VerifierSpec(kind=VerifierKind.TEST_SH, tests_dir=tests_dir, timeout_sec=v.number("timeout_sec", default_timeout),
                         env=env, user=_user(v, "user"), extra_tests_dirs=extra, separate=separate)
 
@@ -164,10 +182,8 @@ class _Reader:
             self.ignored += unknown_keys(table.table("healthcheck"), "healthcheck", table.name("healthcheck"))
         return table
 
-    def agent_user(self, agent: Fields) -> str | None:
-        if agent.has("network_mode"):
-            self.refused.append(f"{agent.name('network_mode')} = {agent.data['network_mode']!r}: T1 gives a sandbox "
-                                "one network policy for the whole episode")
+    def agent_user(self, agent: Fields, public: bool) -> str | None:
+        self.refused += phase_network(agent, public)
         return _user(agent, "user")
 
     def steps(self, task_v: Fields, solution_env: Fields, task_env: EnvironmentSpec,
@@ -199,7 +215,8 @@ class _Reader:
             own_mode = v.has("environment_mode") or v.has("environment")
             separate = _separate(root, v if own_mode else task_v, task_env, step_artifacts,
                                  tests_dir if own_mode else shared_tests)
-            verifier = _verifier(tests_dir, v, task_timeout, self.refused, extra=extra, separate=separate)
+            verifier = _verifier(tests_dir, v, task_timeout, self.refused, public=task_env.allow_internet, extra=extra,
+                                 separate=separate)
             verifier = replace(verifier, env=verifier.env if v.has("env") else resolve_env(task_v, "env", "verifier.env")[0],
                                user=verifier.user or _user(task_v, "user"))
             agent = self.check_keys(s.table("agent"), "agent")
@@ -253,7 +270,8 @@ def load_harbor(root: Path) -> TaskSpec:
     base_verifier = None
     if (root / "tests" / "test.sh").is_file():
         separate = _separate(root, v, task_env, artifacts, root / "tests")
-        base_verifier = _verifier(root / "tests", v, HARBOR_DEFAULT_TIMEOUT_SEC, r.refused, separate=separate)
+        base_verifier = _verifier(root / "tests", v, HARBOR_DEFAULT_TIMEOUT_SEC, r.refused,
+                                  public=task_env.allow_internet, separate=separate)
     if base_verifier is None and not has_steps:
         raise TaskParseError(root / "tests" / "test.sh", "tests", "file is missing (Harbor tasks need tests/test.sh)")
     steps = r.steps(v, sol, task_env, artifacts)
@@ -269,7 +287,7 @@ def load_harbor(root: Path) -> TaskSpec:
         strategy = MultiStepStrategy(strategy_text)
     except ValueError:
         raise f.error("multi_step_reward_strategy", f"expected 'mean' or 'final', got {strategy_text!r}") from None
-    agent_user = r.agent_user(agent)
+    agent_user = r.agent_user(agent, task_env.allow_internet)
     return TaskSpec(
         id=task_table.text("name", root.name).replace("/", "__"),
         format=TaskFormat.HARBOR,
