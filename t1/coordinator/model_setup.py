@@ -3,6 +3,7 @@ renderer per agent format from its tokenizer."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any, cast
@@ -10,7 +11,7 @@ from typing import Any, cast
 from t1.agent.formats import FormatName, get_format
 from t1.config.schema import T1Config
 from t1.tito import ChatRenderer
-from t1.tito.render import ChatTokenizer
+from t1.tito.render import ChatTokenizer, turn_ends
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +24,26 @@ def make_renderers(model_path: Path, tool_schemas: bool = True,
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_path))
-    eot = tok.eos_token
-    if not eot:
+    if not tok.eos_token:
         raise ValueError(f"inference.model.path: the tokenizer of {model_path} has no eos_token (end of turn)")
     chat = cast(ChatTokenizer, tok)
+    eot, stops = turn_ends(chat, tok.eos_token, _stop_tokens(model_path, tok), template_kwargs)
     try:
         return {name: ChatRenderer(chat, end_of_turn=eot, tools=get_format(name).tools if tool_schemas else None,
-                                   template_kwargs=template_kwargs)
+                                   template_kwargs=template_kwargs, stop_texts=stops)
                 for name in FormatName}
     except ValueError as exc:
         raise ValueError(f"inference.model.path: the chat template of {model_path}: {exc}") from None
+
+
+def _stop_tokens(model_path: Path, tok: Any) -> list[str]:
+    """The tokens the sampler stops on besides eos_token: generation_config.json's eos_token_id."""
+    path = model_path / "generation_config.json"
+    if not path.is_file():
+        return []
+    ids = json.loads(path.read_text()).get("eos_token_id")
+    ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else []
+    return [str(t) for t in tok.convert_ids_to_tokens([i for i in ids if isinstance(i, int)]) if t]
 
 
 def ensure_model(cfg: T1Config) -> Path:

@@ -220,6 +220,35 @@ class ChatRenderer:
                              "give the renderer the text the template closes a turn with")
 
 
+def turn_ends(tokenizer: ChatTokenizer, eos: str, stops: Sequence[str],
+              template_kwargs: dict[str, Any] | None = None) -> tuple[str, tuple[str, ...]]:
+    """A renderer's end_of_turn and stop_texts for a model whose sampler stops on `eos` (the tokenizer's
+    eos token) and `stops` (its other stop tokens, generation_config.json's eos ids): the end of turn is
+    the first of them the template writes after an assistant turn (a user message or a tool result
+    after it); the stop texts are the others it writes there, and `eos` when it is not the end of turn.
+    Qwen3: <|im_end|>; gpt-oss: <|call|> and <|return|>; GLM: <|user|> and <|observation|>. None
+    written: `eos` (the renderer then refuses the template, saying so)."""
+    turn: Message = {"role": "assistant", "content": "probe"}
+    call: Message = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": "probe", "arguments": {"a": "b"}}}]}
+    tool: Message = {"role": "tool", "content": "probe", "tool_call_id": "call_0"}
+    written = ""
+    for conversation in ([turn, {"role": "user", "content": "probe"}], [turn, tool], [call, tool]):
+        try:
+            opening = str(tokenizer.apply_chat_template([NEUTRAL], tokenize=False, add_generation_prompt=True,
+                                                        **(template_kwargs or {})))
+            text = str(tokenizer.apply_chat_template([NEUTRAL, *conversation], tokenize=False,
+                                                     add_generation_prompt=True, **(template_kwargs or {})))
+        except Exception:  # a conversation the template refuses: the renderer's probe reports it
+            continue
+        written += text[_common_prefix(opening, text):] + "\n"
+    candidates = list(dict.fromkeys(t for t in (eos, *stops) if t))
+    found = [t for t in candidates if t in written]
+    if not found:
+        return eos, ()
+    return found[0], tuple(t for t in candidates if t != found[0] and (t in found or t == eos))
+
+
 def anchor_context(messages: Sequence[Message]) -> list[Message]:
     """The context of the last message (an assistant turn) in a delta anchor: the neutral user turn,
     the previous assistant turn and the messages after it; on the first turn, all messages before it."""

@@ -23,10 +23,11 @@ import numpy as np
 from t1.inference.types import FinishReason, GenerateResult
 from t1.tito.buffer import MismatchPolicy, TokenBuffer
 from t1.tito.diagnostics import retokenize_mismatch, segment_drift
-from t1.tito.render import ChatRenderer, Message
+from t1.tito.render import ChatRenderer, Message, turn_ends
 from t1.trajectory.types import EpisodeStatus
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
+QWEN_STOPS = ("<|im_end|>", "<|endoftext|>")
 QWEN_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>",
                 "</tool_response>", "<think>", "</think>")
 
@@ -36,8 +37,8 @@ class RealFamily:
     name: str
     template: str                              # file stem under TEMPLATES
     special: tuple[str, ...]
-    end_of_turn: str
-    stop_texts: tuple[str, ...] = ()
+    eos: str                                   # the tokenizer's eos token
+    sampler_stops: tuple[str, ...] = ()        # what the sampler stops on (generation_config.json's eos ids)
     thinking: Callable[[bool], dict[str, Any]] | None = None  # template kwargs; None: no thinking switch
     reasoning_key: str = "reasoning_content"
     json_arguments: bool = False               # tool-call arguments as a JSON string (DeepSeek)
@@ -55,14 +56,14 @@ def _enable_thinking(on: bool) -> dict[str, Any]:
 
 
 FAMILIES: dict[str, RealFamily] = {f.name: f for f in (
-    RealFamily("qwen3", "qwen3", QWEN_SPECIAL, "<|im_end|>", thinking=_enable_thinking, qwen=True),
-    RealFamily("qwen3.5", "qwen3_5", QWEN_SPECIAL, "<|im_end|>", thinking=_enable_thinking, qwen=True),
-    RealFamily("qwen3-coder", "qwen3_coder", QWEN_SPECIAL, "<|im_end|>", qwen=True),
+    RealFamily("qwen3", "qwen3", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, thinking=_enable_thinking, qwen=True),
+    RealFamily("qwen3.5", "qwen3_5", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, thinking=_enable_thinking, qwen=True),
+    RealFamily("qwen3-coder", "qwen3_coder", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, qwen=True),
     RealFamily("glm-4.6", "glm4_6", ("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
                                      "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
                                      "<arg_value>", "</arg_value>", "<tool_response>", "</tool_response>",
                                      "<|endoftext|>"),
-               "<|observation|>", stop_texts=("<|user|>",), thinking=_enable_thinking,
+               "<|endoftext|>", ("<|endoftext|>", "<|user|>", "<|observation|>"), thinking=_enable_thinking,
                close=lambda m: "<|observation|>" if m.get("tool_calls") else "<|user|>"),
     RealFamily("deepseek-v3.1", "deepseek_v3_1",
                ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
@@ -76,8 +77,9 @@ FAMILIES: dict[str, RealFamily] = {f.name: f for f in (
                 "<|tool_call_argument_begin|>", "<|tool_call_end|>"), "<|im_end|>"),
     RealFamily("gpt-oss", "gpt_oss", ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
                                       "<|call|>", "<|return|>", "<|endoftext|>"),
-               "<|call|>", stop_texts=("<|return|>",), thinking=lambda on: {"reasoning_effort": "medium" if on else "low"},
-               reasoning_key="thinking", content_with_tool_calls=False),
+               "<|return|>", ("<|return|>", "<|endoftext|>", "<|call|>"),
+               thinking=lambda on: {"reasoning_effort": "medium" if on else "low"}, reasoning_key="thinking",
+               content_with_tool_calls=False),
 )}
 
 
@@ -97,7 +99,7 @@ def make_tokenizer(fam: RealFamily, qwen_tokenizer: Any = None) -> Any:
         tok = copy.copy(qwen_tokenizer)
         tok.chat_template = fam.chat_template()
         return tok
-    tok = _train(list(fam.special), fam.chat_template(), fam.end_of_turn)
+    tok = _train(list(fam.special), fam.chat_template(), fam.eos)
     if fam.bos:
         tok.add_special_tokens({"bos_token": fam.bos})
     return tok
@@ -180,7 +182,8 @@ def run_session(fam: RealFamily, tokenizer: Any, scenario: str, thinking: bool,
         "name": "bash", "description": "Run a shell command.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "the command"}},
                        "required": ["command"]}}}]
-    r = ChatRenderer(tokenizer, end_of_turn=fam.end_of_turn, stop_texts=fam.stop_texts, tools=tools,
+    eot, stops = turn_ends(tokenizer, fam.eos, fam.sampler_stops, kwargs)  # as the coordinator finds them
+    r = ChatRenderer(tokenizer, end_of_turn=eot, stop_texts=stops, tools=tools,
                      template_kwargs=kwargs)
     opening: list[Message] = [{"role": "system", "content": "You are a shell agent."},
                               {"role": "user", "content": "List the files of every step."}]

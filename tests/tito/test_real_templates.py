@@ -12,7 +12,7 @@ from real_templates import FAMILIES, Scenario, make_tokenizer, run_session
 
 from t1.model.qwen_tokenizer import qwen3_tokenizer
 from t1.tito.buffer import MismatchPolicy
-from t1.tito.render import ChatRenderer
+from t1.tito.render import ChatRenderer, turn_ends
 
 GP, RS, HI, TU = "generation_prompt", "reasoning", "history", "turn"
 # (family, scenario, thinking) -> {cause: count} under repair; {} is one segment equal to the template's rendering.
@@ -67,6 +67,43 @@ def test_each_family_runs_every_scenario_to_the_end(key, policy):
         assert res.buffer.num_segments == 1
         assert all(res.equals_template) == (mismatches == 0)
     assert res.retokenized[0] > 0  # the non-canonical split a re-tokenizing pipeline would change
+
+
+# What the renderer's end of turn and stop texts are, found from the template and the sampler's stop tokens.
+TURN_ENDS = {
+    "qwen3": ("<|im_end|>", ()), "qwen3.5": ("<|im_end|>", ()), "qwen3-coder": ("<|im_end|>", ()),
+    "glm-4.6": ("<|user|>", ("<|endoftext|>", "<|observation|>")),
+    "deepseek-v3.1": ("<｜end▁of▁sentence｜>", ()),  # noqa: RUF001 (DeepSeek's token)
+    "kimi-k2": ("<|im_end|>", ()), "gpt-oss": ("<|call|>", ("<|return|>",)),
+}
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_turn_ends_are_found_from_the_template_and_the_sampler_stops(name):
+    fam = FAMILIES[name]
+    assert turn_ends(tokenizer(name), fam.eos, fam.sampler_stops) == TURN_ENDS[name]
+
+
+@pytest.mark.parametrize("name", ["glm-4.6", "gpt-oss"])
+def test_a_model_folder_of_a_family_that_stops_otherwise_loads_in_the_coordinator(name, tmp_path):
+    """generation_config.json's eos ids tell make_renderers what else ends a turn; with the tokenizer's eos
+    alone (GLM's <|endoftext|>, gpt-oss's <|return|>) the template would be refused."""
+    import json
+
+    from t1.coordinator.model_setup import make_renderers
+
+    fam = FAMILIES[name]
+    tok = make_tokenizer(fam)
+    tok.save_pretrained(str(tmp_path))
+    ids = tok.convert_tokens_to_ids(list(fam.sampler_stops))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": ids}))
+    for renderer in make_renderers(tmp_path).values():
+        assert (renderer.end_of_turn, renderer.stop_texts) == TURN_ENDS[name]
+    with pytest.raises(ValueError, match="never writes the end-of-turn text"):
+        ChatRenderer(tok, end_of_turn=fam.eos)
+    (tmp_path / "generation_config.json").unlink()
+    with pytest.raises(ValueError, match=r"inference\.model\.path: the chat template .* never writes"):
+        make_renderers(tmp_path)
 
 
 def test_a_template_that_raises_on_tool_calls_is_refused_at_load():
