@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,10 @@ def qwen3_tokenizer(chat_template: str | None = None, model_max_length: int = 40
     """A transformers fast tokenizer equal to Qwen3's (eos <|im_end|>, pad <|endoftext|>)."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(
-        tokenizer_object=build_qwen_tokenizer(), eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        unk_token=None, bos_token=None, model_max_length=model_max_length, clean_up_tokenization_spaces=False,
-        chat_template=chat_template, split_special_tokens=False)
+    with tempfile.TemporaryDirectory() as tmp:  # from a file: a tokenizer_object would be deep-copied (seconds)
+        path = Path(tmp) / "tokenizer.json"
+        path.write_text(_qwen_tokenizer_json())
+        return PreTrainedTokenizerFast(
+            tokenizer_file=str(path), eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
+            bos_token=None, model_max_length=model_max_length, clean_up_tokenization_spaces=False,
+            chat_template=chat_template, split_special_tokens=False)

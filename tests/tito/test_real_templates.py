@@ -44,6 +44,13 @@ def tokenizer(name: str):
     return _TOKENIZERS[name]
 
 
+def test_every_vendored_template_is_run_or_refused_here():
+    from real_templates import TEMPLATES
+
+    used = {f.template for f in FAMILIES.values()} | {"kimi_k2_llamacpp"}  # the last: refused at load, below
+    assert {p.stem for p in TEMPLATES.glob("*.jinja")} == used
+
+
 def test_the_table_covers_every_family_scenario_and_thinking_mode():
     want = {(f.name, s, t) for f in FAMILIES.values() for s in (Scenario.TOOLS, Scenario.USER_MID)
             for t in ((True, False) if f.thinking else (False,))}
