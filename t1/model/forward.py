@@ -15,7 +15,7 @@ from typing import Any
 
 
 @cache
-def cache_keyword(model_cls: type) -> str:
+def cache_keyword(model_cls: Any) -> str:
     """The keyword of `model_cls.forward` that takes the KV cache."""
     params = inspect.signature(model_cls.forward).parameters
     for name in ("cache", "past_key_values"):
@@ -27,7 +27,8 @@ def cache_keyword(model_cls: type) -> str:
 
 def cache_kwargs(model: Any, kv_cache: Any) -> dict[str, Any]:
     """`{keyword: kv_cache}` for `model(...)`, in the name its transformers release reads."""
-    return {cache_keyword(type(model)): kv_cache}
+    model_cls: Any = type(model)
+    return {cache_keyword(model_cls): kv_cache}
 
 
 def enable_activation_checkpointing(model: Any, *, use_reentrant: bool | None = None) -> None:
