@@ -159,7 +159,8 @@ class Journal:
                     fut.set_result(None)
 
     def close(self) -> None:
-        """Write what is queued, sync, stop the thread. The files stay: unreleased episodes resume from them."""
+        """Write what is queued (one try each while writes fail), sync, stop the thread. The files stay: the
+        next start ends their episodes (t1/coordinator/journal_recovery.py)."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
@@ -228,6 +229,9 @@ class Journal:
                               path, exc)
                 self.write_error = f"{path}: {exc}"
                 m.JOURNAL_WRITE_FAILING.set(1)
+                if self._stopping:  # closing: no more retries (the episode's journal ends before this frame)
+                    log.error("journal closing while writes fail: %s loses a frame", path)
+                    return
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 

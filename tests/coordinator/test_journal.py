@@ -70,3 +70,14 @@ async def test_a_failing_write_is_retried_and_nothing_is_lost_or_reordered(tmp_p
         assert [f["turn"] for _, f in ep.read()] == [1, 2, 3]  # turn 0 went with the directory
     finally:
         journal.close()
+
+
+async def test_closing_while_writes_fail_does_not_hang(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "j", fsync_window_s=0.01)
+    ep = journal.episode("e")
+    shutil.rmtree(tmp_path / "j")
+    for i in range(5):
+        ep.turn(turn=i)
+    await asyncio.sleep(0.1)
+    await asyncio.wait_for(asyncio.to_thread(journal.close), 15)  # each frame gets one more try, then is dropped
+    assert journal.write_errors >= 1
