@@ -107,6 +107,17 @@ class Journal:
         """Journals on disk: episodes not yet released (after a crash, the unfinished ones)."""
         return sorted(self.directory.glob(f"*{SUFFIX}"))
 
+    def discard_training(self) -> int:
+        """Remove the journals of training episodes (blocking reads: off the loop); how many. For the end of
+        training: the episodes it cancelled will never be continued or trained."""
+        found = 0
+        for path in self.files():
+            begin = first_event(path)
+            if begin is None or (begin[0] == "begin" and begin[1].get("training", True)):
+                self.submit(path, None)
+                found += 1
+        return found
+
     # -- the loop's side ---------------------------------------------------------------------
 
     def submit(self, path: Path, body: Body | None) -> int:
@@ -146,6 +157,10 @@ class Journal:
         if self._written >= seq:  # the thread may have passed before the waiter was added
             self._wake()
         await fut
+
+    async def drained(self) -> None:
+        """Until everything submitted so far is written."""
+        await self.written(self._next_seq - 1)
 
     def _wake(self) -> None:
         while self._waiters and self._waiters[0][0] <= self._written:
@@ -286,11 +301,25 @@ def _append(path: Path, body: Body, size: int) -> None:
         os.close(fd)
 
 
+def first_event(path: Path) -> Event | None:
+    """A journal's first record (its begin), or None when it has no intact one."""
+    with path.open("rb") as f:
+        head = f.read(sf.HEADER.size)
+        if len(head) < sf.HEADER.size:
+            return None
+        body = f.read(sf.HEADER.unpack(head)[0])
+    events, _ = _decode_frames(head + body)
+    return events[0] if events else None
+
+
 def read_events(path: Path) -> tuple[list[Event], int]:
     """Every intact frame of a journal file, in order, and the bytes after the last one (a torn tail: a
     crash during its write). Reading stops at the first frame that is short, fails its checksum or does
     not decode: what follows it cannot be replayed in order."""
-    data = path.read_bytes()
+    return _decode_frames(path.read_bytes())
+
+
+def _decode_frames(data: bytes) -> tuple[list[Event], int]:
     events: list[Event] = []
     pos = 0
     while pos + sf.HEADER.size <= len(data):

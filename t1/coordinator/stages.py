@@ -109,6 +109,9 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
         await admit
     # Trainer done: running episodes cannot be trained any more. A stop: they get the grace period.
     abandoned = await sched.drain(0.0 if trainer_done else parts.cfg.coordinator.shutdown_grace_s)
+    if trainer_done and parts.journal is not None:  # (after a stop they are ended by the next start)
+        await parts.journal.drained()
+        await asyncio.to_thread(parts.journal.discard_training)
     return TrainingEnd(trainer_done, abandoned)
 
 

@@ -81,3 +81,16 @@ async def test_closing_while_writes_fail_does_not_hang(tmp_path: Path) -> None:
     await asyncio.sleep(0.1)
     await asyncio.wait_for(asyncio.to_thread(journal.close), 15)  # each frame gets one more try, then is dropped
     assert journal.write_errors >= 1
+
+
+async def test_the_end_of_training_discards_training_journals_only(tmp_path: Path) -> None:
+    journal = Journal.open(tmp_path / "j", fsync_window_s=0)
+    try:
+        for name, training in (("t1", True), ("t2", True), ("eval", False)):
+            journal.episode(name, training=training).begin(task_id="t")
+        await journal.drained()
+        assert await asyncio.to_thread(journal.discard_training) == 2
+        await journal.drained()
+        assert [p.name for p in journal.files()] == ["eval.journal"]
+    finally:
+        journal.close()
