@@ -50,14 +50,17 @@ def test_scale_result_divides_by_turns_live_episodes_and_tokens() -> None:
     assert out["cpu_ms_per_turn"]["coordinator"] == pytest.approx(0.5)
     assert out["turns_per_s"] == 10.0
     assert out["rss_per_live_episode_kb"] == pytest.approx(150.0)
+    assert out["rss_per_live_episode_kb_whole"] == pytest.approx(150.5)  # nothing subtracted
     assert out["trajectory_bytes_per_token"] == pytest.approx(397.0)
     assert out["targets"] == {"loop_lag_p99_under_100ms": True, "coordinator_cpu_per_turn_under_1ms": True,
-                              "rss_per_live_episode_under_200kb": True, "trajectory_bytes_within_10pct_of_raw": True}
+                              "rss_per_live_episode_under_200kb": True, "trajectory_bytes_within_10pct_of_raw": True,
+                              "whole_rss_per_live_episode_at_most_256kb": True}
     finished = scale_result(**{**dict(
         episodes=10, live_at_start=10, ramp_s=1.0, window_s=10.0, turns=100, cpu0={"coordinator": 0.0},
         cpu1={"coordinator": 0.5}, clock=clock, lag_s=[0.2] * 10, rss_base=0, rss_end=0, live_traj_bytes=0,
         spooled=[], stop_s=0.0, errors=[], raw_bytes_per_token=392), "live_at_end": 0})
     assert finished["targets"]["rss_per_live_episode_under_200kb"] is None
+    assert finished["targets"]["whole_rss_per_live_episode_at_most_256kb"] is None
     assert finished["targets"]["coordinator_cpu_per_turn_under_1ms"] is False
     assert finished["targets"]["loop_lag_p99_under_100ms"] is False
 
