@@ -192,7 +192,12 @@ class TokenBuffer:
         if self._messages[-1].get("role") != "assistant":
             raise ValueError(f"observations follow an assistant turn; the last message is "
                              f"{self._messages[-1].get('role')!r}")
-        delta = self.renderer.delta(anchor_context(self._messages), self._messages[-1], self._turn_text, messages)
+        last = self._messages[-1]
+        try:
+            delta = self.renderer.delta(anchor_context(self._messages), last, self._turn_text, messages)
+        except Exception:  # a template that refuses the bounded anchor (it wants its real first messages):
+            #                the delta in the whole history, O(context); an error there is the conversation's
+            delta = self.renderer.delta(self._messages[:-1], last, self._turn_text, messages)
         if delta.cause is not None:
             self._count_mismatch(delta.cause)
             if self.on_mismatch is MismatchPolicy.NEW_SEGMENT:

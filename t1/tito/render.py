@@ -177,6 +177,15 @@ class ChatRenderer:
             return MismatchCause.GENERATION_PROMPT if nxt.startswith(before) else MismatchCause.HISTORY
         return MismatchCause.TOOL_CALLS if last.get("tool_calls") else MismatchCause.TURN
 
+    def _probe_render(self, conversation: list[Message]) -> tuple[str, str]:
+        """The opening and the rendering of a probe conversation after the neutral user turn; for a
+        template that refuses it, after a system message as well (some want one first)."""
+        try:
+            return self.render([NEUTRAL], True), self.render([NEUTRAL, *conversation], True)
+        except Exception:
+            head = [{"role": "system", "content": "probe"}, NEUTRAL]
+            return self.render(head, True), self.render([*head, *conversation], True)
+
     def history_matches(self, messages: Sequence[Message], buffer_text: str) -> bool:
         """The full check, O(history): the whole conversation renders to text that starts with the
         buffer's (with the generation prompt when it does not end in an assistant turn)."""
@@ -204,8 +213,7 @@ class ChatRenderer:
             errors = []
             for conversation in conversations:
                 try:
-                    opening = self.render([NEUTRAL], True)
-                    nxt = self.render([NEUTRAL, *conversation], True)
+                    opening, nxt = self._probe_render(conversation)
                 except Exception as e:  # the template's own refusal of this conversation
                     errors.append(f"{type(e).__name__}: {e}")
                     continue

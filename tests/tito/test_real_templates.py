@@ -8,7 +8,7 @@ episode keeps one segment); under `new_segment` the same mismatches each start a
 from __future__ import annotations
 
 import pytest
-from real_templates import FAMILIES, Scenario, make_tokenizer, run_session
+from real_templates import FAMILIES, TEMPLATES, Scenario, make_tokenizer, run_session
 
 from t1.model.qwen_tokenizer import qwen3_tokenizer
 from t1.tito.buffer import MismatchPolicy
@@ -45,8 +45,6 @@ def tokenizer(name: str):
 
 
 def test_every_vendored_template_is_run_or_refused_here():
-    from real_templates import TEMPLATES
-
     used = {f.template for f in FAMILIES.values()} | {"kimi_k2_llamacpp"}  # the last: refused at load, below
     assert {p.stem for p in TEMPLATES.glob("*.jinja")} == used
 
@@ -116,8 +114,6 @@ def test_a_model_folder_of_a_family_that_stops_otherwise_loads_in_the_coordinato
 def test_a_template_that_raises_on_tool_calls_is_refused_at_load():
     """llama.cpp's Kimi K2 template appends to a list, which transformers' sandbox forbids: with tools the
     renderer refuses it when it is made, naming the template's error, not in the middle of an episode."""
-    from real_templates import TEMPLATES
-
     tok = make_tokenizer(FAMILIES["kimi-k2"])
     tok.chat_template = (TEMPLATES / "kimi_k2_llamacpp.jinja").read_text()
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
@@ -130,3 +126,18 @@ def test_an_end_of_turn_the_template_never_writes_is_refused_at_load():
     tok = tokenizer("qwen3")
     with pytest.raises(ValueError, match="never writes the end-of-turn text"):
         ChatRenderer(tok, end_of_turn="<|endoftext|>")
+
+
+SYSTEM_FIRST = ("{%- if messages[0].role != 'system' %}{{- raise_exception('the first message must be the system "
+                "prompt') }}{%- endif %}" + (TEMPLATES / "qwen3.jinja").read_text())
+
+
+def test_a_template_that_wants_its_system_message_first_gets_deltas_in_the_whole_history():
+    """The bounded anchor starts with a neutral user turn; a template that refuses that is rendered with the
+    real history instead (O(context) for it), and the episode runs as under the template it wraps."""
+    tok = make_tokenizer(FAMILIES["qwen3"], tokenizer("qwen3"))
+    tok.chat_template = SYSTEM_FIRST
+    fam = FAMILIES["qwen3"]
+    res = run_session(fam, tok, Scenario.USER_MID, False)
+    assert {c.value: n for c, n in res.buffer.mismatch_causes.items()} == EXPECTED[("qwen3", Scenario.USER_MID, False)]
+    assert res.drift == 0
