@@ -15,9 +15,11 @@ Container semantics, as `docker build` applies them:
 - LABEL, MAINTAINER, EXPOSE, VOLUME, STOPSIGNAL, CMD, HEALTHCHECK and ONBUILD do not
   change the filesystem or the shell the agent gets (Harbor and Terminal-Bench
   replace the command with their own), so they are recorded and skipped.
-- ENTRYPOINT (a start-up program wrapping the container's first process), COPY
-  --from, --parents/--exclude, RUN --mount other than a cache, and unknown
-  instructions cannot be replayed: NeedsImageError naming the line. ADD of a URL
+- ENTRYPOINT is recorded (exec form) for t1.tasks.entrypoint, which runs a plain
+  script (one that ends by exec-ing "$@") as the sandbox's first process and refuses
+  any other; the shell form wraps no command and is refused here. COPY --from,
+  --parents/--exclude, RUN --mount other than a cache, and unknown instructions
+  cannot be replayed: NeedsImageError naming the line. ADD of a URL
   is a download: NeedsNetworkError naming it.
 """
 
@@ -72,6 +74,8 @@ class DockerPlan:
     env: Env
     user: str | None
     skipped: tuple[str, ...] = ()  # 'line N: KEYWORD' for the instructions that were recorded and skipped
+    entrypoint: tuple[str, ...] = ()  # ENTRYPOINT's exec form (the last one), run by t1.tasks.entrypoint
+    entrypoint_label: str = ""  # `Dockerfile line N: ENTRYPOINT ...`, for reports
 
     def run_lines(self) -> tuple[ReplayStep, ...]:
         return tuple(s for s in self.steps if s.action == "RUN")
@@ -127,6 +131,8 @@ class _State:
         self.shell: tuple[str, ...] = DEFAULT_SHELL
         self.steps: list[ReplayStep] = []
         self.skipped: list[str] = []
+        self.entrypoint: tuple[str, ...] = ()
+        self.entrypoint_label = ""
 
     @property
     def variables(self) -> dict[str, str]:
@@ -219,13 +225,17 @@ def build_plan(path: Path) -> DockerPlan:
         elif kw in SKIPPED:
             st.skipped.append(f"line {step.line}: {kw}")
         elif kw == "ENTRYPOINT":
-            raise NeedsImageError(f"{where}: ENTRYPOINT {' '.join(step.args)[:80]} wraps the container's first "
-                                  "process; a local sandbox has none, so this task needs an image")
+            if not step.json_form or not step.args:
+                raise NeedsImageError(f"{where}: ENTRYPOINT {' '.join(step.args)[:80]} (shell form) runs instead of "
+                                      "the container's command; this task needs an image")
+            st.entrypoint = tuple(expand(a, st.variables) for a in step.args)
+            st.entrypoint_label = f"{where}: ENTRYPOINT {' '.join(step.args)[:80]}"
         else:
             raise NeedsImageError(f"{where}: instruction {kw} cannot be replayed in a local sandbox; "
                                   "this task needs an image")
     return DockerPlan(base=st.base or "scratch", steps=tuple(st.steps), workdir=st.cwd,
-                      env=tuple(st.env.items()), user=st.user, skipped=tuple(st.skipped))
+                      env=tuple(st.env.items()), user=st.user, skipped=tuple(st.skipped),
+                      entrypoint=st.entrypoint, entrypoint_label=st.entrypoint_label)
 
 
 def plan_or_none(path: Path | None) -> DockerPlan | None:

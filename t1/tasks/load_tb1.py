@@ -9,7 +9,11 @@ not a malformed one: its verifier output needs a parser T1 does not have. Early
 task.yaml files carried the instruction as `descriptions: [{key: base,
 description: ...}]`; that form is read too.
 The Docker build context is the task folder, so environment files reach the
-image only through the Dockerfile's COPY/ADD lines.
+image only through the Dockerfile's COPY/ADD lines. A folder without a Dockerfile
+runs on the default workdir (/app, the Terminal-Bench base images' WORKDIR) only
+when it holds nothing but the harness's own files (HARNESS_FILES); with other files
+beside task.yaml it is malformed, named: no rule says where those files go, and
+running it without them would run it half set up.
 """
 
 from __future__ import annotations
@@ -82,6 +86,22 @@ def _solution(root: Path) -> SolutionSpec | None:
     return SolutionSpec(script=yml, commands=tuple(commands))
 
 
+HARNESS_FILES = ("task.yaml", "tests", "run-tests.sh", "solution.sh", "solution.yaml", "docker-compose.yaml",
+                 "docker-compose.yml", "README.md", "LICENSE")
+"""What Terminal-Bench's harness itself reads from a task folder; anything else reaches the task through its Dockerfile."""
+
+
+def _check_environment_files(root: Path) -> None:
+    if (root / "Dockerfile").is_file():
+        return
+    others = sorted(p.name for p in root.iterdir() if p.name not in HARNESS_FILES and not p.name.startswith("."))
+    if others:
+        raise TaskParseError(root / "Dockerfile", "Dockerfile",
+                             f"file is missing, and {len(others)} file(s) beside task.yaml ({', '.join(others[:5])}) "
+                             "reach a Terminal-Bench task only through its Dockerfile's COPY lines: without it the "
+                             "task would run half set up")
+
+
 def load_tb1(root: Path) -> TaskSpec:
     """Parse a Terminal-Bench 1 task folder into a TaskSpec."""
     root = root.resolve()
@@ -96,6 +116,7 @@ def load_tb1(root: Path) -> TaskSpec:
     run_tests = root / "run-tests.sh"
     if not run_tests.is_file() and not (tests_dir / "test_outputs.py").is_file():
         raise TaskParseError(tests_dir / "test_outputs.py", "tests", "file is missing (and there is no run-tests.sh)")
+    _check_environment_files(root)
     dockerfile = root / "Dockerfile"
     compose = root / "docker-compose.yaml"
     if not compose.is_file() and (root / "docker-compose.yml").is_file():

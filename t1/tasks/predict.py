@@ -17,6 +17,7 @@ import yaml
 from t1.tasks import offline_pkgs
 from t1.tasks.context_files import host_copy
 from t1.tasks.dockerplan import DockerPlan, build_plan, plan_or_none
+from t1.tasks.entrypoint import entrypoint_need
 from t1.tasks.installers import RequirementFile, find_installs, missing_on_host
 from t1.tasks.needs import Need, NeedKind, NeedsError
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
@@ -55,9 +56,12 @@ def _environment_needs(env: EnvironmentSpec, where: str, local: bool) -> list[Ne
     needs = _feature_needs(env, where) + _compose_needs(env.compose_file)
     if env.dockerfile is not None and local:
         try:
-            build_plan(env.dockerfile)
+            plan = build_plan(env.dockerfile)
         except NeedsError as exc:
             needs.append(exc.need)
+        else:
+            entry = entrypoint_need(plan, env.dockerfile.parent)
+            needs += [entry] if entry is not None else []
     elif local and env.docker_image and env.dockerfile is None:
         needs.append(Need(NeedKind.IMAGE, f"{where}.docker_image {env.docker_image}: no Dockerfile to replay "
                                           "in a local sandbox"))

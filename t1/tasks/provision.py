@@ -22,6 +22,7 @@ from typing import Any
 
 from t1.sandbox.types import BUILT_MARKER, SandboxRequest, Shell
 from t1.tasks.dockerplan import build_plan
+from t1.tasks.entrypoint import start_entrypoint
 from t1.tasks.needs import NeedsImageError, raise_need
 from t1.tasks.predict import static_needs
 from t1.tasks.replay import as_user, exports, replay
@@ -99,6 +100,7 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
     workdir: str | None = env.workdir
     docker_env: Env = ()
     user = spec.agent_user
+    plan = None
     built = None if local or env.dockerfile is None or env.docker_image else await built_image(shell)
     if built is not None:  # the provider built the Dockerfile into the sandbox's image: nothing to replay
         workdir, user = workdir or built.get("workdir") or None, user or built.get("user") or None
@@ -121,6 +123,8 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
     merged: dict[str, str] = dict(docker_env)
     merged.update(env.env)
     provisioned = Provisioned(workdir=workdir, env=tuple(merged.items()), user=user)
+    if plan is not None:
+        await start_entrypoint(shell, plan)  # a plain ENTRYPOINT script, as the container's first process
     await check_user(shell, provisioned.user)
     if env.healthcheck is not None:
         await run_healthcheck(shell, env.healthcheck, provisioned.prefix())

@@ -158,7 +158,7 @@ def test_dockerfile_plan_container_semantics(tmp_path: Path) -> None:
     plain = tmp_path / "Plain"
     plain.write_text("FROM ubuntu:24.04\nCOPY x /\n")
     assert build_plan(plain).workdir == "/"
-    for bad, err, why in (("ENTRYPOINT [\"/e.sh\"]", NeedsImageError, "ENTRYPOINT"),
+    for bad, err, why in (("ENTRYPOINT /e.sh", NeedsImageError, "ENTRYPOINT /e.sh \\(shell form\\)"),
                           ("COPY --from=build /x /y", NeedsImageError, "--from"),
                           ("RUN --mount=type=secret,id=x true", NeedsImageError, "mount"),
                           ("FROM debian:12", NeedsImageError, "multi-stage"),

@@ -127,3 +127,28 @@ async def test_downloads_outside_apt_and_pip_are_needs_network_naming_the_line(
     assert check.needs[0].kind is NeedKind.NETWORK
     oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
     assert oracle.status is RunStatus.NEEDS_NETWORK and oracle.detail == want, (oracle.as_json(), oracle.setup_output)
+
+
+def test_tb1_task_without_dockerfile_but_with_environment_files_is_malformed_by_name(tmp_path: Path) -> None:
+    """Terminal-Bench 1's hello-world runs without a Dockerfile (it has only the harness's own files); the same
+    folder with a file beside task.yaml that only a Dockerfile could put in place is malformed, naming the file
+    and the missing Dockerfile (before: validate said ok and the run went ahead without the file)."""
+    assert check_folder(REAL / "tb1" / "hello-world").status is CheckStatus.OK
+    root = variant("tb1/hello-world", tmp_path, "task.yaml", lambda text: text)
+    (root / "greeting_template.txt").write_text("Hello, {name}!\n")
+    check = check_folder(root)
+    assert check.status is CheckStatus.MALFORMED, check
+    assert "Dockerfile: file is missing, and 1 file(s) beside task.yaml (greeting_template.txt)" in check.error
+
+
+def test_an_entrypoint_that_is_the_container_itself_is_needs_image(tmp_path: Path) -> None:
+    """dns-blacklisting's ENTRYPOINT is a plain script ending in `exec "$@"` (it runs, as the sandbox's first
+    process); the same task whose script ends by running its own server instead is the container's program
+    itself, which a local sandbox cannot be: needs_image naming the line and the script."""
+    assert check_folder(REAL / "harbor" / "dns-blacklisting").status is CheckStatus.OK
+    root = variant("harbor/dns-blacklisting", tmp_path, "environment/entrypoint.sh",
+                   lambda text: text.replace('exec "$@"', "exec python3 /usr/local/bin/block-server.py"))
+    check = check_folder(root)
+    assert [str(n) for n in check.needs] == [
+        "needs_image: Dockerfile line 15: ENTRYPOINT /entrypoint.sh: entrypoint.sh does not end by exec-ing the "
+        "container's command (exec \"$@\"), so it is the container's first process itself; this task needs an image"]
