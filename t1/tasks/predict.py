@@ -21,6 +21,7 @@ from t1.tasks.entrypoint import entrypoint_need
 from t1.tasks.installers import RequirementFile, find_installs, missing_on_host
 from t1.tasks.needs import Need, NeedKind, NeedsError
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
+from t1.tasks.test_imports import missing_test_imports
 
 _TEST_SCRIPTS = ("test.sh", "run-tests.sh", "setup.sh")
 
@@ -75,6 +76,10 @@ def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
         separate = phase.verifier.separate
         if separate is not None:
             needs += _environment_needs(separate.environment, "verifier.environment", local)
+    missing = missing_test_imports(spec) if local else []  # another provider's image is not this host
+    if missing:
+        needs.append(Need(NeedKind.NETWORK, f"verifier: the tests import {', '.join(missing)}, which this host does "
+                                            "not have and the task does not install (the sandbox is offline)"))
     return list(dict.fromkeys(needs))  # a separate verifier that copies the task environment repeats its needs
 
 

@@ -8,6 +8,7 @@ a large sparse file, an `npm ci`): the rest of the task, its verifier and its or
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -152,3 +153,20 @@ def test_an_entrypoint_that_is_the_container_itself_is_needs_image(tmp_path: Pat
     assert [str(n) for n in check.needs] == [
         "needs_image: Dockerfile line 15: ENTRYPOINT /entrypoint.sh: entrypoint.sh does not end by exec-ing the "
         "container's command (exec \"$@\"), so it is the container's first process itself; this task needs an image"]
+
+
+async def test_tests_importing_a_package_the_host_lacks_is_needs_network_not_the_attempts_fault(
+        tmp_path: Path, overlay: LocalProvider) -> None:
+    """evoeval-0 whose test module also imports numpy, which this host's python3 lacks and nothing in the task
+    installs: pytest cannot collect it whatever the attempt does, so validate and the run both say needs_network
+    naming the module (before: the oracle was scored, its collection error reported as verifier_tampered)."""
+    root = variant("tb1/evoeval-0", tmp_path, "tests/test_outputs.py", lambda text: "import numpy as np\n" + text)
+    want = ("verifier: the tests import numpy, which this host does not have and the task does not install "
+            "(the sandbox is offline)")
+    probe = subprocess.run(["python3", "-c", "import numpy"], env={"PATH": SYSTEM_PATH}, capture_output=True, check=False)
+    if probe.returncode == 0:
+        pytest.skip("this host's python3 has numpy")
+    check = check_folder(root)
+    assert [(n.kind, n.what) for n in check.needs] == [(NeedKind.NETWORK, want)], check
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.NEEDS_NETWORK and oracle.detail == want, oracle.as_json()

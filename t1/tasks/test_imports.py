@@ -1,0 +1,82 @@
+"""Packages a task's Python tests import that neither the host nor the task provides: a need, known in advance.
+
+A test module that imports a package the sandbox's python3 does not have fails at pytest's
+collection, whatever the attempt did. That is the host's lack, not the attempt's failure, so
+it must be a needs_network report naming the module, never a score. It is decided from the
+task folder and the host alone, before anything runs (the same function for validate and for
+a run), so no attempt can turn its own failure into one: a module counts as the host's lack
+only when it is a top-level import of a test file, not in the standard library, not a module
+or package anywhere in the task folder, not named by the reference solution, the Dockerfile or
+the test scripts (where the task itself installs it, or the agent is meant to write it: those
+are the installers' predictions, or the attempt's to provide), and not importable by the
+sandbox's python3.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from t1.sandbox.bwrap import SANDBOX_PATH
+from t1.tasks.spec import TaskSpec
+
+_T1_SHIPS = frozenset({"pytest", "_pytest", "pluggy", "iniconfig", "packaging"})
+"""Shipped with the verifier's toolchain when the sandbox lacks them (t1.tasks.toolchain)."""
+_PROBE = "import importlib.util, sys; print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
+
+
+def _test_files(dirs: list[Path]) -> list[Path]:
+    return [p for d in dirs if d.is_dir() for p in sorted(d.rglob("*.py"))
+            if p.name.startswith("test_") or p.name.endswith("_test.py") or p.name == "conftest.py"]
+
+
+def _top_imports(path: Path) -> list[str]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:  # module level only: what collection itself imports
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module.split(".")[0])
+    return names
+
+
+def _provided_by_task(name: str, root: Path, texts: str) -> bool:
+    if re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w])", texts):
+        return True
+    return any(root.rglob(f"{name}.py")) or any(p.is_dir() for p in root.rglob(name))
+
+
+def _not_importable(names: list[str]) -> list[str]:
+    if not names:
+        return []
+    result = subprocess.run(["python3", "-c", _PROBE, *names], capture_output=True, text=True,
+                            env={"PATH": SANDBOX_PATH}, timeout=60, check=False)
+    if result.returncode != 0:
+        result = subprocess.run([sys.executable, "-c", _PROBE, *names], capture_output=True, text=True,
+                                timeout=60, check=False)
+    return result.stdout.split()
+
+
+def missing_test_imports(spec: TaskSpec) -> list[str]:
+    """The packages the task's test files import that this host lacks and the task does not provide (see module doc)."""
+    dirs = [d for p in spec.phases() for d in (p.verifier.tests_dir, *p.verifier.extra_tests_dirs)]
+    texts = []
+    for p in spec.phases():
+        for f in (p.solution.script if p.solution else None, p.verifier.run_tests_sh, p.verifier.tests_dir / "test.sh"):
+            if f is not None and f.is_file():
+                texts.append(f.read_text(encoding="utf-8", errors="replace"))
+        texts += list(p.solution.commands) if p.solution else []
+    if spec.environment.dockerfile is not None:
+        texts.append(spec.environment.dockerfile.read_text(encoding="utf-8", errors="replace"))
+    joined = "\n".join(texts)
+    candidates = dict.fromkeys(n for f in _test_files(dirs) for n in _top_imports(f)
+                               if n not in sys.stdlib_module_names and n not in _T1_SHIPS)
+    wanted = [n for n in candidates if not _provided_by_task(n, spec.root, joined)]
+    return _not_importable(wanted)
