@@ -8,6 +8,11 @@ reply's text, the reply appended as an assistant message and a command's output 
   over GenerateBatched, against bench/sim_inference.py (routing 48 x top-8 returned and kept).
 - `t1_openai`: the same buffer over OpenAIPool (httpx, vLLM's /v1/completions fields), against
   bench/sim_openai.py.
+- `gateway`: T1's per-episode gateway (t1/gateway) serving harnesses: each session a GatewaySession behind
+  its GatewayServer on a loopback port, generating through InferencePool against bench/sim_inference.py;
+  the harnesses (bench/harness_driver.py, a process of its own) send the whole conversation every call,
+  as OpenAI chat requests with tools. The figure is the gateway's CPU per request (HTTP, JSON, the
+  template rendered with the call's tools and checked against the buffer, generation, the reply parsed).
 - `peer_openai`: the conversation as messages, rendered with the tokenizer's chat template and
   tokenized again each turn, sent with `AsyncOpenAI().completions.create` (token prompt,
   `return_token_ids`), against bench/sim_openai.py: what most peer frameworks do.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import statistics
 import sys
 import tempfile
@@ -42,12 +48,15 @@ from bench.machine_info import machine
 from bench.transport import sim_args
 from t1.agent.formats import FormatName, get_format
 from t1.config.inference import InferencePoolConfig
+from t1.config.rollout import HarnessConfig
+from t1.gateway.server import GatewayServer
+from t1.gateway.session import GatewaySession
 from t1.inference.openai_pool import OpenAIPool
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.tito import ChatRenderer, TokenBuffer
 
-VARIANTS = ("t1_grpc", "t1_openai", "peer_openai")
+VARIANTS = ("t1_grpc", "t1_openai", "gateway", "peer_openai")
 INSTRUCTION = ("Fix the failing build of the project in /app: find why `make test` fails, change the code, "
                "and leave the test suite passing. ") * 8
 OBSERVATION = ("total 48\ndrwxr-xr-x 1 root root 4096 Jan  1 00:00 .\n-rw-r--r-- 1 root root  812 Makefile\n"
@@ -121,10 +130,58 @@ def peer_session(tokenizer: Any, client: Any) -> Turn:
     return turn
 
 
+GATEWAY_KEY = "bench-gateway-key-" + "k" * 24
+
+
+async def gateway_round(args: argparse.Namespace, workdir: Path, tokenizer: Any) -> dict[str, float]:
+    """The `gateway` variant: N gateways here, their harnesses in bench/harness_driver.py."""
+    sim, port = await start_sim(sim_args(args, 0.0), workdir)
+    pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0), [f"127.0.0.1:{port}"])
+    base = ChatRenderer(tokenizer, end_of_turn="<|im_end|>")
+    sessions, servers, ports = [], [], []
+    driver = None
+    try:
+        for i in range(args.sessions):
+            session = GatewaySession(f"g{i}", pool, base, SamplingParams(max_tokens=MAX_TOKENS),
+                                     HarnessConfig(command="bench", max_calls=1 << 30), 1 << 30, 0)
+            server = GatewayServer(session, GATEWAY_KEY, "t1")
+            sock = socket.create_server(("127.0.0.1", 0), backlog=16)
+            ports.append(sock.getsockname()[1])
+            await server.serve(sock)
+            sessions.append(session)
+            servers.append(server)
+        (workdir / "ports.json").write_text(json.dumps(ports))
+        driver = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.harness_driver", "--ports-file", str(workdir / "ports.json"),
+            "--key", GATEWAY_KEY, "--instruction", INSTRUCTION, "--max-tokens", str(MAX_TOKENS),
+            cwd=str(Path(__file__).resolve().parents[1]))
+        while sum(s.calls > 0 for s in sessions) < args.sessions:
+            if driver.returncode is not None:
+                raise RuntimeError(f"gateway: the harness driver exited with {driver.returncode}")
+            await asyncio.sleep(0.1)
+        n0, cpu0, t0 = sum(s.calls for s in sessions), time.process_time(), time.monotonic()
+        await asyncio.sleep(args.round_s)
+        n1, cpu1, t1 = sum(s.calls for s in sessions), time.process_time(), time.monotonic()
+    finally:
+        if driver is not None and driver.returncode is None:
+            driver.terminate()
+            await driver.wait()
+        for server in servers:
+            await server.close()
+        await pool.close()
+        sim.terminate()
+        await sim.wait()
+    n = max(n1 - n0, 1)
+    return {"turns": n1 - n0, "turns_per_s": round((n1 - n0) / (t1 - t0), 1),
+            "cpu_ms_per_turn": round((cpu1 - cpu0) * 1e3 / n, 4)}
+
+
 async def one_round(args: argparse.Namespace, variant: str, workdir: Path, tokenizer: Any,
                     renderer: ChatRenderer) -> dict[str, float]:
     from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
+    if variant == "gateway":
+        return await gateway_round(args, workdir, tokenizer)
     closers: list[Callable[[], Awaitable[None]]] = []
     if variant == "t1_grpc":
         sim, port = await start_sim(sim_args(args, 0.0), workdir)

@@ -88,6 +88,8 @@ class GatewayServer:
                 conn.start_next_cycle()
         except (ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:  # close(): the episode is over, a call still in flight is dropped
+            pass
         finally:
             self._conns.discard(task)
             writer.close()
