@@ -180,6 +180,10 @@ class GatewayServer:
             return _json(400, errors(400, str(exc)))
         except GatewayInferenceFailed as exc:
             return _json(503, errors(503, f"inference failed: {exc}"))
+        except Exception as exc:  # a bug: loud in T1's log, a 500 to the harness, never a hung connection
+            log.exception("gateway %s: %s %s failed", self.session.episode_id, method, path)
+            self._refuse("error")
+            return _json(500, errors(500, f"internal error: {type(exc).__name__}: {exc}"))
 
     async def _complete(self, call: ChatCall, payload: dict[str, Any], anthropic: bool) -> _Reply:
         done = await self.session.complete(call)

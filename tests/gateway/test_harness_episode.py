@@ -36,7 +36,7 @@ def echo_task(root: Path, word: str) -> Path:
 
 
 def episode(tmp_path: Path, provider, renderers, generate, harness: HarnessConfig, word: str = "hello"):
-    cfg = load_config(None, [])
+    cfg = load_config(None, ["rollout.max_context_tokens=8192"])  # the tiny model's context
     task = load_task(echo_task(tmp_path, word))
     fmt = get_format(FormatName.TOOL_CALLS)
     spec = EpisodeSpec("ep-h", task, "g-h", 0, fmt, SamplingParams(max_tokens=16),

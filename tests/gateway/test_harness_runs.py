@@ -1,4 +1,4 @@
-"""A real harness through the whole system: mini-swe-agent, unmodified, in an eval job submitted over gRPC
+"""Real harnesses through the whole system: mini-swe-agent and Harbor's Terminus-2, unmodified, in an eval job submitted over gRPC
 to a coordinator process, and in a short training run whose trajectories reach the trainer; the
 tiny model serves through the coordinator's own inference server (exact ids, routing capture).
 
@@ -25,9 +25,10 @@ from smoke_run import small_config, start_coordinator
 from t1.v1 import coordinator_pb2 as pb
 from t1.v1 import coordinator_pb2_grpc as pb_grpc
 
-from .test_real_harnesses import MINI, MINI_ENV, installed
+from .test_real_harnesses import MINI, MINI_ENV, TERMINUS2, TERMINUS2_ENV, installed
 
-HARNESS = {"command": MINI, "env": MINI_ENV, "timeout_s": 150}
+HARNESSES = {"mini-swe-agent": {"command": MINI, "env": MINI_ENV, "timeout_s": 150},
+             "harbor": {"command": TERMINUS2, "env": TERMINUS2_ENV, "timeout_s": 90}}
 
 
 @pytest.fixture()
@@ -57,13 +58,14 @@ def _metrics(port: int) -> dict[str, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_mini_swe_agent_eval_job_over_grpc(root: Path, tiny_model_dir: Path) -> None:
-    installed("mini-swe-agent")
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("harness", list(HARNESSES))
+def test_harness_eval_job_over_grpc(root: Path, tiny_model_dir: Path, harness: str) -> None:
+    installed(harness)
     _task(root / "tasks", "alpha", "alpha")
     _task(root / "tasks", "beta", "beta")
     cfg = {"name": "harness-eval", "sandbox": {"local": {"root": str(root / "sandboxes")}},
-           "rollout": {"harness": HARNESS, "max_context_tokens": 8192, "sampling": {"max_tokens": 32}},
+           "rollout": {"harness": HARNESSES[harness], "max_context_tokens": 8192, "sampling": {"max_tokens": 32}},
            "inference": {"model": {"path": str(tiny_model_dir)}},
            "coordinator": {"run_dir": str(root / "run"), "train": False, "server": {"port": 0}},
            "metrics": {"port": 0}}
@@ -78,7 +80,7 @@ def test_mini_swe_agent_eval_job_over_grpc(root: Path, tiny_model_dir: Path) -> 
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.CoordinatorServiceStub(channel)
             job = stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(root / "tasks"), attempts=2, name="mini"), timeout=30)
-            events = list(stub.WatchJob(pb.WatchJobRequest(job_id=job.job_id), timeout=480))
+            events = list(stub.WatchJob(pb.WatchJobRequest(job_id=job.job_id), timeout=720))
             assert events[-1].WhichOneof("event") == "job_finished"
             full = stub.GetJob(pb.GetJobRequest(job_id=job.job_id, include_attempts=True), timeout=30)
         start = next(json.loads(line) for line in (root / "run" / "run.jsonl").read_text().splitlines()
@@ -89,8 +91,8 @@ def test_mini_swe_agent_eval_job_over_grpc(root: Path, tiny_model_dir: Path) -> 
         proc.wait(60)
     log = out.read_text(errors="replace")
     assert len(full.attempts) == 4
-    for a in full.attempts:
-        assert a.status == "ok" and a.turns >= 1, (a, log[-3000:])
+    for a in full.attempts:  # Terminus-2 asks until its time is up when no reply parses: a scored timeout
+        assert a.status in ("ok", "timeout") and a.turns >= 1, (a, log[-3000:])
     assert metrics["t1_tito_drift_tokens"] == 0
     assert metrics["t1_gateway_calls_total"] == sum(a.turns for a in full.attempts)
     assert metrics['t1_gateway_segment_starts_total{cause="first"}'] == 4
@@ -99,15 +101,16 @@ def test_mini_swe_agent_eval_job_over_grpc(root: Path, tiny_model_dir: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_mini_swe_agent_trains(root: Path, tiny_model_dir: Path) -> None:
-    installed("mini-swe-agent")
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("harness", list(HARNESSES))
+def test_harness_trains(root: Path, tiny_model_dir: Path, harness: str) -> None:
+    installed(harness)
     cfg = small_config(root, tiny_model_dir)
-    cfg["rollout"].update({"harness": HARNESS, "max_context_tokens": 8192})
+    cfg["rollout"].update({"harness": HARNESSES[harness], "max_context_tokens": 8192})
     cfg["trainer"]["rl"]["token_budget"] = 32768
     proc, out = start_coordinator(root, cfg)
     try:
-        rc = proc.wait(780)
+        rc = proc.wait(1380)
     finally:
         if proc.poll() is None:
             proc.terminate()

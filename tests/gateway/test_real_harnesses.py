@@ -8,6 +8,7 @@ position, and its segments counted by cause.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +24,15 @@ HARNESSES = Path("/opt/t1-harnesses")
 MINI = (f"{HARNESSES}/mini-swe-agent/bin/mini -y --exit-immediately -m openai/$T1_MODEL "
         '-t "$(cat $T1_INSTRUCTION_FILE)" -c mini.yaml -c agent.step_limit=4 -c agent.cost_limit=0 '
         "-o /tmp/mini.traj.json")
+TERMINUS2 = f"{HARNESSES}/harbor/bin/t1-terminus2 --max-turns 4 --context-tokens 8192"
+TERMINUS2_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 MINI_ENV = {"MSWEA_COST_TRACKING": "ignore_errors", "MSWEA_CONFIGURED": "true", "MSWEA_SILENT_STARTUP": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "2"}
 
 
 def installed(name: str) -> Path:
     path = HARNESSES / name
-    if not (path / "bin" / "python").exists():
+    if not (path / "bin" / "python").exists() or (name == "harbor" and not (path / "bin" / "t1-terminus2").exists()):
         pytest.fail(f"{path}: the {name} harness is not installed (scripts/harnesses.sh)")
     return path
 
@@ -82,3 +85,53 @@ async def test_mini_swe_agent_solves_with_tool_calls_in_one_segment(tmp_path: Pa
     assert result.drift_tokens == 0 and (seg.policy_versions[seg.loss_mask] == 7).all()
     # The second call sent only the reply's delta and the tool result after the first context.
     assert prompts[1] > prompts[0] + seg.turns[0].end - seg.turns[0].start
+
+
+@pytest.mark.slow
+async def test_terminus2_runs_unmodified_with_exact_tokens(tmp_path: Path, provider, renderers, backend) -> None:
+    installed("harbor")
+    sampled: list[np.ndarray] = []
+
+    async def generate(req: GenerateRequest) -> GenerateResult:
+        res = await collect(backend.stream(req))
+        sampled.append(res.token_ids.copy())
+        return res
+
+    # Noise replies never parse as Terminus-2 JSON: it asks again until its limit here.
+    harness = HarnessConfig(command=TERMINUS2, env=TERMINUS2_ENV, timeout_s=45)
+    ep = episode(tmp_path, provider, renderers, generate, harness)
+    result = await ep.run()
+    text = Path(result.transcript).read_text()
+    assert result.status in (EpisodeStatus.OK, EpisodeStatus.TIMEOUT), (result.failure_mode, text[-4000:])
+    assert ep.gateway.calls >= 2, text[-4000:]
+    assert result.drift_tokens == 0
+    loss = np.concatenate([s.token_ids[s.loss_mask] for s in result.trajectory.segments])
+    assert np.array_equal(loss, np.concatenate(sampled))
+    assert sum(ep.segment_causes.values()) == len(result.trajectory.segments)
+
+
+async def test_terminus2_solves_in_one_segment(tmp_path: Path, provider, renderers) -> None:
+    """Replies in Terminus-2's JSON protocol: Harbor's agent types them into its tmux session in the sandbox,
+    echoes each reply with the new terminal output, and every call continues the one segment."""
+    installed("harbor")
+    renderer = renderers[next(iter(renderers))]
+    step = {"analysis": "a", "plan": "p", "commands": [{"keystrokes": "echo hello > /app/answer.txt\n",
+                                                        "duration": 0.5}], "task_complete": False}
+    script = [json.dumps(step), json.dumps({**step, "commands": [], "task_complete": True})]
+    calls = 0
+
+    async def generate(req: GenerateRequest) -> GenerateResult:
+        nonlocal calls
+        calls += 1
+        ids = np.asarray(renderer.encode(script[min(calls, 2) - 1]) + list(renderer.end_of_turn_ids), np.int32)
+        return GenerateResult(ids, np.full(len(ids), -0.5, np.float32), FinishReason.STOP, 5,
+                              np.full(len(ids), 5, np.int32), None, len(req.prompt_ids))
+
+    harness = HarnessConfig(command=TERMINUS2, env=TERMINUS2_ENV, timeout_s=240)
+    ep = episode(tmp_path, provider, renderers, generate, harness)
+    result = await ep.run()
+    text = Path(result.transcript).read_text()
+    assert result.status is EpisodeStatus.OK, (result.failure_mode, text[-4000:])
+    assert result.report.resolved and result.trajectory.reward == 1.0, text[-4000:]
+    assert ep.gateway.calls >= 2 and dict(ep.segment_causes) == {"first": 1}, [r.cause for r in ep.gateway.records]
+    assert result.drift_tokens == 0 and len(result.trajectory.segments) == 1
