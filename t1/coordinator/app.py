@@ -5,6 +5,8 @@
    training_stream ► Scheduler ──[spool room? staleness bound?]──► RolloutRunner xN ◄─┘ (global limit)
                      ▲                                        │  Episode: SandboxPool ─SSH─► shells
                      │ version changed                        │           InferencePool ─► t1-inference xM
+                     │                                        │  each turn ─► Journal (writer thread: a file
+                     │                                        │               per live episode; back-pressure)
                  WeightSync ◄── WatchVersions ─┐              ▼
                      └── UpdateWeights ──► t1-inference   Spool (msgpack WAL, bounded)
                                                │              │ cursor, acks by id
@@ -12,16 +14,18 @@
    TrainerStatusPoller (GetStatus ─► metrics, run log) · /metrics · run.jsonl · LagWatchdog
 
 Start: run dir, metrics, run log, watchdog -> local stack (model, task sets, demos, children)
--> sandbox pool, generate router -> spool, job store -> gRPC server -> trainer link, weight sync,
+-> sandbox pool, generate router, journal -> spool (episodes the last coordinator left unfinished
+end as infra_error from their journals), job store -> gRPC server -> trainer link, weight sync,
 status poller -> stages (eval base, SFT to its plateau, eval warm_start, critic warm-up and PPO,
 eval rl, report) or serve eval jobs only.
 
 Stop (end of run or SIGTERM/SIGINT): 1. the scheduler stops admitting; 2. in-flight episodes
 get coordinator.shutdown_grace_s to finish, then are cancelled (eval attempts resume after a
-restart; unfinished training episodes are abandoned); 3. the gRPC server stops with its grace;
+restart; unfinished training episodes keep their journals for the next start, or lose them when
+training is done); 3. the gRPC server stops with its grace;
 4. eval jobs are closed (finished attempts are already in SQLite); 5. the trainer link and weight
-sync stop and the spool is closed (ack log flushed; unacknowledged records stay for the next
-run); 6. pools, sandboxes and child services stop; 7. metrics and the run log close. Exit 0.
+sync stop, the journal writes what is queued, and the spool is closed (ack log flushed;
+unacknowledged records stay for the next run); 6. pools, sandboxes and child services stop; 7. metrics and the run log close. Exit 0.
 Steps 3-7 of the coordinator's own parts run within coordinator.shutdown_timeout_s as a whole: a
 step that hangs (a sandbox destroy that never returns) is abandoned, and the files still close.
 
