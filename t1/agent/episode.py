@@ -61,7 +61,7 @@ from t1.tasks.rewards import (
     passes_gate,
     process_rewards,
 )
-from t1.tasks.separate import pack_artifacts, run_separate_verifier
+from t1.tasks.separate import VerifierEnvironmentError, pack_artifacts, run_separate_verifier
 from t1.tasks.spec import StepSpec, TaskSpec
 from t1.tasks.transfer import SetupError
 from t1.tasks.verifier import run_verifier
@@ -80,7 +80,8 @@ class InferenceFailed(Exception):
 
 SandboxAcquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
 # Failures of the machinery around the policy: never a reward.
-INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsError, InferenceFailed, OSError, TimeoutError)
+INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsError, InferenceFailed, OSError, TimeoutError,
+                VerifierEnvironmentError)
 
 
 def acquire_from(provider: SandboxProvider) -> SandboxAcquire:

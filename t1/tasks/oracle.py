@@ -27,7 +27,7 @@ from t1.tasks.outcome import SANDBOX_FAULTS, attempt_failure
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
-from t1.tasks.separate import fresh_sandbox, pack_artifacts, run_separate_verifier
+from t1.tasks.separate import VerifierEnvironmentError, fresh_sandbox, pack_artifacts, run_separate_verifier
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
 from t1.tasks.toolchain import (
     STAND_INS_DIR,
@@ -236,7 +236,7 @@ async def run_task(
     except NeedsError as exc:
         status, detail = _NEED_STATUS[exc.kind], str(exc)
         report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))
-    except SetupError as exc:
+    except (SetupError, VerifierEnvironmentError) as exc:  # the task's environment (or its verifier's) did not build
         status, detail, report = RunStatus.SETUP_FAILED, str(exc), VerifierReport(failure_mode=FailureMode.SETUP_FAILED)
         setup_output = exc.output_tail
     except SandboxLost as exc:

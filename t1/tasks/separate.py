@@ -7,7 +7,10 @@ from the verifier's environment (its own table with tests/ as build context, or
 a fresh copy of the task's), the pack is unpacked there at the same absolute
 paths, tests/setup.sh runs if the task has one, and then the verifier. The
 agent's sandbox is never seen by the tests, so what the agent left elsewhere
-cannot influence them.
+cannot influence them. Building that sandbox depends on the task alone (the artifacts
+arrive after it is built), so its failure is the task's or the host's, never the
+attempt's: VerifierEnvironmentError, an infra error for episodes and a setup_failed
+for `t1 tasks oracle|verify`, with the cause.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell, Sh
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
 from t1.tasks.report import VerifierReport
 from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
-from t1.tasks.transfer import check, upload_archive, upload_dir_contents
+from t1.tasks.transfer import SetupError, check, upload_archive, upload_dir_contents
 from t1.tasks.verifier import TESTS_DIR, run_verifier
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,14 @@ async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provi
     data = await shell.read_file(_PACK)
     await shell.run(f"rm -f {_PACK}", 30)
     return data
+
+
+class VerifierEnvironmentError(Exception):
+    """The separate verifier's environment could not be built (not a SetupError: the attempt is not to blame)."""
+
+    def __init__(self, message: str, output_tail: str = "") -> None:
+        super().__init__(message)
+        self.output_tail = output_tail
 
 
 Acquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
@@ -75,7 +86,10 @@ async def run_separate_verifier(
     async with acquire(sandbox_request(vspec)) as sandbox:
         shell = await sandbox.open_shell()
         try:
-            provisioned = await provision(shell, vspec, local=local)
+            try:
+                provisioned = await provision(shell, vspec, local=local)
+            except SetupError as exc:
+                raise VerifierEnvironmentError(f"the separate verifier's environment: {exc}", exc.output_tail) from exc
             await sandbox.end_setup()  # the artifacts are the agent's: data for the tests, never their system
             await upload_archive(shell, artifacts, "/", "verifier artifacts")
         finally:

@@ -170,3 +170,17 @@ async def test_tests_importing_a_package_the_host_lacks_is_needs_network_not_the
     assert [(n.kind, n.what) for n in check.needs] == [(NeedKind.NETWORK, want)], check
     oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
     assert oracle.status is RunStatus.NEEDS_NETWORK and oracle.detail == want, oracle.as_json()
+
+
+async def test_a_separate_verifier_environment_that_does_not_build_is_the_tasks_failure(
+        tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task with a separate verifier built from tests/Dockerfile, one of whose lines fails: the oracle run
+    is a setup_failed naming the verifier's environment and the line, not the reference solution's fault (before:
+    agent_broke_verifier, the solution blamed for what the task's own verifier image does)."""
+    root = variant("harbor/simple-task", tmp_path, "task.toml",
+                   lambda text: text.replace("[verifier]", '[verifier]\nenvironment_mode = "separate"', 1))
+    (root / "tests" / "Dockerfile").write_text("FROM ubuntu:24.04\nRUN ls /surely/absent/dir\n")
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.SETUP_FAILED, oracle.as_json()
+    assert oracle.detail.startswith("the separate verifier's environment: Dockerfile line 2: RUN ls /surely/absent/dir")
+    assert str(oracle.report.failure_mode) == "setup_failed"
