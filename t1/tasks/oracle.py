@@ -27,7 +27,12 @@ from t1.tasks.outcome import SANDBOX_FAULTS, attempt_failure
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
-from t1.tasks.separate import VerifierEnvironmentError, fresh_sandbox, pack_artifacts, run_separate_verifier
+from t1.tasks.separate import (
+    VerifierEnvironmentError,
+    fresh_sandbox,
+    pack_artifacts,
+    run_separate_verifier,
+)
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
 from t1.tasks.toolchain import (
     STAND_INS_DIR,
