@@ -5,8 +5,9 @@
 - `harbor_schema`: Harbor task.toml schema 1.0-1.4 (keys, env templates, the environment table).
 - `provision`: prepare a sandbox for a task (refusals, Dockerfile replay on local sandboxes, files,
   workdir/env/user, healthchecks); `transfer`: uploads through the Shell protocol.
-- `dockerfile` (syntax), `dockerplan` (container semantics, pure), `replay` (runs the plan), `base_images`.
-- `needs`, `predict`, `installers`, `validate`: needs_* reasons, predicted from the folder alone.
+- `dockerfile` (syntax), `dockerplan` (container semantics, pure), `replay` (runs the plan), `base_images`
+  (what T1 stands in for, toolchains checked), `entrypoint` (a plain ENTRYPOINT script as the first process).
+- `needs`, `predict`, `installers`, `test_imports`, `validate`: needs_* reasons, predicted from the folder alone.
 - `verifier`: run the tests after the agent (or every K turns with cleanup=True for process rewards);
   `separate`: Harbor's separate verifier environment; `toolchain` + `offline_pkgs`: pytest and the
   offline installer stand-ins for setup and tests; `report`: VerifierReport (with why) and parsers.
