@@ -5,7 +5,8 @@
     POST /v1/messages               Anthropic Messages (tools; stream or not)
 
 Every request needs the episode's key (`Authorization: Bearer KEY` or `x-api-key: KEY`, compared in
-constant time); a missing or wrong key is 401, any other path 404, both counted. There is nothing
+constant time); a missing or wrong key is 401, any other path 404, both counted; at most
+MAX_CONNECTIONS at once. There is nothing
 else on it: no other episode, no weights, no trainer, no metrics. The socket is a loopback port
 inside the episode's own sandbox (`t1.sandbox.loopback_port`), so nothing outside that sandbox reaches it.
 HTTP is parsed by h11; a request body is capped (`MAX_BODY_BYTES`), and the server keeps no state of
@@ -31,8 +32,10 @@ from t1.gateway.session import GatewayInferenceFailed, GatewaySession
 from t1.metrics import registry as m
 
 log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 32 << 20
+MAX_BODY_BYTES = 16 << 20
 MAX_HEADER_BYTES = 64 << 10
+MAX_CONNECTIONS = 32  # per episode: a harness cannot hold the coordinator's descriptors
+OFFLOAD_JSON_BYTES = 256 << 10  # bodies past this are parsed on a worker thread, not the event loop
 READ_BYTES = 1 << 16
 CLOSE_GRACE_S = 2.0
 _JSON = [("content-type", "application/json")]
@@ -81,6 +84,10 @@ class GatewayServer:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._conns) >= MAX_CONNECTIONS:
+            self._refuse("connections")
+            writer.close()
+            return
         self._conns.add(task)
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         try:
@@ -169,7 +176,8 @@ class GatewayServer:
             return _json(404, errors(404, f"{method} {path}: not here (this gateway answers /v1/models, "
                                           "/v1/chat/completions and /v1/messages)"))
         try:
-            payload = json.loads(body or b"null")
+            payload = json.loads(body or b"null") if len(body) < OFFLOAD_JSON_BYTES else \
+                await asyncio.to_thread(json.loads, body)
             call = anthropic_api.parse_messages(payload) if anthropic else openai_api.parse_chat(payload)
             return await self._complete(call, payload, anthropic)
         except json.JSONDecodeError as exc:

@@ -95,7 +95,8 @@ class GatewaySession:
         self._buffers: list[TokenBuffer] = []  # a change of tools starts a buffer (a renderer) of its own
         self._tools_key = ""
         self._lock = asyncio.Lock()
-        self.causes: Counter[str] = Counter()
+        self.causes: Counter[str] = Counter()  # segment starts with a generation, by cause
+        self._unborn = ""  # the cause of a segment started by a call that has no generation yet
         self.records: list[CallRecord] = []
         # The sampler's record, apart from the buffers: (buffer, its segment, start position, sampled ids).
         self.sampled: list[tuple[int, int, int, np.ndarray]] = []
@@ -149,9 +150,8 @@ class GatewaySession:
             seg = sum(b.num_segments for b in self._buffers) - 1
             prompt = buf.prompt_ids()
             new_tokens = len(prompt) - (before if not cause else 0)
-            if cause:
-                self.causes[cause] += 1
-                m.GATEWAY_SEGMENTS.labels(cause=cause).inc()
+            if cause:  # counted once the segment has a generation: the counts are the trajectory's segments
+                self._unborn = cause
             room = self._max_context - len(prompt)
             if room < 1:
                 raise BadCall(f"context_length_exceeded: the prompt is {len(prompt)} tokens, the model's context "
@@ -168,6 +168,10 @@ class GatewaySession:
                                     result.cached_tokens)
             self.sampled.append((len(self._buffers) - 1, buf.num_segments - 1, len(prompt), np.array(ids, np.int64)))
             buf.append_generation(result, completion.message())
+            cause, self._unborn = self._unborn, ""
+            if cause:
+                self.causes[cause] += 1
+                m.GATEWAY_SEGMENTS.labels(cause=cause).inc()
             self.records.append(CallRecord(self.calls, seg, cause, len(prompt), new_tokens, len(ids), _asked(call),
                                            used, stop.value, round(time.monotonic() - t0, 4)))
             m.GATEWAY_CALLS.inc()

@@ -175,3 +175,33 @@ def test_bad_requests_name_what_is_wrong() -> None:
                                            "function": {"name": "bash", "arguments": "{}"}}]}, "m") == \
         {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
                                                             "function": {"name": "bash", "arguments": "{}"}}]}
+
+
+async def test_connections_are_capped_per_episode(served) -> None:
+    import asyncio
+
+    from t1.gateway.server import MAX_CONNECTIONS
+
+    url, _, _ = served
+    host, port = url.removeprefix("http://").split(":")
+    held = [await asyncio.open_connection(host, int(port)) for _ in range(MAX_CONNECTIONS)]
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed at once
+    for _, w in [*held, (reader, writer)]:
+        w.close()
+    await asyncio.sleep(0.2)
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0) as client:
+        assert [m.id async for m in client.models.list()] == ["t1"]  # served again once they are gone
+
+
+async def test_a_segment_start_without_a_generation_is_not_counted(renderers) -> None:
+    renderer = next(iter(renderers.values()))
+    sess, _ = session(renderer, ["ok"])
+    sess._max_context = 200
+    await sess.complete(ChatCall(({"role": "user", "content": "u"},)))
+    with pytest.raises(BadCall, match="context_length_exceeded"):  # starts a segment, gets no generation
+        await sess.complete(ChatCall(({"role": "user", "content": "long " * 400},)))
+    await sess.complete(ChatCall(({"role": "user", "content": "v"},)))
+    segments, drift, _ = sess.segments()
+    assert dict(sess.causes) == {"first": 1, "no_reply": 1} and len(segments) == 2 and drift == 0
