@@ -106,6 +106,11 @@ class InferencePoolConfig(Section):
         True, description="A turn that continues its session's last answered context sends only its new ids.")
     weights_timeout_s: float = Field(600.0, gt=0, description="Deadline of loading new weights on one replica.")
     probe_timeout_s: float = Field(5.0, gt=0, description="Deadline of asking a replica of unknown state its version.")
+    stall_s: float = Field(
+        120.0, ge=0, description="A replica that completes no token for this long while it runs requests (or does not "
+                                 "answer a probe while busy) is stalled: avoided, its requests retried on other "
+                                 "replicas; a weight load running past weights_timeout_s is too (0: no stall watch).")
+    stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their progress.")
     weights: WeightsMode = Field(
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "
                                       "follow: the servers follow the trainer (inference.server.follow_trainer) and "

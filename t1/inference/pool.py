@@ -22,6 +22,11 @@
   routed to it and brought up to the latest first, so a restarted server (which starts on the base
   model) never serves a stale policy. A result from an older version than the replica was known to
   serve (it restarted unnoticed) makes the pool check that replica again before its next request.
+- Stalls (t1.inference.stall): while requests are in flight on a replica, or the pool loads weights
+  on it, it is asked for its progress every `stall_check_s`; one that completes no token for
+  `stall_s` while running requests, or answers no probe for that long, or loads weights past
+  `weights_timeout_s`, is avoided and its in-flight requests fail with UNAVAILABLE, so they are
+  retried on other replicas (a failover: whole context, prefilled there). `stalls` keeps the verdicts.
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ from t1.inference.convert import (
     result_from_proto,
 )
 from t1.inference.follow import await_served
-from t1.inference.multiplex import BatchedStream
+from t1.inference.multiplex import BatchedStream, rpc_error
 from t1.inference.prompt_delta import SentContexts
+from t1.inference.stall import Stall, StallWatch
 from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo, collect
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import inference_pb2 as pb
@@ -99,6 +105,8 @@ class PoolMetrics:
                                      "Requests sent as a delta on the session's previous context.", registry=r)
         self.prompt_resends = Counter("t1_inference_prompt_resends",
                                       "Deltas a replica could not take, resent with the whole prompt.", registry=r)
+        self.stalls = Counter("t1_inference_stalls", "Replicas found stalled (no tokens, no answer, or a weight "
+                              "load that does not finish) while busy.", registry=r)
 
 
 @dataclass(slots=True)
@@ -112,6 +120,7 @@ class _Replica:
     sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one weight load at a time per replica
     stream: BatchedStream | None = None  # None: one Generate call per request
     deltas: bool = True  # takes prompt deltas (False once it answered one as a server without them)
+    aborts: set[asyncio.Future[None]] = field(default_factory=set)  # in-flight sends, failed when it stalls
     # Its labelled metric children, looked up once (a labels() call per request is measurable).
     healthy_gauge: Any = None
     shown_healthy: bool = True
@@ -142,6 +151,10 @@ class InferencePool:
         self._sent = SentContexts(MAX_AFFINITY_ENTRIES)
         self._deltas = cfg.prompt_deltas
         self._ids = itertools.count()
+        self._stall_check_s = cfg.stall_check_s
+        self._watch = StallWatch(cfg.stall_s, cfg.weights_timeout_s) if cfg.stall_s > 0 else None
+        self._watcher: asyncio.Task[None] | None = None
+        self.stalls: list[Stall] = []  # the verdicts, oldest first
         self.metrics = PoolMetrics(registry)
         for r in self._replicas:
             r.healthy_gauge = self.metrics.healthy.labels(r.address)
@@ -311,24 +324,93 @@ class InferencePool:
         return result
 
     async def _send(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
-        replica.outstanding += 1
+        replica.outstanding += 1  # counted at once: the next request's placement sees it
         try:
-            stream = replica.stream
-            if stream is not None:
-                try:
-                    return result_from_proto(await stream.generate(message, self._timeout_s))
-                except grpc.aio.AioRpcError:
-                    if not stream.unimplemented:
-                        raise
-                    log.warning("%s has no GenerateBatched: one Generate call per request from now on", replica.address)
-                    replica.stream = None
-            call = replica.stub.Generate(message, **self._opts.kw())
-            try:
-                return await collect(event_from_proto(chunk) async for chunk in call)
-            finally:
-                call.cancel()
+            if self._watch is None:
+                return await self._transmit(replica, message)
+            return await self._abortable(replica, message)
         finally:
             replica.outstanding -= 1
+
+    async def _abortable(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
+        """`_transmit`, failed with the stall's UNAVAILABLE (and cancelled on the server) when the watch
+        finds the replica stalled."""
+        self._start_watch()
+        abort: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        send = asyncio.ensure_future(self._transmit(replica, message))
+        replica.aborts.add(abort)
+        try:
+            await asyncio.wait((send, abort), return_when=asyncio.FIRST_COMPLETED)
+            if send.done():
+                return send.result()
+            send.cancel()
+            await asyncio.gather(send, return_exceptions=True)
+            abort.result()  # raises
+            raise AssertionError("unreachable: an abort is only ever failed")
+        finally:
+            replica.aborts.discard(abort)
+            if not send.done():
+                send.cancel()
+            if abort.done() and not abort.cancelled():
+                abort.exception()  # retrieved: a stall that came as the send finished is not an error
+            abort.cancel()
+
+    async def _transmit(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
+        stream = replica.stream
+        if stream is not None:
+            try:
+                return result_from_proto(await stream.generate(message, self._timeout_s))
+            except grpc.aio.AioRpcError:
+                if not stream.unimplemented:
+                    raise
+                log.warning("%s has no GenerateBatched: one Generate call per request from now on", replica.address)
+                replica.stream = None
+        call = replica.stub.Generate(message, **self._opts.kw())
+        try:
+            return await collect(event_from_proto(chunk) async for chunk in call)
+        finally:
+            call.cancel()
+
+    def _start_watch(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch_stalls(), name="inference-pool-stall-watch")
+
+    async def _watch_stalls(self) -> None:
+        """Probe the busy replicas for progress until none is busy (the next send starts it again)."""
+        assert self._watch is not None
+        while True:
+            await asyncio.sleep(self._stall_check_s)
+            busy = [r for r in self._replicas if r.outstanding or r.sync_lock.locked()]
+            for r in self._replicas:
+                if r not in busy:
+                    self._watch.idle(r.address)
+            if not busy:
+                return
+            infos = await asyncio.gather(*(self._progress(r) for r in busy))
+            now = time.monotonic()
+            for replica, info in zip(busy, infos, strict=True):
+                stall = self._watch.observe(replica.address, info, now)
+                if stall is not None:
+                    self._stalled(replica, stall)
+
+    async def _progress(self, replica: _Replica) -> pb.ModelInfo | None:
+        try:
+            return await replica.stub.GetModelInfo(
+                pb.GetModelInfoRequest(), **self._opts.kw(min(self.probe_timeout_s, self._stall_check_s * 4)))
+        except grpc.aio.AioRpcError:
+            return None
+
+    def _stalled(self, replica: _Replica, stall: Stall) -> None:
+        """Avoid the replica and fail its in-flight sends, so their turns are retried elsewhere."""
+        log.warning("%s; avoided for %.0f s, its %d requests in flight retried on other replicas",
+                    stall.describe(), self.unhealthy_s, len(replica.aborts))
+        self.stalls.append(stall)
+        self.metrics.stalls.inc()
+        self._mark_unhealthy(replica)
+        error = rpc_error(grpc.StatusCode.UNAVAILABLE, stall.describe())
+        for abort in list(replica.aborts):
+            if not abort.done():
+                abort.set_exception(error)
 
     def _observe(self, result: GenerateResult, seconds: float) -> None:
         m = self.metrics
@@ -409,5 +491,8 @@ class InferencePool:
             replica.version = int(reply.policy_version)
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
         await asyncio.gather(*(r.stream.close() for r in self._replicas if r.stream is not None))
         await asyncio.gather(*(r.channel.close() for r in self._replicas))

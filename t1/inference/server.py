@@ -11,12 +11,17 @@ at its next step and the request's session cache is dropped (it may be half-upda
 
 Each session's last served context is kept (`t1.inference.prompt_delta.ServedContexts`), so its
 next request may send only the ids it adds (`prompt_delta`).
+
+GetModelInfo reports progress (requests running, tokens sampled since start, how long the weight
+load in progress has run), which the pool's stall watch (t1.inference.stall) reads. `hold_generation`
+is a test hook: generation (and weight loading) stops while the server keeps answering, the failure mode the watch catches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -25,7 +30,7 @@ import numpy as np
 from t1.inference.convert import event_to_proto, info_to_proto, request_from_proto, result_to_proto
 from t1.inference.multiplex import BatchedSession
 from t1.inference.prompt_delta import SERVED_CONTEXT_TOKENS, ServedContexts
-from t1.inference.types import Backend, GenerateRequest, TokenChunk, collect
+from t1.inference.types import Backend, GenerateDone, GenerateRequest, TokenChunk, collect
 from t1.rpc.errors import FailedPrecondition, RequestError, rpc_errors
 from t1.rpc.server import ServiceBinding
 from t1.v1 import inference_pb2 as pb
@@ -45,6 +50,33 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self.prompt_deltas = 0  # requests that came as a delta
         self.weight_loads = 0  # UpdateWeights calls that loaded weights (no-ops not counted)
         self._weights_lock = asyncio.Lock()
+        self.active_requests = 0
+        self.completed_tokens = 0  # sampled since start
+        self._loading_since: float | None = None  # monotonic start of the weight load in progress
+        self._running = asyncio.Event()  # cleared by hold_generation
+        self._running.set()
+
+    def hold_generation(self, hold: bool) -> None:
+        """Test hook: stop passing generated tokens on and starting weight loads (True), or resume (False);
+        GetModelInfo answers either way."""
+        if hold:
+            self._running.clear()
+        else:
+            self._running.set()
+
+    async def _progress(self, req: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
+        """The backend's stream of `req`, counted in active_requests and completed_tokens."""
+        events = self.backend.stream(req)
+        self.active_requests += 1
+        try:
+            async for event in events:
+                await self._running.wait()
+                if isinstance(event, TokenChunk):
+                    self.completed_tokens += len(event.token_ids)
+                yield event
+        finally:
+            self.active_requests -= 1
+            await events.aclose()  # type: ignore[attr-defined]
 
     def _request(self, request: pb.GenerateRequest) -> GenerateRequest:
         req = request_from_proto(request, self.contexts)
@@ -55,7 +87,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[pb.GenerateChunk]:
         req = self._request(request)
-        events = self.backend.stream(req)
+        events = self._progress(req)
         sampled: list[np.ndarray] = []
         try:
             async for event in events:
@@ -80,7 +112,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
         req = self._request(request)
         try:
-            result = await collect(self.backend.stream(req))
+            result = await collect(self._progress(req))
         except asyncio.CancelledError:
             self.cancelled += 1
             log.info("generate %s (session %s) cancelled by the client", request.request_id, request.session_id)
@@ -93,6 +125,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                            ) -> pb.ModelInfo:
         info = info_to_proto(self.backend.model_info())
         info.weight_loads = self.weight_loads
+        info.active_requests = self.active_requests
+        info.completed_tokens = self.completed_tokens
+        if self._loading_since is not None:
+            info.weights_loading_s = time.monotonic() - self._loading_since
         return info
 
     @rpc_errors
@@ -116,7 +152,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                                          "set rollback to go back")
             if version < current:
                 log.warning("UpdateWeights rolls back from version %d to %d (%s)", current, version, path)
-            seconds = await self.backend.update_weights(path, version)
+            self._loading_since = time.monotonic()
+            try:
+                await self._running.wait()
+                seconds = await self.backend.update_weights(path, version)
+            finally:
+                self._loading_since = None
             self.weight_loads += 1
             log.info("loaded weights v%d from %s in %.2fs", version, path, seconds)
         return pb.UpdateWeightsResponse(policy_version=self.backend.model_info().policy_version,
