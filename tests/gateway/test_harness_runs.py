@@ -29,6 +29,9 @@ from .test_real_harnesses import MINI, MINI_ENV, TERMINUS2, TERMINUS2_ENV, insta
 
 HARNESSES = {"mini-swe-agent": {"command": MINI, "env": MINI_ENV, "timeout_s": 150},
              "harbor": {"command": TERMINUS2, "env": TERMINUS2_ENV, "timeout_s": 90}}
+# The warm start's demonstrations (each task's reference solution typed by the oracle) go through the harness
+# too, in rollout.agent_format: the format the harness parses.
+FORMATS = {"mini-swe-agent": "tool_calls", "harbor": "terminus2"}
 
 
 @pytest.fixture()
@@ -106,7 +109,7 @@ def test_harness_eval_job_over_grpc(root: Path, tiny_model_dir: Path, harness: s
 def test_harness_trains(root: Path, tiny_model_dir: Path, harness: str) -> None:
     installed(harness)
     cfg = small_config(root, tiny_model_dir)
-    cfg["rollout"].update({"harness": HARNESSES[harness], "max_context_tokens": 8192})
+    cfg["rollout"].update({"harness": HARNESSES[harness], "max_context_tokens": 8192, "agent_format": FORMATS[harness]})
     cfg["trainer"]["rl"]["token_budget"] = 32768
     proc, out = start_coordinator(root, cfg)
     try:
