@@ -49,6 +49,7 @@ from bench.transport import sim_args
 from t1.agent.formats import FormatName, get_format
 from t1.config.inference import InferencePoolConfig
 from t1.config.rollout import HarnessConfig
+from t1.gateway.renderers import ToolRenderers
 from t1.gateway.server import GatewayServer
 from t1.gateway.session import GatewaySession
 from t1.inference.openai_pool import OpenAIPool
@@ -137,7 +138,7 @@ async def gateway_round(args: argparse.Namespace, workdir: Path, tokenizer: Any)
     """The `gateway` variant: N gateways here, their harnesses in bench/harness_driver.py."""
     sim, port = await start_sim(sim_args(args, 0.0), workdir)
     pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0), [f"127.0.0.1:{port}"])
-    base = ChatRenderer(tokenizer, end_of_turn="<|im_end|>")
+    base = ToolRenderers(ChatRenderer(tokenizer, end_of_turn="<|im_end|>"))  # shared, as the runner shares it
     sessions, servers, ports = [], [], []
     driver = None
     try:

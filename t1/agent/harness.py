@@ -25,6 +25,7 @@ from t1.agent.episode import Episode, EpisodeSpec, InferenceFailed, SandboxAcqui
 from t1.agent.episode_limits import LOCAL_SANDBOXES, SandboxTraits
 from t1.agent.transcript import Transcript
 from t1.config.rollout import HarnessConfig
+from t1.gateway.renderers import ToolRenderers
 from t1.gateway.server import GatewayServer
 from t1.gateway.session import GatewaySession
 from t1.inference.types import GenerateFn
@@ -65,11 +66,11 @@ class HarnessEpisode(Episode):
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
                  transcript: Transcript, *, ports: SandboxPorts, harness: HarnessConfig,
-                 sandboxes: SandboxTraits = LOCAL_SANDBOXES) -> None:
+                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, tool_renderers: ToolRenderers | None = None) -> None:
         super().__init__(spec, generate, acquire, renderer, transcript, sandboxes=sandboxes)
         self._ports = ports
         self._harness = harness
-        self.gateway = GatewaySession(spec.episode_id, generate, renderer, spec.sampling, harness,
+        self.gateway = GatewaySession(spec.episode_id, generate, tool_renderers or renderer, spec.sampling, harness,
                                       spec.limits.max_context_tokens, spec.limits.turn_retries)
 
     @property

@@ -35,6 +35,7 @@ from t1.coordinator.evals import EvalAttempt
 from t1.coordinator.journal import Journal
 from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.spool import Spool
+from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m
 from t1.sandbox.loopback_port import SandboxPorts
@@ -95,6 +96,7 @@ class RolloutRunner:
         self.cfg = cfg
         self.journal = journal
         self._ports = ports
+        self._tool_renderers: dict[FormatName, ToolRenderers] = {}  # harness episodes': shared by the run
         self.renderers = renderers
         self._acquire = acquire
         self._generate_for = generate_for
@@ -129,8 +131,10 @@ class RolloutRunner:
         journal = None
         if harness.command:  # no per-turn journal: a harness process does not outlive its coordinator
             assert self._ports is not None
+            tools = self._tool_renderers.setdefault(fmt.name, ToolRenderers(self.renderers[fmt.name]))
             episode: Episode = HarnessEpisode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,
-                                              ports=self._ports, harness=harness, sandboxes=self._sandboxes)
+                                              ports=self._ports, harness=harness, sandboxes=self._sandboxes,
+                                              tool_renderers=tools)
         else:
             journal = None if self.journal is None else self.journal.episode(episode_id, training=job is None)
             episode = Episode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,

@@ -18,7 +18,6 @@ limit) are `BadCall`s it sees as HTTP 400; generation failing past the retries i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ import numpy as np
 from t1.agent.policy_call import call_policy
 from t1.config.rollout import HarnessConfig
 from t1.gateway.call import BadCall, ChatCall, Completion, Message, StopWhy, new_id, parse_reply
+from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import (
     FinishReason,
     GenerateFn,
@@ -82,16 +82,16 @@ class CallRecord:
 class GatewaySession:
     """The gateway's state for one episode (one harness process talks to it at a time: calls are serialised)."""
 
-    def __init__(self, episode_id: str, generate: GenerateFn, renderer: ChatRenderer, run_sampling: SamplingParams,
+    def __init__(self, episode_id: str, generate: GenerateFn, renderer: ChatRenderer | ToolRenderers,
+                 run_sampling: SamplingParams,
                  cfg: HarnessConfig, max_context_tokens: int, turn_retries: int) -> None:
         self.episode_id = episode_id
         self._generate = generate
-        self._base = renderer
         self._run = run_sampling
         self._cfg = cfg
         self._max_context = max_context_tokens
         self._retries = turn_retries
-        self._renderers: dict[str, ChatRenderer] = {}
+        self._tool_renderers = renderer if isinstance(renderer, ToolRenderers) else ToolRenderers(renderer)
         self._buffers: list[TokenBuffer] = []  # a change of tools starts a buffer (a renderer) of its own
         self._tools_key = ""
         self._lock = asyncio.Lock()
@@ -121,17 +121,7 @@ class GatewaySession:
         self._end_segment_session()
 
     def _renderer(self, tools: tuple[dict[str, Any], ...]) -> tuple[ChatRenderer, str]:
-        key = json.dumps(tools, sort_keys=True)
-        r = self._renderers.get(key)
-        if r is None:
-            base = self._base
-            try:
-                r = ChatRenderer(base.tokenizer, end_of_turn=base.end_of_turn, tools=list(tools),
-                                 template_kwargs=base.template_kwargs, stop_texts=base.stop_texts)
-            except ValueError as exc:  # the template refuses these tools (probed on construction)
-                raise BadCall(f"the model's chat template cannot render these tools: {exc}") from None
-            self._renderers[key] = r
-        return r, key
+        return self._tool_renderers.get(tools)
 
     async def complete(self, call: ChatCall) -> Completion:
         if self.inference_failed is not None:

@@ -205,3 +205,16 @@ async def test_a_segment_start_without_a_generation_is_not_counted(renderers) ->
     await sess.complete(ChatCall(({"role": "user", "content": "v"},)))
     segments, drift, _ = sess.segments()
     assert dict(sess.causes) == {"first": 1, "no_reply": 1} and len(segments) == 2 and drift == 0
+
+
+def test_tool_renderers_are_shared_and_bounded(renderers) -> None:
+    from t1.gateway.renderers import ToolRenderers
+
+    cache = ToolRenderers(next(iter(renderers.values())), max_entries=2)
+    tools = [(dict(TOOLS[0], function={**TOOLS[0]["function"], "name": f"t{i}"}),) for i in range(3)]
+    first, _ = cache.get(tools[0])
+    assert cache.get(tools[0])[0] is first  # made once, shared
+    cache.get(tools[1])
+    cache.get(tools[2])  # the least recently used (tools[0]) leaves
+    assert cache.get(tools[0])[0] is not first
+    assert "t2" in cache.get(tools[2])[0].render([{"role": "user", "content": "x"}], True)
