@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-transcripts", action="store_true", help="do not write per-episode transcripts")
     p.add_argument("--no-journal", action="store_true",
                    help="episodes keep their trajectory arrays in memory (coordinator.journal.enabled: false)")
-    p.add_argument("--journal-fsync-ms", type=int, default=1000, help="coordinator.journal.fsync_window_ms")
+    p.add_argument("--journal-fsync-ms", type=int, default=0, help="coordinator.journal.fsync_window_ms")
     p.add_argument("--steps-per-tick", type=int, default=None,
                    help="rollout.steps_per_loop_tick (episode steps started per loop iteration; 0: no pacing)")
     p.add_argument("--gc-full-interval-s", type=float, default=300.0,

@@ -25,8 +25,9 @@ class JournalConfig(Section):
 
     enabled: bool = Field(True, description="Journal live episodes; off: each keeps its trajectory arrays in memory.")
     fsync_window_ms: int = Field(
-        1000, ge=0, description="Journal files reach the disk at least this often (one syncfs for all episodes): what "
-        "a machine crash can lose; 0: never synced (a coordinator crash loses nothing, a machine crash may).")
+        0, ge=0, description="Sync the journal's file system this often (one syncfs for all episodes: what a machine "
+        "crash can lose; it stalls the event loop's own file writes on ext4); 0: the kernel's writeback (a coordinator "
+        "crash loses nothing, a machine crash up to vm.dirty_expire_centisecs).")
     max_backlog_mb: int = Field(
         256, ge=1, description="Journal bytes waiting for the disk before episodes wait to start their next turn.")
 

@@ -13,9 +13,10 @@ msgpack `[kind, fields]`, arrays as the trajectory codec's ndarray extension. Ki
 Writes run on one writer thread in submission order: the loop packs a frame body and queues it;
 the thread checksums it, appends it (open, write, close: no descriptor held per episode) and
 tells waiting exports. A frame reaches the file, so the page cache, which survives a kill of the
-coordinator, within milliseconds of its turn. The files reach the disk every `fsync_window_ms`:
-one syncfs of the journal's file system covers every episode written in the window (fsyncs per
-turn fall as episodes grow), so a crash of the machine loses at most that window of turns. A write
+coordinator, within milliseconds of its turn. With `fsync_window_ms` the files reach the disk that
+often: one syncfs of the journal's file system covers every episode written in the window (fsyncs
+per turn fall as episodes grow), so a crash of the machine loses at most that window of turns;
+without it (0), the kernel's writeback decides. A write
 that fails (a full disk) is retried with backoff, its frames held in memory meanwhile, counted.
 Back-pressure: while more than `max_backlog_bytes` wait to be written (a disk slower than the
 turns, a failing disk), `room()` blocks, and episodes await it before their next turn: memory stays
