@@ -11,9 +11,11 @@ msgpack `[kind, fields]`, arrays as the trajectory codec's ndarray extension. Ki
     turn     a turn ended: its index, commands with exit codes, a bad reply, a verifier checkpoint
 
 Writes run on one writer thread in submission order: the loop packs a frame body and queues it;
-the thread checksums it, appends it (open, write, close: no descriptor held per episode) and
-tells waiting exports. A frame reaches the file, so the page cache, which survives a kill of the
-coordinator, within milliseconds of its turn. With `fsync_window_ms` the files reach the disk that
+every WRITE_EVERY_S (at once when an export or the back-pressure waits) the thread takes what is
+queued, checksums and appends each frame (open, write, close: no descriptor held per episode) and
+tells waiting exports. One wake-up serves many turns: handing the GIL to the thread per frame cost
+about 1 ms of CPU a turn. A frame reaches the file, so the page cache, which survives a kill of the
+coordinator, within WRITE_EVERY_S of its turn (a kill loses the turn in flight and at most that). With `fsync_window_ms` the files reach the disk that
 often: one syncfs of the journal's file system covers every episode written in the window (fsyncs
 per turn fall as episodes grow), so a crash of the machine loses at most that window of turns;
 without it (0), the kernel's writeback decides. A write
@@ -50,6 +52,7 @@ from t1.trajectory.serialization import CodecError, pack_parts, unpack_obj
 
 log = logging.getLogger(__name__)
 SUFFIX = ".journal"
+WRITE_EVERY_S = 0.02
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 10.0
 Event = tuple[str, dict[str, Any]]
@@ -87,6 +90,7 @@ class Journal:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
+        self._hurry = False  # someone waits for the writer: write now, not at the next WRITE_EVERY_S
         self._dirty: set[Path] = set()
         self._thread = threading.Thread(target=self._run, name="t1-journal", daemon=True)
 
@@ -132,8 +136,12 @@ class Journal:
             self._next_seq += 1
             self._queue.append((seq, path, body, size))
             self._backlog_bytes += size
-            self._cv.notify()
         return seq
+
+    def _hurry_writer(self) -> None:
+        with self._cv:
+            self._hurry = True
+            self._cv.notify()
 
     async def room(self) -> None:
         """Until the frames waiting to be written are within `max_backlog_bytes` (the back-pressure)."""
@@ -145,6 +153,7 @@ class Journal:
         self._room_waiters.append(fut)
         if self._backlog_bytes <= self.max_backlog_bytes:  # the thread may have drained it meanwhile
             self._wake()
+        self._hurry_writer()
         await fut
 
     async def written(self, seq: int) -> None:
@@ -157,6 +166,7 @@ class Journal:
         heapq.heappush(self._waiters, (seq, id(fut), fut))
         if self._written >= seq:  # the thread may have passed before the waiter was added
             self._wake()
+        self._hurry_writer()
         await fut
 
     async def drained(self) -> None:
@@ -188,12 +198,9 @@ class Journal:
         last_sync = time.monotonic()
         while True:
             with self._cv:
-                while not self._queue and not self._stopping:
-                    timeout = None if not self._dirty or not self.fsync_window_s else \
-                        max(0.0, last_sync + self.fsync_window_s - time.monotonic())
-                    if timeout == 0.0:
-                        break
-                    self._cv.wait(timeout)
+                if not self._stopping and not self._hurry:
+                    self._cv.wait(WRITE_EVERY_S)  # close, an export or the back-pressure wakes it early
+                self._hurry = False
                 batch = list(self._queue)
                 self._queue.clear()
                 stopping = self._stopping
