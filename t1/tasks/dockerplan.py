@@ -28,7 +28,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from t1.tasks.base_images import lookup, stand_in_refusal
@@ -79,6 +79,23 @@ class DockerPlan:
 
     def run_lines(self) -> tuple[ReplayStep, ...]:
         return tuple(s for s in self.steps if s.action == "RUN")
+
+    def tests_files(self) -> tuple[ReplayStep, ...]:
+        """The COPY/ADD/heredoc steps that place files under /tests: the verifier's own, placed by its shell."""
+        return tuple(s for s in self.steps if _into_tests(s))
+
+    def without_tests_files(self) -> DockerPlan:
+        return replace(self, steps=tuple(s for s in self.steps if not _into_tests(s)))
+
+
+TESTS_DIR = "/tests"
+
+
+def _into_tests(step: ReplayStep) -> bool:
+    if step.action not in ("COPY", "ADD", "WRITE"):
+        return False
+    dest = posixpath.normpath(step.args[0] if step.action == "WRITE" else step.args[-1])
+    return dest == TESTS_DIR or dest.startswith(TESTS_DIR + "/")
 
 
 def expand(text: str, variables: dict[str, str]) -> str:

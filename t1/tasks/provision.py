@@ -18,10 +18,11 @@ import asyncio
 import json
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from t1.sandbox.types import BUILT_MARKER, SandboxRequest, Shell
-from t1.tasks.dockerplan import build_plan
+from t1.tasks.dockerplan import ReplayStep, build_plan
 from t1.tasks.entrypoint import start_entrypoint
 from t1.tasks.needs import NeedsImageError, raise_need
 from t1.tasks.predict import static_needs
@@ -40,6 +41,8 @@ class Provisioned:
     workdir: str
     env: Env
     user: str | None = None
+    tests_files: tuple[ReplayStep, ...] = ()  # Dockerfile steps into /tests, placed by the verifier (run_verifier)
+    build_context: Path | None = None  # where their sources are
 
     def prefix(self) -> str:
         """Shell text that enters the task's workdir and environment."""
@@ -110,7 +113,8 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
         stand_ins = offline and bool(plan.run_lines())
         if stand_ins:
             await install_stand_ins(shell)
-        await replay(shell, plan, env.dockerfile.parent, env.build_timeout_sec, offline=offline)
+        # /tests is the verifier's: its COPY/ADD steps are placed by the verifier's shell with the tests
+        await replay(shell, plan.without_tests_files(), env.dockerfile.parent, env.build_timeout_sec, offline=offline)
         if stand_ins:
             await remove_stand_ins(shell)
         workdir, docker_env, user = workdir or plan.workdir, plan.env, user or plan.user
@@ -122,7 +126,9 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
         await upload_dir_contents(shell, env.files_dir, workdir, exclude=("docker-compose.yaml", "docker-compose.yml"))
     merged: dict[str, str] = dict(docker_env)
     merged.update(env.env)
-    provisioned = Provisioned(workdir=workdir, env=tuple(merged.items()), user=user)
+    provisioned = Provisioned(workdir=workdir, env=tuple(merged.items()), user=user,
+                              tests_files=plan.tests_files() if plan is not None else (),
+                              build_context=env.dockerfile.parent if plan is not None and env.dockerfile else None)
     if plan is not None:
         await start_entrypoint(shell, plan)  # a plain ENTRYPOINT script, as the container's first process
     await check_user(shell, provisioned.user)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from t1.sandbox.types import Shell
@@ -90,6 +91,13 @@ async def _copy(shell: Shell, step: ReplayStep, context: Path, timeout: float) -
     await _own(shell, step, targets, timeout)
 
 
+async def _write(shell: Shell, step: ReplayStep, timeout: float) -> None:
+    dest, content = step.args
+    await check(shell, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '/')}", step.label(), timeout)
+    await shell.write_file(dest, content.encode(), 0o644)
+    await _own(shell, step, [dest], timeout)
+
+
 async def _run(shell: Shell, step: ReplayStep, offline: bool, timeout: float) -> None:
     inner = f"{toolchain_prefix(STAND_INS_DIR) if offline else ''}{exports(step.env)}cd {shlex.quote(step.cwd)} && " \
             f"{shlex.join([*step.shell, step.args[0]])}"
@@ -115,9 +123,20 @@ async def replay(shell: Shell, plan: DockerPlan, context: Path, timeout: float, 
         elif step.action in ("COPY", "ADD"):
             await _copy(shell, step, context, timeout)
         elif step.action == "WRITE":
-            dest, content = step.args
-            await check(shell, f"mkdir -p {shlex.quote(posixpath.dirname(dest) or '/')}", step.label(), timeout)
-            await shell.write_file(dest, content.encode(), 0o644)
-            await _own(shell, step, [dest], timeout)
+            await _write(shell, step, timeout)
         else:
             await _run(shell, step, offline, timeout)
+
+
+async def place_tests_files(shell: Shell, steps: tuple[ReplayStep, ...], context: Path, timeout: float) -> None:
+    """Replay the plan's COPY/ADD/heredoc steps into /tests (`DockerPlan.tests_files`) through the verifier's shell.
+
+    /tests belongs to the verifier (a uid of its own on local sandboxes), so the setup shell cannot write
+    there and the agent never can: its files are the verifier's, placed when the tests are (--chown is
+    moot: the verifier owns them)."""
+    for step in steps:
+        step = replace(step, chown=None)
+        if step.action == "WRITE":
+            await _write(shell, step, timeout)
+        else:
+            await _copy(shell, step, context, timeout)

@@ -27,6 +27,7 @@ import time
 from t1.sandbox.types import Shell
 from t1.tasks.declared import DeclaredTests, check_report, declared_tests
 from t1.tasks.provision import Provisioned, as_user
+from t1.tasks.replay import place_tests_files
 from t1.tasks.report import (
     FailureMode,
     RewardFileError,
@@ -94,10 +95,12 @@ def uses_toolchain(spec: VerifierSpec) -> bool:
     return False
 
 
-async def _upload_tests(shell: Shell, spec: VerifierSpec) -> None:
+async def _upload_tests(shell: Shell, spec: VerifierSpec, provisioned: Provisioned) -> None:
     # A root verifier (VMs) opens /logs/verifier to a task's verifier user; a verifier uid keeps it its own.
     await check(shell, f"mkdir -p {TESTS_DIR} {LOGS_DIR} && {_EMPTY} && "
                 f"{{ [ \"$(id -u)\" != 0 ] || chmod 777 {LOGS_DIR}; }}", "prepare /tests and /logs/verifier")
+    if provisioned.tests_files and provisioned.build_context is not None:  # the Dockerfile's COPY into /tests
+        await place_tests_files(shell, provisioned.tests_files, provisioned.build_context, spec.timeout_sec)
     for shared in spec.extra_tests_dirs:  # Harbor: the top-level tests/ under a step's own
         await upload_dir_contents(shell, shared, TESTS_DIR)
     await upload_dir_contents(shell, spec.tests_dir, TESTS_DIR)
@@ -120,7 +123,7 @@ async def run_verifier(
 ) -> VerifierReport:
     """Run the verifiers once and report; see the module docstring."""
     start = time.monotonic()
-    await _upload_tests(shell, spec)
+    await _upload_tests(shell, spec, provisioned)
     prefix = ""
     toolchain = offline and uses_toolchain(spec)
     if toolchain:

@@ -184,3 +184,19 @@ async def test_a_separate_verifier_environment_that_does_not_build_is_the_tasks_
     assert oracle.status is RunStatus.SETUP_FAILED, oracle.as_json()
     assert oracle.detail.startswith("the separate verifier's environment: Dockerfile line 2: RUN ls /surely/absent/dir")
     assert str(oracle.report.failure_mode) == "setup_failed"
+
+
+async def test_a_separate_verifier_environment_may_copy_into_tests(tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task with a separate verifier built from tests/Dockerfile that COPYs the test module into /tests (as
+    Harbor's own examples do) and a test.sh that runs that copy: the steps land as the verifier's own files and the
+    oracle resolves (before: setup failed with `Permission denied`, /tests belonging to the verifier's uid)."""
+    root = variant("harbor/simple-task", tmp_path, "task.toml",
+                   lambda text: 'artifacts = ["/app/hello.txt"]\n' + text.replace(
+                       "[verifier]", '[verifier]\nenvironment_mode = "separate"', 1))
+    test_sh = root / "tests" / "test.sh"
+    test_sh.write_text(test_sh.read_text().replace("/tests/test_state.py", "/tests/copied/test_state.py"))
+    (root / "tests" / "Dockerfile").write_text(
+        "FROM ubuntu:24.04\nWORKDIR /app\nCOPY test_state.py /tests/copied/\nADD test.sh /tests/copied/test.sh\n")
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
+    assert "copied/test_state.py::test_hello_file_contents" in oracle.report.output_tail, oracle.report.output_tail
