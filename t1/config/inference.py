@@ -110,6 +110,10 @@ class InferencePoolConfig(Section):
         120.0, ge=0, description="A replica that completes no token for this long while it runs requests (or does not "
                                  "answer a probe while busy) is stalled: avoided, its requests retried on other "
                                  "replicas; a weight load running past weights_timeout_s is too (0: no stall watch).")
+    kv_admission: bool = Field(
+        False, description="A turn starts only where its session's replica has room in the KV capacity the server "
+                           "reports for its prompt and max_tokens, else waits; a new session waits for a replica "
+                           "with room (docs/inference.md). Callers must end their sessions (end_session).")
     stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their progress.")
     weights: WeightsMode = Field(
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "

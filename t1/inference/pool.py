@@ -27,6 +27,8 @@
   `stall_s` while running requests, or answers no probe for that long, or loads weights past
   `weights_timeout_s`, is avoided and its in-flight requests fail with UNAVAILABLE, so they are
   retried on other replicas (a failover: whole context, prefilled there). `stalls` keeps the verdicts.
+- KV admission (`kv_admission`, t1.inference.kv_admission): a turn starts only on a replica with
+  room in its reported KV capacity for the turn's context; otherwise it waits.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from t1.inference.convert import (
     result_from_proto,
 )
 from t1.inference.follow import await_served
+from t1.inference.kv_admission import KvAdmission
 from t1.inference.multiplex import BatchedStream, rpc_error
 from t1.inference.prompt_delta import SentContexts
 from t1.inference.stall import Stall, StallWatch
@@ -105,6 +108,8 @@ class PoolMetrics:
                                      "Requests sent as a delta on the session's previous context.", registry=r)
         self.prompt_resends = Counter("t1_inference_prompt_resends",
                                       "Deltas a replica could not take, resent with the whole prompt.", registry=r)
+        self.kv_waits = Counter("t1_inference_kv_waits", "Turns that waited for KV room (kv_admission).", registry=r)
+        self.kv_wait_seconds = Counter("t1_inference_kv_wait_seconds", "Time turns waited for KV room.", registry=r)
         self.stalls = Counter("t1_inference_stalls", "Replicas found stalled (no tokens, no answer, or a weight "
                               "load that does not finish) while busy.", registry=r)
 
@@ -155,6 +160,7 @@ class InferencePool:
         self._watch = StallWatch(cfg.stall_s, cfg.weights_timeout_s) if cfg.stall_s > 0 else None
         self._watcher: asyncio.Task[None] | None = None
         self.stalls: list[Stall] = []  # the verdicts, oldest first
+        self._kv = KvAdmission(len(self._replicas)) if cfg.kv_admission else None
         self.metrics = PoolMetrics(registry)
         for r in self._replicas:
             r.healthy_gauge = self.metrics.healthy.labels(r.address)
@@ -199,6 +205,8 @@ class InferencePool:
     def end_session(self, session_id: str) -> None:
         self._affinity.forget(session_id)
         self._sent.forget(session_id)
+        if self._kv is not None:
+            self._kv.end(session_id)
 
     def _pick(self, session_id: str) -> int:
         return self._affinity.pick(session_id, self._replicas)
@@ -214,9 +222,10 @@ class InferencePool:
         t0 = time.perf_counter()
         last_error: grpc.aio.AioRpcError | None = None
         for attempt in range(self.retries + 1):
-            idx = self._pick(request.session_id)
+            idx = held = await self._place(request)
             replica = self._replicas[idx]
             self._bind(request.session_id, idx)
+            result = None
             try:
                 while not await self._catch_up(replica):  # it failed while this request waited for it
                     idx = self._pick(request.session_id)
@@ -235,6 +244,10 @@ class InferencePool:
                     self.metrics.retries.inc()
                     await asyncio.sleep(self.backoff_s * 2**attempt)
                 continue
+            finally:
+                if self._kv is not None:  # the session now holds its context there, or nothing
+                    self._kv.finish(held, request.session_id, None if result is None else
+                                    len(request.prompt_ids) + len(result.token_ids))
             if not replica.shown_healthy:  # the gauge changes only when the state does
                 replica.shown_healthy = True
                 replica.healthy_gauge.set(1)
@@ -250,6 +263,51 @@ class InferencePool:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await self(request)
+
+    async def _place(self, request: GenerateRequest) -> int:
+        """The replica for the request's next attempt: its session's (or the least loaded) one, or with
+        KV admission (t1.inference.kv_admission) one with room for its context, waited for."""
+        if self._kv is None:
+            return self._pick(request.session_id)
+        kv, session = self._kv, request.session_id
+        unknown = [i for i in range(len(self._replicas)) if not kv.known(i)]
+        if unknown:
+            await asyncio.gather(*(self._ask_capacity(i) for i in unknown))
+        need = len(request.prompt_ids) + request.sampling.max_tokens
+
+        def place() -> int | None:
+            idx = self._pick(session)
+            if kv.fits(idx, session, need):
+                return idx
+            now = time.monotonic()
+            if self._affinity.get(session) == idx and self._replicas[idx].healthy(now):
+                return None  # its replica holds its prefix: wait for room there
+            room = [i for i, r in enumerate(self._replicas) if r.healthy(now) and kv.fits(i, session, need)]
+            return min(room, key=lambda i: (self._replicas[i].outstanding, i)) if room else None
+
+        waits, waited_s = kv.waits, kv.wait_s
+        idx = await kv.admit(session, need, place)
+        self.metrics.kv_waits.inc(kv.waits - waits)
+        self.metrics.kv_wait_seconds.inc(kv.wait_s - waited_s)
+        return idx
+
+    async def _ask_capacity(self, idx: int) -> None:
+        """Learn a replica's KV capacity (an unanswered probe leaves it unknown, asked again next time)."""
+        assert self._kv is not None
+        replica = self._replicas[idx]
+        try:
+            info = await replica.stub.GetModelInfo(pb.GetModelInfoRequest(), **self._opts.kw(self.probe_timeout_s))
+        except grpc.aio.AioRpcError as err:
+            log.warning("%s: no KV capacity (%s); admitted without a bound until it answers", replica.address,
+                        err.code().name)
+            return
+        self._kv.set_capacity(idx, int(info.kv_capacity_tokens))
+
+    def kv_usage(self) -> dict[str, tuple[int, int]]:
+        """Per replica (capacity, held) in tokens by the pool's ledger; empty without KV admission."""
+        if self._kv is None:
+            return {}
+        return {r.address: self._kv.usage(i) for i, r in enumerate(self._replicas)}
 
     def _mark_unhealthy(self, replica: _Replica) -> None:
         replica.unhealthy_until = time.monotonic() + self.unhealthy_s

@@ -118,6 +118,7 @@ class TorchBackend:
         self.max_context = int(model.config.max_position_embeddings)
         self.eos_ids = self._eos_ids(model)
         self.sessions = SessionLRU(session_cache_mb * 1024 * 1024)
+        self._running_tokens = 0  # positions the requests running now hold (prompt and max_tokens each)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="t1-torch-step")
         self._step_lock: asyncio.Lock | None = None
         self._update_lock: asyncio.Lock | None = None
@@ -154,6 +155,15 @@ class TorchBackend:
             top_k=moe.top_k if moe else 0, routing_dtype=moe.dtype.name if moe else "",
             eos_token_ids=self.eos_ids, logprob_distribution=LOGPROB_DISTRIBUTION, dtype=self.dtype,
         )
+
+    def kv_usage(self) -> tuple[int, int]:
+        """(capacity, used) in KV positions: what session_cache_mb holds, and what the cached sessions (at what
+        their caches cost: a KV slot row costs its whole capacity) and the running requests hold now."""
+        config = self._config
+        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        position_bytes = 2 * int(config.num_hidden_layers) * heads * head_dim * DTYPES[self.dtype].itemsize
+        return self.sessions.max_bytes // position_bytes, self.sessions.nbytes // position_bytes + self._running_tokens
 
     async def __call__(self, request: GenerateRequest) -> GenerateResult:
         return await collect(self.stream(request))
@@ -232,8 +242,17 @@ class TorchBackend:
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
         """Generate one turn, yielding TokenChunks then one GenerateDone; raises RequestError on bad input."""
-        loaded = self._loaded
         validate_request(request, self.vocab_size, self.max_context)
+        held = len(request.prompt_ids) + request.sampling.max_tokens
+        self._running_tokens += held
+        try:
+            async for event in self._generate(request):
+                yield event
+        finally:
+            self._running_tokens -= held
+
+    async def _generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
+        loaded = self._loaded
         prompt = np.asarray(request.prompt_ids, dtype=np.int32)
         params = request.sampling
         capture = request.return_routing and self.capture_routing and loaded.recorder.shape is not None
