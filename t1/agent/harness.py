@@ -110,7 +110,7 @@ class HarnessEpisode(Episode):
             self.tx.note(f"gateway refused requests: {refused}")
         if self.gateway.inference_failed is not None:
             raise InferenceFailed(self.gateway.inference_failed)
-        if res.timed_out or (res.exit_code == 124 and duration >= limit):
+        if res.timed_out or (res.exit_code in (124, 137) and duration >= limit):  # timeout: TERM, then KILL
             raise _End(EpisodeStatus.TIMEOUT, f"the harness ran past its {limit:.0f}s limit")
 
     def _transcribe_calls(self, first: int) -> None:
