@@ -50,7 +50,7 @@ from t1.metrics import registry as m
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell, ShellRole
 from t1.tasks.needs import NeedsError
-from t1.tasks.outcome import attempt_failure
+from t1.tasks.outcome import T1Fault, attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import (
@@ -74,7 +74,7 @@ from t1.trajectory.types import EpisodeStatus, Trajectory, VerifierSummary
 log = logging.getLogger(__name__)
 
 
-class InferenceFailed(Exception):
+class InferenceFailed(T1Fault):
     """Generation failed on every try: the episode ends as infra_error."""
 
 

@@ -32,11 +32,11 @@ from t1.sandbox.netns import NETWORK_NAMESPACE, network_binds, write_resolv_conf
 from t1.sandbox.rootfs import ROOTFS, separate_system_mounts
 from t1.sandbox.supervisor_bin import supervisor_binds
 from t1.sandbox.types import ShellRole
+from t1.sandbox.verifier_env import verifier_env
 from t1.sandbox.verifier_role import (
     make_verifier_dirs,
     verifier_binds,
     verifier_enter_argv,
-    verifier_env,
 )
 
 TREE_DIRS = {"app": "/app", "logs": "/logs", "tests": "/tests", "tmp": "/tmp", "home": "/root"}

@@ -122,13 +122,38 @@ def _system_mounts() -> list[str]:
     return sorted(points, key=lambda p: p.count("/"))
 
 
+def _setup_made_link(name: str, target: str) -> bool:
+    """Whether the system as setup left it has top-level link `name` to `target` (not one the agent made)."""
+    try:
+        return os.readlink(f"{PRISTINE_DIR}/{name}") == target
+    except OSError:
+        return False
+
+
+def _bind_agents_dir(name: str, root: str) -> None:
+    """A top-level link the agent made (`/results -> /data/out`): the directory it leads to now, bound at
+    `name` in `root`, never a link (one to a file, `/conftest.py -> /app/x.py`, is left out)."""
+    real = os.path.realpath(f"/{name}")
+    if real == "/" or any(real == d or real.startswith(d + "/") for d in (ETC_DIR, PRISTINE_DIR)):
+        return
+    try:
+        if not stat.S_ISDIR(os.lstat(real).st_mode):
+            return
+    except OSError:
+        return
+    os.mkdir(f"{root}/{name}", 0o755)
+    _bind(real, f"{root}/{name}")
+
+
 def pristine_root() -> str:
     """A root for this session: the system dirs from the pristine system, everything else from the agent's root.
 
     Top-level entries of the agent's root: directories are bound (the work areas, /data, /var,
-    with what is mounted in them: /logs/verifier, the toolchain), symbolic links copied (they
-    resolve in this root); plain files are left out (a /conftest.py, /setup.py or /pytest.ini at
-    the top would steer pytest). /etc's passwd, group and hosts are the agent's (copied; the
+    with what is mounted in them: /logs/verifier, the toolchain); symbolic links only where the
+    system as setup left it has the same link (they resolve in this root); a link the agent made
+    to a directory becomes that directory, bound; plain files and the agent's other links are
+    left out (a /conftest.py, /setup.py or /pytest.ini at the top, or a link there to a file in
+    /app, would steer pytest). /etc's passwd, group and hosts are the agent's (copied; the
     verifier's own entries replaced).
     """
     root = f"{ETC_DIR}/root"
@@ -141,7 +166,10 @@ def pristine_root() -> str:
         except FileNotFoundError:
             continue
         if stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(source), f"{root}/{name}")
+            if _setup_made_link(name, os.readlink(source)):
+                os.symlink(os.readlink(source), f"{root}/{name}")
+            else:
+                _bind_agents_dir(name, root)
         elif stat.S_ISDIR(st.st_mode):
             os.mkdir(f"{root}/{name}", 0o755)
             _bind(source, f"{root}/{name}")

@@ -253,13 +253,21 @@ def check_overlay_path(root: Path) -> None:
                          "choose a sandbox.local.root without them")
 
 
+INODES_PER_MB = 64
+"""Inodes a sandbox's tmpfs allows per MiB of `storage_mb` (10 GiB: 655,360), so empty files cannot fill the
+kernel's memory (a tmpfs's default is half the host's RAM in pages: millions, filled in seconds)."""
+MIN_INODES = 65536
+
+
 def mount_storage(root: Path, base: int, storage_mb: int, masks: tuple[Mask, ...], tree_dirs: tuple[str, ...]) -> None:
     """In the sandbox's new mount namespace: its tmpfs at `root`, the tree dirs, the upper layer with its masks.
 
     The tmpfs is a shared mount, so the overlay mounted on it after the sandbox's bubblewrap has
     made its namespace (`mount_overlay`) appears there too.
     """
-    mount("tmpfs", str(root), "tmpfs", MS_NOSUID | MS_NODEV, f"size={storage_mb}m,mode=0700,uid={base},gid={base}")
+    inodes = max(MIN_INODES, storage_mb * INODES_PER_MB)
+    mount("tmpfs", str(root), "tmpfs", MS_NOSUID | MS_NODEV,
+          f"size={storage_mb}m,nr_inodes={inodes},mode=0700,uid={base},gid={base}")
     mount(None, str(root), None, MS_SHARED)
     for name in tree_dirs:
         (root / name).mkdir()

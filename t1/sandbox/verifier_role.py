@@ -89,13 +89,3 @@ def verifier_enter_argv(pid: int, namespaces: tuple[str, ...], inner: list[str],
     flags = ["--pristine"] if pristine else []
     return [sys.executable, "-I", "-S", HELPER, *flags, str(pid), ",".join(namespaces), ",".join(VERIFIER_CAPS),
             "--", *inner]
-
-
-def verifier_env(env: dict[str, str]) -> dict[str, str]:
-    """A verifier session's environment: the agent's, with a home of its own (pure).
-
-    Git refuses repositories owned by another uid; the verifier inspects the agent's (root's) as a
-    root verifier would, so every directory is marked safe for it.
-    """
-    return {**env, "HOME": VERIFIER_HOME, "USER": "t1-verifier", "LOGNAME": "t1-verifier",
-            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}

@@ -20,13 +20,15 @@ engine has it) and does not consult this table.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 
 from t1.tasks.spec import Env
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""Where a stand-in's toolchain must be: the PATH a Debian image's shell starts with (not T1's own venv)."""
+"""Where a stand-in's toolchain must be: the PATH a Debian image's shell starts with (not T1's own venv); also
+the PATH of an image that sets none (the engine's default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,17 @@ class BaseImage:
     toolchain: tuple[str, ...] = ()  # commands the image exists to provide: the host stands in only if it has them
 
 
+PYTHON_PATH = "/usr/local/bin:" + SYSTEM_PATH
+"""The official python images' `ENV PATH /usr/local/bin:$PATH`."""
+BASE_ENV: Env = (("PATH", SYSTEM_PATH),)
+"""What every image's environment has: PATH (the default here). HOME is not in it: the engine sets HOME when a
+container starts (the sandbox's shells have it), so a Dockerfile's `${HOME}` expands to nothing, as in `docker build`."""
+_UTF8: Env = (("LANG", "C.UTF-8"),)
+PYTHON_GPG_KEYS = {"3.8": "E3FF2839C048B25C084DEBE9B26995E310250568", "3.9": "E3FF2839C048B25C084DEBE9B26995E310250568",
+                   "3.10": "A035C8C19219BA821ECEA86B64E628F8D684696D", "3.11": "A035C8C19219BA821ECEA86B64E628F8D684696D",
+                   "3.12": "7169605F62C751356D054A26A821E680E5FA6305", "3.13": "7169605F62C751356D054A26A821E680E5FA6305"}
+"""The release manager's key each official python image sets as GPG_KEY, by minor version (3.14's set none)."""
+
 BASE_IMAGES: tuple[BaseImage, ...] = (  # first match wins: exact repositories before the prefixes they fall under
     BaseImage("ghcr.io/laude-institute/t-bench/deveval", workdir="/app", note="DevEval (Terminal-Bench adapter)",
               refusal="DevEval's image carries the test tools its run-tests.sh calls (pytest-cov, pytest-json-report, "
@@ -49,11 +62,14 @@ BASE_IMAGES: tuple[BaseImage, ...] = (  # first match wins: exact repositories b
     BaseImage("swebench/", workdir="/testbed", note="SWE-bench evaluation images",
               refusal="a SWE-bench evaluation image holds the repository under test in /testbed with its own conda "
                       "environment, which the host does not stand in for"),
-    BaseImage("ghcr.io/laude-institute/t-bench/", workdir="/app",
-              note="Terminal-Bench base images (ubuntu-24-04, python-3-13, ...): WORKDIR /app, tmux and asciinema"),
+    BaseImage("ghcr.io/laude-institute/t-bench/python-3-13", workdir="/app", env=(("PATH", PYTHON_PATH), *_UTF8),
+              note="Terminal-Bench's Python 3.13 image: WORKDIR /app, tmux and asciinema, python:3.13's environment"),
+    BaseImage("ghcr.io/laude-institute/t-bench/", workdir="/app", env=_UTF8,
+              note="Terminal-Bench base images (ubuntu-24-04, ...): WORKDIR /app, tmux and asciinema"),
     BaseImage("ubuntu", note="Ubuntu"),
     BaseImage("debian", note="Debian"),
-    BaseImage("python", note="Python on Debian"),
+    BaseImage("python", env=(("PATH", PYTHON_PATH), *_UTF8), note="Python on Debian (PYTHON_VERSION and GPG_KEY "
+                                                                  "from the tag: `python_env`)"),
     BaseImage("buildpack-deps", note="Debian with build tools"),
     BaseImage("golang", workdir="/go", note="Go on Debian", toolchain=("go",)),
     BaseImage("node", note="Node.js on Debian", toolchain=("node", "npm")),
@@ -126,3 +142,34 @@ def stand_in_refusal(image: str) -> str:
         return (f"the image provides {', '.join(entry.toolchain)}, and this host has no {', '.join(missing)} "
                 f"on the system PATH ({SYSTEM_PATH})")
     return ""
+
+
+def python_env(image: str) -> Env:
+    """PYTHON_VERSION and GPG_KEY as an official python image of `image`'s tag sets them (pure).
+
+    The version is the tag's (`python:3.13-slim` gives 3.13; the image itself names the patch release,
+    which the tag does not say); no version in the tag, nothing.
+    """
+    tag = image.split("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+    version = re.match(r"\d+\.\d+(?:\.\d+)?", tag)
+    if version is None:
+        return ()
+    minor = ".".join(version.group(0).split(".")[:2])
+    key = PYTHON_GPG_KEYS.get(minor)
+    signed: Env = (("GPG_KEY", key),) if key else ()
+    return (*signed, ("PYTHON_VERSION", version.group(0)))
+
+
+def image_env(image: str) -> Env:
+    """The environment a container of `image` starts with, as T1 stands in for it (pure; docs/tasks.md's table).
+
+    Every image: PATH (`BASE_ENV`); then what the table's entry sets; images outside the table get
+    the engine's defaults only.
+    """
+    entry = lookup(image)
+    env = dict(BASE_ENV)
+    if entry is not None:
+        env.update(dict(entry.env))
+        if entry.repository in ("python", "ghcr.io/laude-institute/t-bench/python-3-13"):
+            env.update(dict(python_env(image if entry.repository == "python" else "python:3.13")))
+    return tuple(env.items())

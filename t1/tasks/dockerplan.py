@@ -31,7 +31,7 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from t1.tasks.base_images import lookup, stand_in_refusal
+from t1.tasks.base_images import image_env, lookup, stand_in_refusal
 from t1.tasks.dockerfile import DockerStep, parse_dockerfile
 from t1.tasks.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.spec import Env
@@ -175,7 +175,7 @@ def _from(st: _State, step: DockerStep, where: str) -> None:
     entry = lookup(image)
     assert entry is not None, image
     st.cwd, st.user = entry.workdir, entry.user
-    st.env.update(dict(entry.env))
+    st.env.update(dict(image_env(image)))  # PATH and the image's own ENV: `ENV PATH=/x:$PATH` keeps /usr/bin
 
 
 def _copy(st: _State, step: DockerStep, where: str) -> None:

@@ -214,9 +214,15 @@ def uv_main(args: list[str], tool: bool) -> int:
     elif args[:1] == ["add"]:
         wanted = pip_requirements(args[1:])
     elif args[:1] == ["venv"]:
+        # made afresh, as uv makes it: nothing of what was there before (an `activate` the agent left) is kept
         target = next((a for a in args[1:] if not a.startswith("-")), ".venv")
-        os.makedirs(os.path.join(target, "bin"), exist_ok=True)
-        open(os.path.join(target, "bin", "activate"), "a").close()
+        if os.path.lexists(target):
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            else:
+                os.unlink(target)
+        os.makedirs(os.path.join(target, "bin"))
+        open(os.path.join(target, "bin", "activate"), "x").close()
         return 0
     elif args[:1] in (["run"], ["tool"]):
         wanted = uv_with(args)

@@ -128,7 +128,7 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
     if offline:
         await install_stand_ins(shell)
         stand_ins = toolchain_prefix(STAND_INS_DIR)
-    inner = f"{stand_ins}{provisioned.prefix()}{env}{command}"
+    inner = f"{provisioned.prefix()}{env}{stand_ins}{command}"  # the stand-ins first, whatever PATH the task sets
     result = await shell.run(f"( {as_user(inner, provisioned.user)} ) < /dev/null 2>&1", timeout_s=timeout_s)
     if result.timed_out:
         return f"solution timed out after {timeout_s:.0f}s"
@@ -188,7 +188,7 @@ async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpe
         if not spec.is_multi_step:
             return done[0][1], solution_problem
         return combine_steps(done, spec.multi_step_strategy, len(phases)), solution_problem
-    except SANDBOX_FAULTS as exc:
+    except Exception as exc:
         if attempt_failure(exc, acted) is not None:
             raise _AfterSolution(exc) from exc
         raise
@@ -233,6 +233,10 @@ async def run_task(
     except SetupError as exc:  # the provider could not make the task's environment (a failed image build)
         return TaskRun(spec.id, mode, RunStatus.SETUP_FAILED, VerifierReport(failure_mode=FailureMode.SETUP_FAILED),
                        0.0, f"task {spec.id}: {exc}", exc.output_tail)
+    except Exception as exc:  # anything else the provider raised: this task's infra error, not the batch's end
+        log.exception("task %s: sandbox create crashed", spec.id)
+        return TaskRun(spec.id, mode, RunStatus.INFRA_ERROR, VerifierReport(failure_mode=FailureMode.INFRA_ERROR),
+                       0.0, f"crash:{type(exc).__name__}: {exc}")
     try:
         report, detail = await _run_phases(provider, sandbox, spec, mode, local)
     except _AfterSolution as exc:
@@ -247,6 +251,10 @@ async def run_task(
     except SandboxLost as exc:
         log.warning("task %s: sandbox lost: %s", spec.id, exc)
         status, detail, report = RunStatus.INFRA_ERROR, str(exc), VerifierReport(failure_mode=FailureMode.INFRA_ERROR)
+    except Exception as exc:  # T1's own fault in one task: that task's infra error, never the end of a batch
+        log.exception("task %s: crashed", spec.id)
+        status, detail = RunStatus.INFRA_ERROR, f"crash:{type(exc).__name__}: {exc}"
+        report = VerifierReport(failure_mode=FailureMode.INFRA_ERROR)
     finally:
         await provider.destroy(sandbox)
     needs = [] if status is not None or report.resolved else needs_network_lines(report.output_tail)

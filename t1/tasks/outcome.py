@@ -6,9 +6,11 @@ could turn its failures into infra errors would launder them. The rule:
   sandbox, the sandbox or its transport failed before the agent acted, inference failed past its
   retries, or the task needs what the provider cannot give (an image);
 - the attempt's failure (reward 0, counted everywhere, its own failure mode): anything that
-  goes wrong inside the sandbox once the agent has acted: a verifier it broke, a sandbox it
-  killed, filled or exhausted, a connection that died with it.
-Bugs in T1 (any other exception) stay infra errors, logged loudly, never scored.
+  goes wrong once the agent has acted and is not positively T1's fault: a verifier it broke, a
+  file transfer its full sandbox refused, a sandbox it killed, filled or exhausted, a connection
+  that died with it.
+Positively T1's (`T1_FAULTS`): the provider, the task's needs, inference past its retries, and
+bugs in T1's own code (a TypeError, KeyError, ...): infra errors, logged loudly, never scored.
 """
 
 from __future__ import annotations
@@ -23,19 +25,29 @@ LIMIT_HINTS = ("no space left on device", "disk quota exceeded", "resource tempo
                "cannot allocate memory", "fork: retry", "too many open files", "out of memory")
 """Text of errors that mean the sandbox ran out of processes, memory or disk."""
 
+
+class T1Fault(Exception):
+    """An error that is positively T1's (or its services'), never the attempt's: inference past its retries."""
+
+
+T1_FAULTS = (T1Fault, SandboxCreateError, NeedsError, TypeError, AttributeError, NameError, LookupError,
+             AssertionError, NotImplementedError, ImportError)
+"""What is T1's fault even after the agent acted: the provider, the task's needs, inference, and bugs in T1's code."""
 SANDBOX_FAULTS = (SandboxLost, SetupError, OSError, TimeoutError)
 """What can fail inside (or on the way into) the sandbox; whose fault it is depends on whether the agent acted."""
 
 
 def attempt_failure(exc: BaseException, agent_acted: bool) -> FailureMode | None:
-    """The failure mode an attempt is scored 0 with for `exc`, or None when `exc` is an infra error (pure)."""
-    if isinstance(exc, (SandboxCreateError, NeedsError)) or not agent_acted:
+    """The failure mode an attempt is scored 0 with for `exc`, or None when `exc` is an infra error (pure).
+
+    Once the agent has acted, anything not positively T1's fault (`T1_FAULTS`) is the attempt's: a file
+    transfer the full sandbox refused (SFTPFailure), a path the agent put in T1's way, a lost connection.
+    """
+    if not agent_acted or isinstance(exc, T1_FAULTS) or not isinstance(exc, Exception):
         return None
-    if not isinstance(exc, SANDBOX_FAULTS):
-        return None  # inference past retries, or a bug: never the policy's doing
     text = str(exc).lower()
     if any(hint in text for hint in LIMIT_HINTS):
         return FailureMode.SANDBOX_AT_LIMIT
-    if isinstance(exc, SetupError):
-        return FailureMode.AGENT_BROKE_VERIFIER
-    return FailureMode.SANDBOX_DIED
+    if isinstance(exc, (SandboxLost, TimeoutError, ConnectionError)):
+        return FailureMode.SANDBOX_DIED
+    return FailureMode.AGENT_BROKE_VERIFIER

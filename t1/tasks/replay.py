@@ -99,7 +99,7 @@ async def _write(shell: Shell, step: ReplayStep, timeout: float) -> None:
 
 
 async def _run(shell: Shell, step: ReplayStep, offline: bool, timeout: float) -> None:
-    inner = f"{toolchain_prefix(STAND_INS_DIR) if offline else ''}{exports(step.env)}cd {shlex.quote(step.cwd)} && " \
+    inner = f"{exports(step.env)}{toolchain_prefix(STAND_INS_DIR) if offline else ''}cd {shlex.quote(step.cwd)} && " \
             f"{shlex.join([*step.shell, step.args[0]])}"
     result = await shell.run(f"( {as_user(inner, step.user)} ) < /dev/null 2>&1", timeout_s=timeout)
     if result.timed_out:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
@@ -30,7 +31,6 @@ from t1.tasks.verifier import TESTS_DIR, run_verifier
 
 log = logging.getLogger(__name__)
 ARTIFACTS_DIR = "/logs/artifacts"
-_PACK = "/tmp/.t1-artifacts.tgz"
 TESTS_SETUP = "setup.sh"
 
 
@@ -42,13 +42,14 @@ async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provi
                                  timeout_s=c.timeout_sec)
         if result.exit_code != 0 or result.timed_out:
             log.info("verifier collect %r failed (exit %s): %s", c.command, result.exit_code, result.output[-200:])
+    pack = f"/tmp/.t1-artifacts-{uuid.uuid4().hex}.tgz"  # unpredictable: nothing the agent made can be in its way
     sources = [ARTIFACTS_DIR] + [a.source for a in sep.artifacts]
     rel = " ".join(shlex.quote(s.lstrip("/") or ".") for s in sources)
     excludes = " ".join(f"--exclude={shlex.quote(p)}" for a in sep.artifacts for p in a.exclude)
     await shell.run(f"cd / && list=''; for p in {rel}; do [ -e \"/$p\" ] && "
-                    f"list=\"$list $p\"; done; tar -czf {_PACK} {excludes} $list 2>/dev/null; true", 300)
-    data = await shell.read_file(_PACK)
-    await shell.run(f"rm -f {_PACK}", 30)
+                    f"list=\"$list $p\"; done; tar -czf {pack} {excludes} $list 2>/dev/null; true", 300)
+    data = await shell.read_file(pack)
+    await shell.run(f"rm -f {pack}", 30)
     return data
 
 

@@ -32,6 +32,7 @@ from functools import cache
 from pathlib import Path
 
 from t1.sandbox.types import Shell
+from t1.sandbox.verifier_env import AGENT_PYTHONPATH, TRUSTED_TOP
 from t1.tasks import offline_pkgs
 from t1.tasks.transfer import check, upload_archive
 
@@ -63,11 +64,45 @@ case "$1" in
   *) exit 0;;
 esac
 """
-PYTEST_MAIN = ("python3 -c 'import os, runpy, sys; sys.path[:1] = [] if sys.path[:1] == [\"\"] else sys.path[:1]; "
-               "sys.path.append(os.getcwd()); runpy.run_module(\"pytest\", run_name=\"__main__\", alter_sys=True)'")
-"""`python3 -m pytest` with the working directory last on sys.path, not first: tests still import the
-agent's modules from it, but a `pytest.py`, `_pytest/` or `pluggy.py` planted there cannot stand in for
-T1's pytest or the system's modules (`python -m` puts the directory first)."""
+PYTEST_MAIN = f"python3 -I {TOOLCHAIN_DIR}/site/t1_pytest.py"
+"""How T1 starts pytest (its own verifier and the pytest, python -m pytest, uv and uvx stand-ins): see `_PYTEST_RUNNER`."""
+_PYTEST_RUNNER = f'''"""T1's pytest: plugins from the system's and T1's dirs only; the agent's dirs last on sys.path.
+
+Started with `python3 -I`: no working directory, PYTHONPATH or user site at start-up. This folder and the
+trusted PYTHONPATH entries come first; the pytest11 entry points of the distributions found there are the
+plugins (autoload off, so no distribution in the working directory or another agent dir registers one);
+then the working directory and the other PYTHONPATH entries are appended, so tests import the agent's
+modules, which can neither run at start-up nor stand in for pytest or a module of the system.
+"""
+import importlib.metadata, os, posixpath, sys
+
+TRUSTED_TOP = {TRUSTED_TOP!r}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def trusted(path):
+    norm = posixpath.normpath(path)
+    return path.startswith("/") and "/../" not in path + "/" and (
+        norm.split("/")[1] in TRUSTED_TOP or norm == "/tests" or norm.startswith("/tests/")
+        or norm == HERE or norm.startswith(posixpath.dirname(HERE) + "/"))
+
+
+env_path = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+sys.path[0:0] = [HERE] + [p for p in env_path if trusted(p) and p != HERE]
+plugins = {{}}
+for dist in importlib.metadata.distributions(path=list(sys.path)):
+    for ep in dist.entry_points:
+        if ep.group == "pytest11":
+            plugins.setdefault(ep.name, ep)
+os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+loaded = [ep.load() for ep in plugins.values()]
+agent = [os.getcwd(), *[p for p in env_path if not trusted(p)], *os.environ.get("{AGENT_PYTHONPATH}", "").split(":")]
+sys.path += [p for p in dict.fromkeys(agent) if p and p not in sys.path]
+import pytest  # noqa: E402
+
+sys.argv[0] = "pytest"
+sys.exit(pytest.main(sys.argv[1:], plugins=loaded))
+'''
 _UV = f"""#!/bin/bash
 {_LOG}
 strip_opts() {{ while [ $# -gt 0 ]; do case "$1" in
@@ -120,6 +155,40 @@ def _installer_script(leaves: tuple[str, ...]) -> str:
 
 INSTALLER_LEAVES = {"astral.sh/uv": ("uv", "uvx")}
 """What a known installer leaves in ~/.local/bin besides `env` (uv's installer: the uv and uvx binaries)."""
+
+
+_GIT = f"""#!/bin/bash
+# The verifier's git: the system's, with every program the repository's configuration names turned off.
+IFS=: read -ra dirs <<< "$PATH"
+real=
+for d in "${{dirs[@]}}"; do [ "$d" != {TOOLCHAIN_DIR}/bin ] && [ -x "$d/git" ] && {{ real="$d/git"; break; }}; done
+[ -n "$real" ] || {{ echo "git: command not found" >&2; exit 127; }}
+opts=()
+while IFS= read -r -d '' key; do
+  name=${{key##*.}}; name=${{name,,}}
+  case "${{key,,}}" in pager.*) opts+=(-c "$key=false"); continue;; alias.*) opts+=(-c "$key=status"); continue;; esac
+  case "$name" in
+    textconv|clean|smudge|pager) opts+=(-c "$key=cat");;
+    editor) opts+=(-c "$key=:");;
+    fsmonitor) opts+=(-c "$key=false");;
+    hookspath) opts+=(-c "$key=/dev/null");;
+    uploadpack) opts+=(-c "$key=git-upload-pack");;
+    receivepack) opts+=(-c "$key=git-receive-pack");;
+    required) opts+=(-c "$key=false");;
+    *cmd|*command|*program|driver|helper|process|askpass|*proxy|external|difffilter|vcs) opts+=(-c "$key=");;
+  esac
+done < <("$real" config --includes --null --name-only --list 2>/dev/null)
+args=("$@"); i=0
+while [ $i -lt ${{#args[@]}} ]; do case "${{args[$i]}}" in
+  -C|-c|--git-dir|--work-tree|--namespace|--config-env|--exec-path) i=$((i + 2));;
+  -*) i=$((i + 1));;
+  *) break;; esac; done
+case "${{args[$i]}}" in
+  diff|log|show|whatchanged|format-patch|diff-tree|diff-index|diff-files|range-diff)
+    args=("${{args[@]:0:$((i + 1))}}" --no-ext-diff "${{args[@]:$((i + 1))}}");;
+esac
+exec "$real" -c protocol.ext.allow=never "${{opts[@]}}" "${{args[@]}}"
+"""
 
 
 def _fetcher(tool: str) -> str:
@@ -181,7 +250,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 '''
 _CTRF_DIST = {"METADATA": "Metadata-Version: 2.1\nName: t1-ctrf\nVersion: 0.0\n",
               "entry_points.txt": "[pytest11]\nt1_ctrf = t1_ctrf_plugin\n"}
-SHIMS = {"pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON, "python3": _PYTHON3,
+SHIMS = {"git": _GIT, "pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON, "python3": _PYTHON3,
          "curl": _fetcher("curl"), "wget": _fetcher("wget"), "apt-get": _APT, "apt": _APT,
          **{tool: _downloader(tool) for tool in offline_pkgs.DOWNLOADERS}}
 
@@ -217,6 +286,7 @@ def toolchain_archive(with_pytest: bool, root: str = TOOLCHAIN_DIR) -> bytes:
         for name, text in SHIMS.items():  # the shims name their folder: moved to `root`
             _add(tar, f"bin/{name}", text.replace(TOOLCHAIN_DIR, root).encode(), 0o755)
         _add(tar, "site/t1_ctrf_plugin.py", _CTRF_PLUGIN.encode())
+        _add(tar, "site/t1_pytest.py", _PYTEST_RUNNER.replace(TOOLCHAIN_DIR, root).encode())
         _add(tar, "site/t1_offline.py", Path(offline_pkgs.__file__).read_bytes())
         _add(tar, "site/pip/__init__.py", b"")
         _add(tar, "site/pip/__main__.py", _PIP_MODULE.encode())

@@ -23,11 +23,13 @@ from __future__ import annotations
 import re
 import shlex
 import time
+import uuid
 
 from t1.sandbox.types import Shell
-from t1.tasks.declared import DeclaredTests, check_report, declared_tests
+from t1.sandbox.verifier_env import trusted_env
+from t1.tasks.declared import DeclaredTests, by_function, check_report, declared_tests
 from t1.tasks.provision import Provisioned, as_user
-from t1.tasks.replay import place_tests_files
+from t1.tasks.replay import exports, place_tests_files
 from t1.tasks.report import (
     FailureMode,
     RewardFileError,
@@ -124,21 +126,26 @@ async def run_verifier(
     """Run the verifiers once and report; see the module docstring."""
     start = time.monotonic()
     await _upload_tests(shell, spec, provisioned)
-    prefix = ""
     toolchain = offline and uses_toolchain(spec)
-    if toolchain:
+    if toolchain or spec.kind is VerifierKind.PYTEST:  # T1's pytest runs T1's own verifier online too
         await install_toolchain(shell)
-        prefix = toolchain_prefix()
-    env = "".join(f"export {k}={shlex.quote(v)}; " for k, v in spec.env)
-    inner = f"{prefix}{provisioned.prefix()}{env}{_COMMANDS[spec.kind]}"
+    # The task's environment as a verifier may use it (no loader variable into the agent's dirs), then the toolchain
+    env = exports(tuple(trusted_env({**dict(provisioned.env), **dict(spec.env)}).items()))
+    inner = f"{env}{toolchain_prefix() if toolchain else ''}cd {shlex.quote(provisioned.workdir)}; {_COMMANDS[spec.kind]}"
     # The verifier shell stands in for a container's root (on local sandboxes it is a uid of its own that
     # may write the agent's files): a task asking for root gets it; another user is switched to.
     user = None if spec.user == "root" else spec.user
+    own_report = f"{LOGS_DIR}/.t1-pytest-{uuid.uuid4().hex}.json"
+    if spec.kind is VerifierKind.PYTEST:  # T1's own verifier: the result is what T1's own plugin reports
+        inner += f" --ctrf {own_report}"
     command = f"( {as_user(inner, user)} ) > {OUTPUT_FILE} 2>&1 < /dev/null"
     result = await shell.run(command, timeout_s=spec.timeout_sec)
     output = await _read_text(shell, OUTPUT_FILE) or ""
-    files = {name: await _read_text(shell, f"{LOGS_DIR}/{name}")
-             for name in ("reward.txt", "reward.json", *CTRF_FILES, *JUNIT_FILES)}
+    if spec.kind is VerifierKind.PYTEST:
+        files = {CTRF_FILES[0]: await _read_text(shell, own_report)}
+    else:
+        files = {name: await _read_text(shell, f"{LOGS_DIR}/{name}")
+                 for name in ("reward.txt", "reward.json", *CTRF_FILES, *JUNIT_FILES)}
     shims = await _read_text(shell, SHIM_LOG) if toolchain else None
     if cleanup:
         await shell.run(_EMPTY, 60)
@@ -178,6 +185,8 @@ def build_report(
         reward_error = str(exc)
     mode, detail = FailureMode.NONE, ""
     tampered = check_report(tests, declared) if tests and declared is not None else ""
+    if tests and declared is not None and not tampered:
+        tests = by_function(tests, declared)  # a function whose cases the files do not say counts once
     if tampered:
         mode, detail = FailureMode.VERIFIER_TAMPERED, tampered
     elif timed_out:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from t1.config.tasks import TasksConfig
+from t1.tasks.base_images import SYSTEM_PATH, image_env
 from t1.tasks.dataset import load_dataset, load_named_set, load_task, validate_task
 from t1.tasks.dockerfile import parse_dockerfile
 from t1.tasks.dockerplan import build_plan
@@ -146,7 +147,9 @@ def test_dockerfile_plan_container_semantics(tmp_path: Path) -> None:
                   "RUN echo $GREETING\nEXPOSE 80\nCMD [\"sleep\", \"infinity\"]\n")
     plan = build_plan(df)
     assert plan.workdir == "/srv/sub" and plan.user == "nobody"
-    assert dict(plan.env) == {"GREETING": "hello world", "D": "/srv"}  # ARG does not survive into the image
+    # the image's own environment first (T1's table), then the Dockerfile's ENV; ARG does not survive into the image
+    assert dict(plan.env) == {**dict(image_env("ghcr.io/laude-institute/t-bench/python-3-13:20250620")),
+                              "GREETING": "hello world", "D": "/srv"}
     copy, *_ = plan.steps
     assert copy.args == ("a.txt", "/app/")  # t-bench base images: WORKDIR /app before any WORKDIR line
     acts = [(s.action, s.args) for s in plan.steps]
@@ -197,3 +200,16 @@ def test_tb1_parser_t1_lacks_is_refused_not_malformed(fixtures: Path, tmp_path: 
     assert check.status is CheckStatus.WILL_NOT_RUN and EXIT_CODES[check.status] == 1
     assert [str(n) for n in check.needs][:1] == [
         "needs_feature: task.yaml parser_name = 'swebench': T1 reads the results of pytest only"]
+
+
+def test_a_base_image_starts_with_its_environment(tmp_path: Path) -> None:
+    """`ENV PATH="/opt/x/bin:${PATH}"` keeps the image's PATH (it expanded to nothing, and the next RUN lost /usr/bin)."""
+    df = tmp_path / "Dockerfile"
+    df.write_text('FROM python:3.12-slim\nENV PATH="/opt/x/bin:${PATH}" V=$PYTHON_VERSION\nRUN cp a b\n')
+    plan = build_plan(df)
+    env = dict(plan.env)
+    assert env["PATH"] == "/opt/x/bin:/usr/local/bin:" + SYSTEM_PATH and ("PATH", env["PATH"]) in plan.steps[0].env
+    assert (env["LANG"], env["PYTHON_VERSION"], env["V"]) == ("C.UTF-8", "3.12", "3.12") and len(env["GPG_KEY"]) == 40
+    df.write_text('FROM debian:12\nENV PATH=/root/.local/bin:$PATH\n')
+    assert dict(build_plan(df).env)["PATH"] == "/root/.local/bin:" + SYSTEM_PATH
+    assert image_env("ubuntu:24.04") == (("PATH", SYSTEM_PATH),) and image_env("python") == image_env("python:latest")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncssh
 import pytest
 
 from t1.agent.episode import InferenceFailed
@@ -21,6 +22,10 @@ from t1.tasks.transfer import SetupError
      FailureMode.SANDBOX_AT_LIMIT),
     (OSError("sftp write failed: Disk quota exceeded"), FailureMode.SANDBOX_AT_LIMIT),
     (TimeoutError(), FailureMode.SANDBOX_DIED),
+    # a file transfer the agent's full or cluttered sandbox refused: never laundered into an infra error
+    (asyncssh.SFTPFailure("Failure"), FailureMode.AGENT_BROKE_VERIFIER),
+    (asyncssh.SFTPNoSpaceOnFilesystem("No space left on device"), FailureMode.SANDBOX_AT_LIMIT),
+    (RuntimeError("tar: /tmp/.t1-pack.tgz: Cannot open: Is a directory"), FailureMode.AGENT_BROKE_VERIFIER),
 ])
 def test_sandbox_faults_after_the_agent_acted_are_its_own(exc: BaseException, mode: FailureMode) -> None:
     assert attempt_failure(exc, agent_acted=True) is mode

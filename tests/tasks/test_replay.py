@@ -7,6 +7,7 @@ import tarfile
 from pathlib import Path
 
 from t1.sandbox.local import LocalProvider
+from t1.tasks.base_images import image_env
 from t1.tasks.dataset import load_task
 from t1.tasks.oracle import RunMode, RunStatus, run_task
 from t1.tasks.predict import package_needs, static_needs
@@ -56,7 +57,9 @@ async def test_replay_honours_arg_env_workdir_user_shell_heredoc(provider: Local
         shell = await sandbox.open_shell()
         prov = await provision(shell, spec)
         assert prov.workdir == "/app" and prov.user == "root"
-        assert dict(prov.env) == {"GREETING": "hello world", "OUT": "/app/out"}  # ARG is gone, ENV stays
+        # the image's environment (T1's table), then ENV; ARG is gone
+        assert dict(prov.env) == {**dict(image_env("ghcr.io/laude-institute/t-bench/ubuntu-24-04")),
+                                  "GREETING": "hello world", "OUT": "/app/out"}
         out = await shell.run("cat /app/data.txt /app/out/greeting /app/out/shell /app/out/py /tmp/who "
                               "/app/unpacked/pkg/inside.txt")
         assert out.output.split("\n")[:6] == ["payload", "hello world from world", "bash", "8", "root",

@@ -9,6 +9,7 @@ an infra error.
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 from collections.abc import AsyncIterator
@@ -19,10 +20,10 @@ import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
-from t1.sandbox.types import SandboxProvider, SandboxRequest, ShellRole
+from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, ShellRole
 from t1.tasks.dataset import load_task
 from t1.tasks.declared import DeclaredTests, check_report, declared_in_source, declared_tests
-from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task
+from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task, run_tasks
 from t1.tasks.report import FailureMode, TestResult, TestStatus
 from t1.tasks.rewards import RewardMode, episode_reward
 from t1.tasks.spec import VerifierKind
@@ -99,6 +100,13 @@ def _loop(body: str) -> str:
     return f"nohup setsid bash -c '{body}; for i in $(seq 600); do {body}; sleep 0.02; done' >/dev/null 2>&1 &\n"
 
 
+def _plant_plugin(where: str, dist: str) -> str:
+    """A pytest plugin that passes every test, registered (pytest11 entry point) by a distribution `dist` in `where`."""
+    return (f"mkdir -p {where}/{dist}; printf '[pytest11]\\nt1forge = t1forge_plugin\\n' > {where}/{dist}/entry_points.txt; "
+            f"printf 'Metadata-Version: 2.1\\nName: t1forge\\nVersion: 0\\n' > {where}/{dist}/METADATA; "
+            f"cp {where}/{dist}/METADATA {where}/{dist}/PKG-INFO; printf '%s\\n' {_q(_PASS_ALL_PLUGIN)} > {where}/t1forge_plugin.py\n")
+
+
 ATTACKS = {
     "honest_failure": "true\n",
     "rewrite_tests_in_background": FORGERIES + _loop("cp /tmp/forged.py /tests/test_outputs.py 2>/dev/null"),
@@ -146,6 +154,11 @@ ATTACKS = {
                             "printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport():\\n"
                             "    o = yield\\n    o.get_result().outcome = \"passed\"\\n' > /app/conftest.py; "
                             "printf '[pytest]\\naddopts = -p no:terminal\\n' > /app/pytest.ini\n",
+    # A pytest plugin registered by a distribution in the working directory (pytest autoloads entry points
+    # from all of sys.path, which T1's pytest used to extend with the working directory): a dist-info, and
+    # an egg-info, which importlib.metadata reads as well.
+    "plugin_registered_in_the_workdir": _plant_plugin("/app", "t1forge-0.dist-info"),
+    "plugin_registered_by_an_egg_info": _plant_plugin("/app", "t1forge.egg-info"),
 }
 
 
@@ -215,9 +228,37 @@ def test_declared_tests_count_parametrized_cases(tmp_path: Path) -> None:
     (tmp_path / "sub" / "b_test.py").write_text("import unittest\nclass Case(unittest.TestCase):\n    def test_u(self): pass\n")
     declared = declared_tests(tmp_path)
     assert declared == DeclaredTests(frozenset({"test_p", "test_q", "TestK::test_m", "Case::test_u"}), 3 + 1 + 2 + 1)
-    found, _ = declared_in_source("import pytest\nVALS = [1]\n@pytest.mark.parametrize('x', VALS)\ndef test_d(x): pass\n")
-    assert found == {"test_d": None}  # not a literal list: counted by name only
+    found, _ = declared_in_source("import pytest\nVALS = [1, 2]\nN = range(2, 7)\nLATER = []\nLATER = [1]\n"
+                                  "@pytest.mark.parametrize('x', VALS)\n@pytest.mark.parametrize('y', list(N))\ndef test_d(x, y): pass\n"
+                                  "@pytest.mark.parametrize('x', range(4))\ndef test_r(x): pass\n"
+                                  "@pytest.mark.parametrize('x', [str(i) for i in range(9)])\ndef test_c(x): pass\n"
+                                  "@pytest.mark.parametrize('x', LATER)\ndef test_l(x): pass\n")
+    assert found == {"test_d": 10, "test_r": 4, "test_c": None, "test_l": None}  # None: not known from the file
     assert declared_tests(tmp_path / "sub" / "none") is None
+
+
+def test_a_case_count_the_files_do_not_say_counts_functions(tmp_path: Path) -> None:
+    (tmp_path / "test_a.py").write_text("import pytest\nCASES = [str(i) for i in range(6)]\n"
+                                        "@pytest.mark.parametrize('c', CASES)\ndef test_case(c): pass\ndef test_one(): pass\n")
+    declared = declared_tests(tmp_path)
+    assert declared == DeclaredTests(frozenset({"test_case", "test_one"}), 2, frozenset({"test_case"}))
+    forged = tuple(TestResult(f"test_a.py::test_case[{i}]", TestStatus.PASSED) for i in range(100_000))
+    report = build_report(VerifierKind.PYTEST, "", {"ctrf.json": _ctrf(forged)}, exit_code=0, timed_out=False,
+                          declared=declared)
+    assert report.failure_mode is FailureMode.NONE and (report.passed, report.total) == (1, 1)
+    one_failed = (*forged[:5], TestResult("test_a.py::test_case[5]", TestStatus.FAILED, "boom"))
+    report = build_report(VerifierKind.PYTEST, "", {"ctrf.json": _ctrf(one_failed)}, exit_code=1, timed_out=False,
+                          declared=declared)
+    assert (report.passed, report.total, report.tests[0].message) == (0, 1, "boom")
+    (tmp_path / "conftest.py").write_text("import pytest\n@pytest.fixture(params=range(3))\ndef n(request): return request.param\n")
+    assert declared_tests(tmp_path) == DeclaredTests(frozenset({"test_case", "test_one"}), 2,
+                                                     frozenset({"test_case", "test_one"}))
+    repeated = tuple(TestResult("test_a.py::test_one", TestStatus.PASSED) for _ in range(2))
+    assert "more than once" in check_report(repeated, declared)
+
+
+def _ctrf(tests: tuple[TestResult, ...]) -> str:
+    return json.dumps({"results": {"tests": [{"name": t.name, "status": str(t.status), "message": t.message} for t in tests]}})
 
 
 def test_reports_beyond_the_declared_tests_are_tampered() -> None:
@@ -273,3 +314,170 @@ async def test_harbor_tests_ignore_a_pytest_planted_in_the_workdir(provider: Loc
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
         (honest.reward, honest.report.passed, honest.report.total, False), planted.as_json()
+
+
+ROOT_LINKS = (f"printf '%s\\n' {_q(_PASS_ALL_PLUGIN)} > /app/conftest.py; printf '[pytest]\\naddopts = -p no:terminal\\n' > /app/pytest.ini; "
+              "ln -sf /app/conftest.py /conftest.py; ln -sf /app/pytest.ini /pytest.ini\n")
+HARBOR_PLANTS = {
+    "pytest_in_the_workdir": WORKDIR_PLANTS,
+    "plugin_dist_info_in_the_workdir": _plant_plugin("/app", "t1forge-0.dist-info"),
+    "plugin_egg_info_in_the_workdir": _plant_plugin("/app", "t1forge.egg-info"),
+    "links_at_the_root": ROOT_LINKS,
+    # the same class by another file: a tox.ini linked at the root that loads the agent's plugin module
+    "tox_ini_link_at_the_root": _plant_plugin("/app", "t1forge-0.dist-info")
+    + "printf '[pytest]\\naddopts = -p t1forge_plugin\\n' > /app/tox.ini; ln -sf /app/tox.ini /tox.ini\n",
+}
+"""What the agent plants in its workdir and at the root for a Harbor test.sh that runs pytest from /app."""
+
+
+@pytest.mark.parametrize("plant", sorted(HARBOR_PLANTS))
+@pytest.mark.parametrize("runner", sorted(HARBOR_RUNNERS))
+async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: LocalProvider, tmp_path: Path, runner: str,
+                                                             plant: str) -> None:
+    """Plugins registered by a distribution in /app, links at / to the agent's conftest or ini: an honest failure."""
+    honest = await run_task(provider, load_task(_harbor_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n")),
+                            RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    planted = await run_task(provider, load_task(_harbor_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
+                                                              HARBOR_PLANTS[plant])),
+                             RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
+        (honest.reward, honest.report.passed, honest.report.total, False), (planted.as_json(), planted.report.output_tail)
+
+
+ENV_DOCKERFILE = ('FROM python:3.13-slim-bookworm\nENV PATH="/root/.local/bin:$PATH" PYTHONPATH=/app\n'
+                  "ENV BASH_ENV=/app/.bash_env LD_LIBRARY_PATH=/app/lib\nWORKDIR /app\nRUN cp /etc/hostname /root/.copied\n")
+"""A task environment pointing into the agent's places, as real Dockerfiles do (the last line: other variables)."""
+TB_TEST_SH = ("#!/bin/bash\ncd /app\nuv venv .tbench-testing\nsource .tbench-testing/bin/activate\n{runner}\n"
+              "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+"""Terminal-Bench's test.sh: a venv made in the workdir, activated, then pytest."""
+_FORGER_FUNCTIONS = "".join(f"{tool}() {{ {_FORGED_ECHO.strip()}; return 0; }}; export -f {tool}\n"
+                            for tool in ("uvx", "python3", "pytest", "uv"))
+ENV_PLANTS = {
+    "programs_first_on_the_task_path": "mkdir -p /root/.local/bin\n" + "".join(
+        _replace(f"/root/.local/bin/{tool}", _forger_sh()) for tool in ("python3", "pytest", "uvx", "uv")),
+    "startup_code_on_the_task_pythonpath": f"printf '%s\\n' {_q(_FORGER_PY)} > /app/sitecustomize.py; "
+                                           "cp /app/sitecustomize.py /app/usercustomize.py\n",
+    "a_venv_left_in_the_workdir": "mkdir -p /app/.tbench-testing/bin\n"
+                                  f"printf '%s' {_q(_FORGER_FUNCTIONS)} > /app/.tbench-testing/bin/activate\n",
+    # the same class by other variables: a shell start-up file, and the shell itself first on the task's PATH
+    "shell_startup_named_by_the_task_env": f"printf '%s' {_q(_FORGER_FUNCTIONS)} > /app/.bash_env\n",
+    "bash_first_on_the_task_path": "mkdir -p /root/.local/bin\n" + _replace(
+        "/root/.local/bin/bash", "#!/usr/bin/bash\n" + _FORGED_ECHO + "echo 1 > /logs/verifier/reward.txt\nexit 0\n"),
+}
+
+
+def _env_task(root: Path, runner: str, solution: str) -> Path:
+    _harbor_task(root, runner, solution)
+    (root / "environment" / "Dockerfile").write_text(ENV_DOCKERFILE)
+    (root / "tests" / "test.sh").write_text(TB_TEST_SH.format(runner=runner))
+    return root
+
+
+@pytest.mark.parametrize("plant", sorted(ENV_PLANTS))
+@pytest.mark.parametrize("runner", sorted(HARBOR_RUNNERS))
+async def test_task_environment_into_agent_dirs_runs_nothing_planted(provider: LocalProvider, tmp_path: Path,
+                                                                    runner: str, plant: str) -> None:
+    """`ENV PATH="/root/.local/bin:$PATH"`, `PYTHONPATH=/app`, `BASH_ENV`, Terminal-Bench's venv in /app: the
+    verifier runs none of what the agent put there, and still finds its stand-ins (uv, uvx) on that PATH."""
+    honest = await run_task(provider, load_task(_env_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n")),
+                            RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, \
+        (honest.as_json(), honest.report.output_tail)
+    planted = await run_task(provider, load_task(_env_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
+                                                           ENV_PLANTS[plant])),
+                             RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
+        (honest.reward, honest.report.passed, honest.report.total, False), (planted.as_json(), planted.report.output_tail)
+
+
+GIT_TESTS = TESTS + '''
+def test_repository_status():
+    import subprocess
+    assert subprocess.run(["git", "status", "--short"], cwd="/app").returncode == 0
+'''
+_FORGED_NAMES = [f"test_outputs.py::{n}" for n in ("test_app_exists", "test_answer_exists", "test_answer_value",
+                                                   "test_answer_single_line", "test_answer_mode", "test_repository_status")]
+_GIT_FORGER = ("#!/bin/sh\nfor f in ctrf.json ctrf-report.json; do printf '%s' '" + '{"results":{"tests":[' + ",".join(
+    f'{{"name":"{n}","status":"passed"}}' for n in _FORGED_NAMES) + "]}}' > /logs/verifier/$f; done\n"
+    "echo 1 > /logs/verifier/reward.txt\ncat\n")
+GIT_PLANTS = {
+    "fsmonitor": "git config core.fsmonitor /app/.forge\n",
+    # the same class by another key: a clean filter git runs on `git status` for a file whose stat changed
+    "clean_filter": "echo '* filter=t1' > .git/info/attributes; git config filter.t1.clean /app/.forge; "
+                    "echo data > data.txt; git add data.txt; touch -d 2020-01-01 data.txt\n",
+}
+
+
+@pytest.mark.parametrize("plant", sorted(GIT_PLANTS))
+async def test_git_runs_no_program_the_agents_repository_names(provider: LocalProvider, tmp_path: Path,
+                                                               plant: str) -> None:
+    """A test that runs `git status` in the agent's repository: its fsmonitor or filter does not run as the
+    verifier (before: it wrote the CTRF and reward files T1 read, a full pass of 6 where 2 pass)."""
+    honest = await _oracle_with(provider, tmp_path / "honest", GIT_TESTS, "git init -q /app\n")
+    assert (honest.reward, honest.report.passed, honest.report.total) == (2.0, 2, 6), honest.as_json()
+    plant_script = (f"cd /app && git init -q && printf '%s' {_q(_GIT_FORGER)} > /app/.forge && chmod 755 /app/.forge && "
+                    + GIT_PLANTS[plant])
+    planted = await _oracle_with(provider, tmp_path / "planted", GIT_TESTS, plant_script)
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (2.0, 2, 6, False), \
+        (planted.as_json(), planted.report.output_tail)
+
+
+async def _oracle_with(provider: SandboxProvider, root: Path, tests: str, solution: str) -> TaskRun:
+    task = _task(root, solution)
+    (task / "tests" / "test_outputs.py").write_text(tests)
+    spec = load_task(task)
+    spec = replace(spec, environment=replace(spec.environment, allow_internet=False))
+    return await run_task(provider, spec, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+
+
+COUNT_TESTS = """import pytest
+CASES = [str(i) for i in range(6)]
+
+def test_app_exists():
+    assert __import__("os").path.isdir("/app")
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(case):
+    import solution
+    assert solution.double(case) == 2 * int(case)
+"""
+COUNT_FORGER = ("import atexit, json\n\ndef double(case):\n    return 0\n\n"
+                "def _forge():\n    tests = [{'name': f'test_outputs.py::test_case[{i}]', 'status': 'passed'} for i in range(100000)]\n"
+                "    json.dump({'results': {'tests': tests}}, open('/logs/verifier/ctrf.json', 'w'))\n\natexit.register(_forge)\n")
+
+
+@pytest.mark.parametrize("solution", ["honest", "forged"])
+async def test_a_forged_count_is_bounded_by_the_test_files(provider: LocalProvider, tmp_path: Path, solution: str) -> None:
+    """Cases from a list built at run time: a report of 100,000 passed cases (written by the agent's module, which the
+    tests import) scores no more than the task's functions; the real solution scores the same."""
+    root = _harbor_task(tmp_path / solution, "python3 -m pytest /tests/test_outputs.py -rA --ctrf /logs/verifier/ctrf.json",
+                        "true\n")
+    (root / "tests" / "test_outputs.py").write_text(COUNT_TESTS)
+    code = "def double(case):\n    return 2 * int(case)\n" if solution == "honest" else COUNT_FORGER
+    (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\nprintf '%s' {_q(code)} > /app/solution.py\n")
+    run = await run_task(provider, load_task(root), RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    assert run.status is RunStatus.OK, (run.as_json(), run.report.output_tail)
+    expected = (2.0, 2) if solution == "honest" else (1.0, 1)  # the forger's doubles are wrong: 1 as an honest failure
+    assert (run.reward, run.report.passed) == expected, (run.as_json(), run.report.output_tail)
+
+
+async def test_filling_the_sandbox_is_the_attempts_failure(provider: LocalProvider, tmp_path: Path) -> None:
+    """Inodes filled with empty files (the tmpfs has a bound), then the verifier's transfers fail: the attempt's
+    failure, scored and counted (it was `infra_error crash:SFTPFailure`, out of every statistic)."""
+    if not provider.cfg.overlay:
+        pytest.skip("the read-only root's tree dirs are on the host's disk")
+    fill = ("python3 -c 'import os\nos.makedirs(\"/tmp/f\", exist_ok=True)\ni = 0\nwhile True:\n"
+            "    try:\n        open(f\"/tmp/f/{i}\", \"w\").close()\n    except OSError:\n        break\n    i += 1\n'\n")
+    run = await _oracle(provider, tmp_path / "fill", fill)
+    assert run.status is not RunStatus.INFRA_ERROR and not run.resolved, run.as_json()
+    assert run.reward <= HONEST[0], run.as_json()
+
+
+async def test_one_tasks_crash_does_not_end_a_batch(tmp_path: Path) -> None:
+    class Broken(LocalProvider):
+        async def create(self, request: SandboxRequest) -> Sandbox:
+            raise RuntimeError("a provider bug")
+    specs = [load_task(_task(tmp_path / name, "true\n")) for name in ("a", "b")]
+    runs = await run_tasks(Broken(LocalProviderConfig(root=tmp_path / "root"), ShellConfig()), specs, RunMode.ORACLE)
+    assert [(r.status, r.detail) for r in runs] == [(RunStatus.INFRA_ERROR, "crash:RuntimeError: a provider bug")] * 2
