@@ -50,7 +50,7 @@ MAX_FRAME_BYTES
 # pytest: module markers, autouse fixtures, and vLLM stand-in fields that mirror the real engine's types.
 pytestmark, _one_torch_thread, FINAL_ONLY, decoded_token, cumulative_logprob, stop_reason, special_tokens
 # pytest: tests imported to be collected a second time with another fixture (tests/docker/test_docker_reward_integrity.py).
-test_attack_scores_as_an_honest_failure, test_honest_attempts
+test_attack_scores_as_an_honest_failure, test_honest_attempts, test_git_runs_no_program_the_agents_repository_names
 _.__class__
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import posixpath
 import secrets
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
 from t1.sandbox.docker_build import EnvironmentBuilder
 from t1.sandbox.docker_engine import ContainerSpec, Engine, cgroup_procs
 from t1.sandbox.docker_pristine import OVERLAY2, ContainerPristine, container_layers
+from t1.sandbox.framing import SUPERVISOR_BASH
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.mountns import mount_thread
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
@@ -62,12 +64,40 @@ def close_verifier_dirs(pid: int) -> None:
         os.close(ns)
 
 
+SUPERVISOR_DIR = posixpath.dirname(SUPERVISOR_BASH)
+SUPERVISOR_TMPFS = "mode=755,size=8m,exec"
+
+
+def install_supervisor_bash(pid: int) -> None:
+    """The container's own bash, copied execute-only (mode 0111, owned by the verifier's uid) to SUPERVISOR_BASH
+    in the container, from the host (blocking; before any session): a supervisor running it is not dumpable, so
+    the agent's code (the container's root, no capabilities) can read neither its memory nor its token."""
+    def install() -> None:  # in the container's mount namespace: the image's bash, links resolved in its root
+        source = next((p for p in ("/usr/bin/bash", "/bin/bash") if os.path.isfile(p)), None)
+        if source is None:
+            return  # an image without bash: the shells cannot start anyway, and say so
+        with open(source, "rb") as f:
+            data = f.read()
+        fd = os.open(SUPERVISOR_BASH, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o100)
+        try:
+            os.write(fd, data)
+            os.fchown(fd, VERIFIER_UID, VERIFIER_UID)
+            os.fchmod(fd, 0o111)
+        finally:
+            os.close(fd)
+    ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mount_thread().inside(ns, install)
+    finally:
+        os.close(ns)
+
+
 def verifier_tmpfs(size_mb: int) -> tuple[tuple[str, str], ...]:
     """The container's tmpfs mounts for a separate verifier (pure): its dirs, closed to all but its uid, and
     the mount points its sessions use (mount points: the agent can neither replace nor unmount them)."""
     own = f"uid={VERIFIER_UID},gid={VERIFIER_UID},mode=0700,size={size_mb}m,exec"
     return (*((path, own) for path in VERIFIER_DIRS.values()),
-            (PRISTINE_DIR, MOUNT_POINT_TMPFS), (ETC_DIR, MOUNT_POINT_TMPFS))
+            (PRISTINE_DIR, MOUNT_POINT_TMPFS), (ETC_DIR, MOUNT_POINT_TMPFS), (SUPERVISOR_DIR, SUPERVISOR_TMPFS))
 
 
 def container_namespaces(pid: int) -> tuple[str, ...]:
@@ -195,6 +225,7 @@ class DockerProvider:
                                verifier_cgroup_procs=self._verifier_cgroup(sandbox_id, spec))
             if layers is not None:
                 await asyncio.to_thread(close_verifier_dirs, pid)
+                await asyncio.to_thread(install_supervisor_bash, pid)
             self.server.trees[sandbox_id] = tree
             self.server.targets[sandbox_id] = NamespaceTarget(pid=pid, namespaces=container_namespaces(pid))
             endpoint = SshEndpoint(

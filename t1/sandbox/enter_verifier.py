@@ -24,6 +24,18 @@ NS_FLAGS = {"user": CLONE_NEWUSER, "mnt": CLONE_NEWNS, "pid": 0x20000000, "net":
             "uts": 0x04000000, "cgroup": 0x02000000}
 PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 8, 24, 38, 47
 PR_CAP_AMBIENT_RAISE = 2
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER, AUDIT_ARCH_X86_64 = 22, 2, 0xC000003E
+OWN_USERNS_IDS = 65536
+"""Ids a container verifier's own user namespace maps to themselves (the sandbox ids, `VERIFIER_UID` among them)."""
+DENIED_SYSCALLS = (163, 248, 321, 305, 227, 174, 176, 313, 177, 175, 173, 172, 312, 320, 246, 250, 212, 165, 429, 430,
+                   432, 431, 433, 428, 303, 180, 304, 298, 155, 310, 311, 178, 179, 169, 249, 308, 164, 167, 168, 139,
+                   156, 166, 272, 134, 323, 136, 442)
+"""x86-64 numbers of what the engine's default seccomp profile denies a container without extra capabilities:
+acct add_key bpf clock_adjtime clock_settime create_module delete_module finit_module get_kernel_syms
+init_module ioperm iopl kcmp kexec_file_load kexec_load keyctl lookup_dcookie mount move_mount fsopen fsmount
+fsconfig fspick open_tree name_to_handle_at nfsservctl open_by_handle_at perf_event_open pivot_root
+process_vm_readv process_vm_writev query_module quotactl reboot request_key setns settimeofday swapon swapoff
+sysfs _sysctl umount2 unshare uselib userfaultfd ustat mount_setattr."""
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 CAP_NUMBERS = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3}
 VERIFIER_UID = 64999
@@ -201,12 +213,74 @@ def _private_mounts(pristine: bool) -> None:
     os.chroot(pristine_root())
 
 
+def _map_writer() -> tuple[int, int]:
+    """A child of host root that, told a pid on its pipe, maps uids and gids 0..65535 to themselves in that pid's new
+    user namespace (only a writer with CAP_SETUID in the parent namespace may map more than its own id). Forked
+    before joining the container's namespaces: its /proc is the host's. Returns (its pid, the pipe to tell it)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(w)
+        target = os.read(r, 32).decode().strip()
+        try:
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{target}/{name}", "w") as f:
+                    f.write(f"0 0 {OWN_USERNS_IDS}\n")
+        except OSError as exc:
+            print(f"t1 enter_verifier: cannot map the verifier's user namespace: {exc}", file=sys.stderr)
+            os._exit(1)
+        os._exit(0)
+    os.close(r)
+    return child, w
+
+
+def _own_userns(writer: tuple[int, int]) -> None:
+    """A user namespace of the session's own, made as the verifier uid (so the container's root, uid 0 outside,
+    does not own it and has no capability in it): its capabilities stop at the container's files and never
+    count in the host's namespace (no `open_by_handle_at` through a file bound from the host)."""
+    child, w = writer
+    _check(libc.unshare(CLONE_NEWUSER), "unshare user namespace")
+    os.write(w, f"{os.getpid()}\n".encode())
+    os.close(w)
+    _, status = os.waitpid(child, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        raise OSError("the verifier's user namespace could not be mapped")
+
+
+def _deny_syscalls() -> None:
+    """A seccomp filter denying (EPERM) what the engine's default profile denies a container (`DENIED_SYSCALLS`,
+    x86-64; the x32 ABI entirely). Needs no_new_privs, set before."""
+    if os.uname().machine != "x86_64":
+        return
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH_X86_64), (ret, 0, 0, kill), (ld_abs, 0, 0, 0),
+            (jge, len(DENIED_SYSCALLS) + 1, 0, 0x40000000)]
+    prog += [(jeq, len(DENIED_SYSCALLS) - i, 0, nr) for i, nr in enumerate(DENIED_SYSCALLS)]
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+
+    class _Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class _Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Filter))]
+
+    filters = (_Filter * len(prog))(*[_Filter(*ins) for ins in prog])
+    _check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_Prog(len(prog), filters)), 0, 0), "seccomp")
+
+
 def enter(pid: int, namespaces: list[str], keep_caps: list[str], pristine: bool = False) -> None:
-    """Become the verifier inside sandbox init `pid`'s namespaces (see the module docstring)."""
+    """Become the verifier inside sandbox init `pid`'s namespaces (see the module docstring).
+
+    A sandbox with a user namespace (local) is entered through it; a container (docker) has none of its own, so
+    the session makes one (`_own_userns`) and gets the engine's seccomp denials (`_deny_syscalls`).
+    """
     cwd = os.readlink(f"/proc/{pid}/cwd")
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last_cap = int(f.read())
-    # the user namespace first, where the sandbox has one (it owns the others); a container has none of its own
+    container = "user" not in namespaces
+    writer = _map_writer() if container else None
+    # the user namespace first, where the sandbox has one (it owns the others)
     order = sorted(namespaces, key=lambda name: name != "user")
     fds = {ns: os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY) for ns in order}
     for ns in order:
@@ -216,6 +290,8 @@ def enter(pid: int, namespaces: list[str], keep_caps: list[str], pristine: bool 
     os.setgroups([])
     os.setresgid(VERIFIER_UID, VERIFIER_UID, VERIFIER_UID)
     os.setresuid(VERIFIER_UID, VERIFIER_UID, VERIFIER_UID)
+    if writer is not None:
+        _own_userns(writer)
     everything = _permitted() & ((1 << (last_cap + 1)) - 1)
     _capset(everything, everything, 0)
     _check(libc.unshare(CLONE_NEWNS), "unshare mount namespace")
@@ -229,6 +305,8 @@ def enter(pid: int, namespaces: list[str], keep_caps: list[str], pristine: bool 
         _check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NUMBERS[name], 0, 0), f"ambient {name}")
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     os.chdir(cwd if os.path.isdir(cwd) else "/")
+    if container:
+        _deny_syscalls()
 
 
 def main(argv: list[str]) -> int:

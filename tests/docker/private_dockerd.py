@@ -11,6 +11,7 @@ here, so nothing is pulled (`docker import`).
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import os
 import shutil
@@ -27,12 +28,14 @@ import docker.errors
 from t1.config.sandbox import DockerProviderConfig
 
 BASE_IMAGE = "t1-test-base:latest"
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The base image's PATH, as real images set it (a Dockerfile's `ENV PATH=/x:$PATH` expands it)."""
 BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "mkdir", "rm", "cp", "mv", "chmod",
             "touch", "test", "true", "false", "grep", "sed", "wc", "dd", "id", "ps", "kill", "setpriv", "timeout",
             "python3", "stat", "printf", "sort", "tr", "cut", "uname", "hostname", "ln", "readlink", "find", "xargs",
             "nproc", "seq", "yes", "od", "base64", "md5sum", "sha256sum", "tee", "date", "pwd", "whoami", "ip",
             "tar", "gzip", "awk", "mawk", "diff", "chown", "which", "basename", "dirname", "mktemp", "cmp", "du",
-            "nohup", "setsid", "pgrep", "pkill")
+            "nohup", "setsid", "pgrep", "pkill", "git")
 EXTRA_TREES = ("/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pygments", "/usr/lib/openssh/sftp-server", "/etc/passwd", "/etc/group",
                "/usr/lib/locale/C.utf8")
 
@@ -67,6 +70,8 @@ def base_tar() -> bytes:
             files |= {real, *_libraries(real)}
             files.add("/usr/bin/" + name)
     files |= {*_libraries(os.path.realpath("/usr/lib/openssh/sftp-server"))}
+    for module in glob.glob("/usr/lib/python3.11/lib-dynload/_ctypes*.so"):  # ctypes (libffi), for probes of the kernel
+        files |= _libraries(module)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for link in ("bin", "sbin", "lib", "lib64"):  # the host's merged-/usr links (bin -> usr/bin, ...)
@@ -145,7 +150,8 @@ class PrivateDockerd:
 
     def import_base_image(self) -> None:
         with contextlib.closing(self.client()) as client:
-            client.api.import_image_from_data(base_tar(), repository=BASE_IMAGE.split(":")[0], tag="latest")
+            client.api.import_image_from_data(base_tar(), repository=BASE_IMAGE.split(":")[0], tag="latest",
+                                              changes=[f"ENV PATH={IMAGE_PATH}"])
 
     def stop(self) -> None:
         if self.proc is None:

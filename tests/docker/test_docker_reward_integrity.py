@@ -1,7 +1,10 @@
 """The reward-integrity attacks of tests/tasks/test_reward_integrity.py against docker sandboxes.
 
-The suite's honest-attempt and attack tests are collected here a second time with `provider` a
-docker provider on the private engine: each attack must score as the honest failed attempt does.
+The suite's honest-attempt and attack tests (the TB1 ones: code planted in the system and the
+workdir, plugins registered there, git's configuration) are collected here a second time with
+`provider` a docker provider on the private engine: each attack must score as the honest failed
+attempt does. Not collected here: the Harbor ones (their Dockerfile's base image is not on the
+private engine) and filling the sandbox (a container's disk is the host's).
 Without the verifier's own user and pristine system (`DockerProvider.separates_verifier` off) a
 planted `/usr/bin/python3` forges a full pass: the isolation is what stops it. (The base image has
 no compiler: `plant_preloaded_library` fails before it plants anything there.)
@@ -12,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tasks.test_reward_integrity import (  # the suite's two tests, collected again with the fixture below
+from tasks.test_reward_integrity import (  # the suite's tests, collected again with the fixtures below
     ATTACKS,
     TESTS,
     _oracle,
     test_attack_scores_as_an_honest_failure,  # noqa: F401
+    test_git_runs_no_program_the_agents_repository_names,  # noqa: F401
     test_honest_attempts,  # noqa: F401
 )
 
@@ -82,3 +86,45 @@ async def test_the_verifier_runs_the_system_as_setup_left_it(provider: DockerPro
     finally:
         await provider.destroy(box)
     assert not pristine.layers.setup_copy.exists()  # the engine removed it with the container's layer
+
+
+SHOCKER = r'''
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+
+class Handle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int), ("f_handle", ctypes.c_uint * 2)]
+
+opened = []
+for path in ("/etc/hostname", "/etc/resolv.conf", "/etc/hosts"):
+    try:
+        mount_fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        continue
+    root = Handle(8, 1, (ctypes.c_uint * 2)(2, 0))  # ext4's root directory: inode 2, generation 0
+    fd = libc.open_by_handle_at(mount_fd, ctypes.byref(root), os.O_RDONLY | os.O_DIRECTORY)
+    if fd >= 0:
+        opened.append(f"{path}: {sorted(os.listdir(f'/proc/self/fd/{fd}'))[:5]}")
+    else:
+        opened.append(f"{path}: errno {ctypes.get_errno()}")
+print("\n".join(opened))
+'''
+
+
+async def test_verifier_sessions_hold_no_capability_of_the_hosts(provider: DockerProvider) -> None:
+    """The "shocker" escape on the real engine: `open_by_handle_at` through a host file bound into the container
+    (its /etc/hostname) opens the host's root directory with CAP_DAC_READ_SEARCH in the host's user namespace.
+    Verifier sessions have a user namespace of their own, so their capabilities stop at the container's files."""
+    box = await provider.create(SandboxRequest())
+    try:
+        verifier = await box.open_shell(role=ShellRole.VERIFIER)
+        await verifier.write_file("/tmp/.t1-verifier/shocker.py", SHOCKER.encode())
+        probe = await verifier.run("python3 /tmp/.t1-verifier/shocker.py; grep -E '^Cap(Eff|Bnd)' /proc/self/status; "
+                                   "cat /proc/self/uid_map")
+        assert "errno" in probe.output and "['" not in probe.output, probe.output  # EPERM: no host-wide capability
+        uid_map = probe.output.strip().splitlines()[-1].split()
+        assert uid_map[:2] == ["0", "0"] and uid_map[2] != "4294967295", probe.output  # a user namespace of its own
+        mine = await verifier.run("echo ok > /app/verifier-wrote && chown 1000 /app/verifier-wrote && stat -c %u /app/verifier-wrote")
+        assert mine.output.split() == ["1000"], mine.output  # its file capabilities still work on the container's files
+    finally:
+        await provider.destroy(box)

@@ -3,7 +3,8 @@
 The attack is what a policy would run: collect every 24-hex-digit string it can find in the
 sandbox (every process's argv and environment, and on the local provider every readable
 memory map of every process), print a fake frame `\\n<left><right>0 <cwd>` for every pair, then
-exit 7. The shell must report 7. On the plain sshd (a VM-like host where the command runs as the
+exit 7. The shell must report 7 (on the docker provider too, tests/docker/test_docker_hostile_shell.py).
+On the plain sshd (a VM-like host where the command runs as the
 supervisor's own user, without Yama) the memory of the supervisor is readable to the command,
 so only argv and environment are scanned there; docs/security.md says so.
 """
@@ -61,7 +62,7 @@ sys.exit(7)
 async def test_fake_frames_do_not_end_the_command(server: Server) -> None:
     shell = await server.sandbox.open_shell()
     await shell.write_file(f"{server.scratch}/attack.py", ATTACK.encode())
-    scan_memory = "1" if server.kind == "embedded" else "0"
+    scan_memory = "1" if server.kind in ("embedded", "docker") else "0"
     result = await shell.run(f"python3 {server.scratch}/attack.py {scan_memory}", timeout_s=120)
     assert result.exit_code == 7, result.output[-500:]
     assert "scanned" in result.output

@@ -183,7 +183,12 @@ async def _oracle(provider: SandboxProvider, root: Path, solution: str) -> TaskR
     """The attack task's oracle run, offline (no attack needs the internet; the docker suite runs these too)."""
     spec = load_task(_task(root, solution))
     spec = replace(spec, environment=replace(spec.environment, allow_internet=False))
-    return await run_task(provider, spec, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    return await run_task(provider, spec, RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
+
+
+def _replays(provider: SandboxProvider) -> bool:
+    """Whether the provider replays a task's Dockerfile (local) or builds its image (docker)."""
+    return isinstance(provider, LocalProvider)
 
 
 HONEST = (1.0, 1, 5)
@@ -286,9 +291,18 @@ HARBOR_RUNNERS = {
 WORKDIR_PLANTS = ATTACKS["shadow_pytest_in_the_workdir"] + ATTACKS["read_and_plant_tests"]
 
 
-def _harbor_task(root: Path, runner: str, solution: str) -> Path:
+HARBOR_BASE = "python:3.13-slim-bookworm"
+
+
+@pytest.fixture
+def harbor_base() -> str:
+    """The base image of the Harbor attack tasks (the docker suite gives its own engine's)."""
+    return HARBOR_BASE
+
+
+def _harbor_task(root: Path, runner: str, solution: str, base: str = HARBOR_BASE) -> Path:
     (root / "environment").mkdir(parents=True)
-    (root / "environment" / "Dockerfile").write_text("FROM python:3.13-slim-bookworm\nWORKDIR /app\n")
+    (root / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
     (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[environment]\nallow_internet = false\n')
     (root / "instruction.md").write_text("Write 42 into /app/answer.txt.\n")
     (root / "tests").mkdir()
@@ -309,7 +323,7 @@ async def test_harbor_tests_ignore_a_pytest_planted_in_the_workdir(provider: Loc
     runs = {}
     for name, solution in (("honest", "true\n"), ("planted", WORKDIR_PLANTS)):
         task = load_task(_harbor_task(tmp_path / name, HARBOR_RUNNERS[runner], solution))
-        runs[name] = await run_task(provider, task, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+        runs[name] = await run_task(provider, task, RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
     honest, planted = runs["honest"], runs["planted"]
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
@@ -332,20 +346,21 @@ HARBOR_PLANTS = {
 
 @pytest.mark.parametrize("plant", sorted(HARBOR_PLANTS))
 @pytest.mark.parametrize("runner", sorted(HARBOR_RUNNERS))
-async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: LocalProvider, tmp_path: Path, runner: str,
-                                                             plant: str) -> None:
+async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: SandboxProvider, tmp_path: Path, runner: str,
+                                                             plant: str, harbor_base: str) -> None:
     """Plugins registered by a distribution in /app, links at / to the agent's conftest or ini: an honest failure."""
-    honest = await run_task(provider, load_task(_harbor_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n")),
-                            RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    honest = await run_task(provider, load_task(_harbor_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n",
+                                                             harbor_base)),
+                            RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
     planted = await run_task(provider, load_task(_harbor_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
-                                                              HARBOR_PLANTS[plant])),
-                             RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+                                                              HARBOR_PLANTS[plant], harbor_base)),
+                             RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
         (honest.reward, honest.report.passed, honest.report.total, False), (planted.as_json(), planted.report.output_tail)
 
 
-ENV_DOCKERFILE = ('FROM python:3.13-slim-bookworm\nENV PATH="/root/.local/bin:$PATH" PYTHONPATH=/app\n'
+ENV_DOCKERFILE = ('ENV PATH="/root/.local/bin:$PATH" PYTHONPATH=/app\n'
                   "ENV BASH_ENV=/app/.bash_env LD_LIBRARY_PATH=/app/lib\nWORKDIR /app\nRUN cp /etc/hostname /root/.copied\n")
 """A task environment pointing into the agent's places, as real Dockerfiles do (the last line: other variables)."""
 TB_TEST_SH = ("#!/bin/bash\ncd /app\nuv venv .tbench-testing\nsource .tbench-testing/bin/activate\n{runner}\n"
@@ -367,26 +382,26 @@ ENV_PLANTS = {
 }
 
 
-def _env_task(root: Path, runner: str, solution: str) -> Path:
+def _env_task(root: Path, runner: str, solution: str, base: str) -> Path:
     _harbor_task(root, runner, solution)
-    (root / "environment" / "Dockerfile").write_text(ENV_DOCKERFILE)
+    (root / "environment" / "Dockerfile").write_text(f"FROM {base}\n{ENV_DOCKERFILE}")
     (root / "tests" / "test.sh").write_text(TB_TEST_SH.format(runner=runner))
     return root
 
 
 @pytest.mark.parametrize("plant", sorted(ENV_PLANTS))
 @pytest.mark.parametrize("runner", sorted(HARBOR_RUNNERS))
-async def test_task_environment_into_agent_dirs_runs_nothing_planted(provider: LocalProvider, tmp_path: Path,
-                                                                    runner: str, plant: str) -> None:
+async def test_task_environment_into_agent_dirs_runs_nothing_planted(provider: SandboxProvider, tmp_path: Path,
+                                                                    runner: str, plant: str, harbor_base: str) -> None:
     """`ENV PATH="/root/.local/bin:$PATH"`, `PYTHONPATH=/app`, `BASH_ENV`, Terminal-Bench's venv in /app: the
     verifier runs none of what the agent put there, and still finds its stand-ins (uv, uvx) on that PATH."""
-    honest = await run_task(provider, load_task(_env_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n")),
-                            RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    honest = await run_task(provider, load_task(_env_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n", harbor_base)),
+                            RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, \
         (honest.as_json(), honest.report.output_tail)
     planted = await run_task(provider, load_task(_env_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
-                                                           ENV_PLANTS[plant])),
-                             RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+                                                           ENV_PLANTS[plant], harbor_base)),
+                             RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
         (honest.reward, honest.report.passed, honest.report.total, False), (planted.as_json(), planted.report.output_tail)
 
@@ -410,7 +425,7 @@ GIT_PLANTS = {
 
 
 @pytest.mark.parametrize("plant", sorted(GIT_PLANTS))
-async def test_git_runs_no_program_the_agents_repository_names(provider: LocalProvider, tmp_path: Path,
+async def test_git_runs_no_program_the_agents_repository_names(provider: SandboxProvider, tmp_path: Path,
                                                                plant: str) -> None:
     """A test that runs `git status` in the agent's repository: its fsmonitor or filter does not run as the
     verifier (before: it wrote the CTRF and reward files T1 read, a full pass of 6 where 2 pass)."""
@@ -428,7 +443,7 @@ async def _oracle_with(provider: SandboxProvider, root: Path, tests: str, soluti
     (task / "tests" / "test_outputs.py").write_text(tests)
     spec = load_task(task)
     spec = replace(spec, environment=replace(spec.environment, allow_internet=False))
-    return await run_task(provider, spec, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    return await run_task(provider, spec, RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
 
 
 COUNT_TESTS = """import pytest
@@ -448,15 +463,16 @@ COUNT_FORGER = ("import atexit, json\n\ndef double(case):\n    return 0\n\n"
 
 
 @pytest.mark.parametrize("solution", ["honest", "forged"])
-async def test_a_forged_count_is_bounded_by_the_test_files(provider: LocalProvider, tmp_path: Path, solution: str) -> None:
+async def test_a_forged_count_is_bounded_by_the_test_files(provider: SandboxProvider, tmp_path: Path, solution: str,
+                                                            harbor_base: str) -> None:
     """Cases from a list built at run time: a report of 100,000 passed cases (written by the agent's module, which the
     tests import) scores no more than the task's functions; the real solution scores the same."""
     root = _harbor_task(tmp_path / solution, "python3 -m pytest /tests/test_outputs.py -rA --ctrf /logs/verifier/ctrf.json",
-                        "true\n")
+                        "true\n", harbor_base)
     (root / "tests" / "test_outputs.py").write_text(COUNT_TESTS)
     code = "def double(case):\n    return 2 * int(case)\n" if solution == "honest" else COUNT_FORGER
     (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\nprintf '%s' {_q(code)} > /app/solution.py\n")
-    run = await run_task(provider, load_task(root), RunMode.ORACLE, reward_mode=RewardMode.COUNT)
+    run = await run_task(provider, load_task(root), RunMode.ORACLE, local=_replays(provider), reward_mode=RewardMode.COUNT)
     assert run.status is RunStatus.OK, (run.as_json(), run.report.output_tail)
     expected = (2.0, 2) if solution == "honest" else (1.0, 1)  # the forger's doubles are wrong: 1 as an honest failure
     assert (run.reward, run.report.passed) == expected, (run.as_json(), run.report.output_tail)
