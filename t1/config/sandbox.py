@@ -40,6 +40,7 @@ class LocalProviderConfig(Section):
     overlay: bool = Field(True, description="A copy-on-write root over the host's per sandbox, writable anywhere, as in a container (needs T1 running as root; otherwise the system is read-only); the verifier runs the system as the task's setup left it (docs/security.md). Off: the host's system, read-only.")
     storage_mb: int = Field(10240, ge=16, description="A sandbox's writable storage (tmpfs, used as written) when its task names none; overlay only.")
     max_storage_mb: int = Field(102400, ge=16, description="The most storage a task may ask for; a larger request is refused.")
+    verifier_storage_mb: int = Field(1024, ge=16, description="Size of each of the verifier's own tmpfs dirs in an overlay sandbox (/tests, /logs/verifier, its toolchain): a sandbox the agent filled does not stop its verifier.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Resource limits.")
 
 

@@ -65,6 +65,8 @@ class SandboxTree:
     overlay: bool = False
     """A copy-on-write root over the host's on a tmpfs of `storage_mb` (`t1.sandbox.rootfs`; needs root and a uid)."""
     storage_mb: int = 10240
+    verifier_storage_mb: int = 1024
+    """With `overlay`: each verifier dir is a tmpfs of this size of its own (`rootfs.mount_verifier_storage`)."""
 
     def host_path(self, name: str) -> Path:
         """Where `name` lives in the mount namespace that holds it (with `overlay`, the sandbox's own)."""

@@ -129,7 +129,7 @@ class LocalProvider:
             allow_network=request.allow_network, limits=self.cfg.limits,
             bubblewrap=self.cfg.bubblewrap, env=request.env, verifier_uid=self._new_uid(),
             cgroup_procs=procs, verifier_cgroup_procs=verifier_procs,
-            overlay=self._overlay, storage_mb=self._storage_mb(request),
+            overlay=self._overlay, storage_mb=self._storage_mb(request), verifier_storage_mb=self.cfg.verifier_storage_mb,
         )
         await asyncio.to_thread(make_tree, tree)
         endpoint = SshEndpoint(

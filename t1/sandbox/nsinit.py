@@ -38,8 +38,8 @@ from t1.sandbox.holders import lifeline_fd
 from t1.sandbox.mountns import mount_thread
 from t1.sandbox.netns import start_slirp, stop_slirp, write_resolv_conf
 from t1.sandbox.pristine import PristineState, mount_pristine, snapshot_setup
-from t1.sandbox.rootfs import Mask, host_masks, mount_overlay, mount_storage
-from t1.sandbox.verifier_role import make_verifier_dirs, write_userns_map
+from t1.sandbox.rootfs import Mask, host_masks, mount_overlay, mount_storage, mount_verifier_storage
+from t1.sandbox.verifier_role import VERIFIER_DIRS, make_verifier_dirs, write_userns_map
 
 INIT_READY = b"t1-sandbox-ready\n"
 STOP_TIMEOUT_S = 10.0
@@ -163,6 +163,8 @@ def _fill_storage(tree: SandboxTree, masks: tuple[Mask, ...]) -> None:
     assert tree.uid is not None
     mount_storage(tree.root, tree.uid, tree.storage_mb, masks, tuple(TREE_DIRS))
     make_verifier_dirs(tree.root, tree.verifier_uid)
+    if tree.verifier_uid is not None:
+        mount_verifier_storage(tree.root, tree.verifier_uid, tree.verifier_storage_mb, tuple(VERIFIER_DIRS))
     if tree.allow_network:
         write_resolv_conf(tree.root)
 

@@ -259,6 +259,15 @@ kernel's memory (a tmpfs's default is half the host's RAM in pages: millions, fi
 MIN_INODES = 65536
 
 
+def mount_verifier_storage(root: Path, verifier_uid: int, size_mb: int, names: tuple[str, ...]) -> None:
+    """In the sandbox's new mount namespace: a tmpfs of the verifier's own on each of its dirs under `root`, so an
+    agent that filled the sandbox's storage or inodes leaves its verifier the space to run."""
+    for name in names:
+        mount("tmpfs", str(root / name), "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={size_mb}m,nr_inodes={max(MIN_INODES, size_mb * INODES_PER_MB)},mode=0700,"
+              f"uid={verifier_uid},gid={verifier_uid}")
+
+
 def mount_storage(root: Path, base: int, storage_mb: int, masks: tuple[Mask, ...], tree_dirs: tuple[str, ...]) -> None:
     """In the sandbox's new mount namespace: its tmpfs at `root`, the tree dirs, the upper layer with its masks.
 

@@ -116,8 +116,8 @@ def git_hardening() -> dict[str, str]:
 
 
 def verifier_env(env: dict[str, str]) -> dict[str, str]:
-    """A verifier session's environment: the agent's as a verifier may use it (`trusted_env`), a home of its
-    own, and git hardened (pure). Git refuses repositories owned by another uid; the verifier inspects the
+    """A verifier session's environment: the agent's as a verifier may use it (`trusted_env`), a home and a
+    TMPDIR of its own (its storage: an agent that filled /tmp does not stop pytest), and git hardened (pure). Git refuses repositories owned by another uid; the verifier inspects the
     agent's (root's) as a root verifier would, so every directory is marked safe for it."""
-    return {**trusted_env(env), "HOME": VERIFIER_HOME, "USER": "t1-verifier", "LOGNAME": "t1-verifier",
-            **git_hardening()}
+    return {**trusted_env(env), "HOME": VERIFIER_HOME, "TMPDIR": VERIFIER_HOME, "USER": "t1-verifier",
+            "LOGNAME": "t1-verifier", **git_hardening()}

@@ -148,9 +148,12 @@ class VerifierReport:
             name, step = self.steps[-1]
             return f"step {name} fell below its min_reward: {step.why}"
         reward = self.reward
+        missing = _not_started(self.output_tail) if not self.tests else ""
         if reward is not None:
-            return f"reward {reward:g}" + (f"; output ends: {_last_line(self.output_tail)}" if self.output_tail.strip()
-                                           else "")
+            return f"reward {reward:g}" + (f"; the verifier could not start {missing}" if missing else "") + (
+                f"; output ends: {_last_line(self.output_tail)}" if self.output_tail.strip() else "")
+        if missing:
+            return f"the verifier could not start {missing}"
         return self.detail or "no test passed"
 
     @property
@@ -160,6 +163,15 @@ class VerifierReport:
             return False
         reward = self.reward
         return self.passed == self.total and (reward is None or reward >= 1.0)
+
+
+_NOT_FOUND = re.compile(r"(?:^|: )([\w.+-]+): (?:command not found|No such file or directory)\s*$", re.M)
+
+
+def _not_started(output: str) -> str:
+    """`uvx (command not found)` when the output says a program the verifier ran was not there (pure)."""
+    found = _NOT_FOUND.findall(output)
+    return f"{found[0]} (command not found)" if found else ""
 
 
 def _last_line(text: str) -> str:

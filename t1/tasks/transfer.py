@@ -21,7 +21,6 @@ from pathlib import Path
 
 from t1.sandbox.types import CommandResult, Shell
 
-STAGING_DIR = "/tmp"
 INLINE_MAX_BYTES = 8192
 """Archives and files up to this size move through the shell (base64: 10,924 characters, under the shells'
 default output cap of 16,384 bytes); larger ones through Shell.write_file / read_file."""
@@ -86,7 +85,9 @@ async def upload_archive(shell: Shell, archive: bytes, remote_dir: str, what: st
         inline = await shell.run(f"( printf %s {encoded} | base64 -d | {{ {unpack}; }} )", timeout_s=120.0)
         if inline.exit_code == 0 and not inline.timed_out:
             return
-    staged = f"{STAGING_DIR}/.t1-upload-{uuid.uuid4().hex}.tgz"
+    # staged in the destination (unpredictable name): a verifier's upload lands on its own storage, not the agent's /tmp
+    staged = f"{remote_dir.rstrip('/')}/.t1-upload-{uuid.uuid4().hex}.tgz"
+    await check(shell, f"mkdir -p {dest}", f"create {remote_dir}")
     await shell.write_file(staged, archive, 0o600)
     await check(shell, f"( {{ {unpack}; }} < {staged}; s=$?; rm -f {staged}; exit $s )", f"upload {what} to {remote_dir}")
 

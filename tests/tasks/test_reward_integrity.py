@@ -479,15 +479,15 @@ async def test_a_forged_count_is_bounded_by_the_test_files(provider: SandboxProv
 
 
 async def test_filling_the_sandbox_is_the_attempts_failure(provider: LocalProvider, tmp_path: Path) -> None:
-    """Inodes filled with empty files (the tmpfs has a bound), then the verifier's transfers fail: the attempt's
-    failure, scored and counted (it was `infra_error crash:SFTPFailure`, out of every statistic)."""
+    """Inodes filled with empty files (the tmpfs has a bound): the verifier runs on storage of its own, and the
+    attempt scores as an honest failure (it was `infra_error crash:SFTPFailure`, out of every statistic)."""
     if not provider.cfg.overlay:
         pytest.skip("the read-only root's tree dirs are on the host's disk")
     fill = ("python3 -c 'import os\nos.makedirs(\"/tmp/f\", exist_ok=True)\ni = 0\nwhile True:\n"
             "    try:\n        open(f\"/tmp/f/{i}\", \"w\").close()\n    except OSError:\n        break\n    i += 1\n'\n")
     run = await _oracle(provider, tmp_path / "fill", fill)
     assert run.status is not RunStatus.INFRA_ERROR and not run.resolved, run.as_json()
-    assert run.reward <= HONEST[0], run.as_json()
+    assert (run.reward, run.report.passed, run.report.total) == HONEST, (run.why, run.detail, run.report.output_tail[-800:])
 
 
 async def test_one_tasks_crash_does_not_end_a_batch(tmp_path: Path) -> None:
@@ -497,3 +497,11 @@ async def test_one_tasks_crash_does_not_end_a_batch(tmp_path: Path) -> None:
     specs = [load_task(_task(tmp_path / name, "true\n")) for name in ("a", "b")]
     runs = await run_tasks(Broken(LocalProviderConfig(root=tmp_path / "root"), ShellConfig()), specs, RunMode.ORACLE)
     assert [(r.status, r.detail) for r in runs] == [(RunStatus.INFRA_ERROR, "crash:RuntimeError: a provider bug")] * 2
+
+
+def test_a_verifier_that_could_not_start_its_runner_says_so() -> None:
+    """A task PATH that hid the test runner read "reward 0" with nothing else: the why names the missing program."""
+    output = "/tests/test.sh: line 4: uvx: command not found\n"
+    report = build_report(VerifierKind.TEST_SH, output, {"reward.txt": "0"}, exit_code=0, timed_out=False)
+    report = replace(report, output_tail=output)
+    assert report.why.startswith("reward 0; the verifier could not start uvx (command not found)"), report.why
