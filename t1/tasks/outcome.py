@@ -27,12 +27,14 @@ LIMIT_HINTS = ("no space left on device", "disk quota exceeded", "resource tempo
 
 
 class T1Fault(Exception):
-    """An error that is positively T1's (or its services'), never the attempt's: inference past its retries."""
+    """An error that is positively not the attempt's, even after it acted: T1's or its services' (inference past
+    its retries), or the task's (a separate verifier environment that does not build)."""
 
 
 T1_FAULTS = (T1Fault, SandboxCreateError, NeedsError, TypeError, AttributeError, NameError, LookupError,
              AssertionError, NotImplementedError, ImportError)
-"""What is T1's fault even after the agent acted: the provider, the task's needs, inference, and bugs in T1's code."""
+"""What is not the attempt's fault even after it acted: the provider, the task (its needs, its verifier's
+environment), inference, and bugs in T1's code."""
 SANDBOX_FAULTS = (SandboxLost, SetupError, OSError, TimeoutError)
 """What can fail inside (or on the way into) the sandbox; whose fault it is depends on whether the agent acted."""
 

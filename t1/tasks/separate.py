@@ -23,6 +23,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 
 from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell, ShellRole
+from t1.tasks.outcome import T1Fault
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
 from t1.tasks.report import VerifierReport
 from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
@@ -53,7 +54,7 @@ async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provi
     return data
 
 
-class VerifierEnvironmentError(Exception):
+class VerifierEnvironmentError(T1Fault):
     """The separate verifier's environment could not be built (not a SetupError: the attempt is not to blame)."""
 
     def __init__(self, message: str, output_tail: str = "") -> None:
