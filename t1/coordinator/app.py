@@ -25,9 +25,17 @@ restart; unfinished training episodes keep their journals for the next start, or
 training is done); 3. the gRPC server stops with its grace;
 4. eval jobs are closed (finished attempts are already in SQLite); 5. the trainer link and weight
 sync stop, the journal writes what is queued, and the spool is closed (ack log flushed;
-unacknowledged records stay for the next run); 6. pools, sandboxes and child services stop; 7. metrics and the run log close. Exit 0.
+unacknowledged records stay for the next run); 6. pools, sandboxes and child services stop; 7. metrics and the run log
+close.
 Steps 3-7 of the coordinator's own parts run within coordinator.shutdown_timeout_s as a whole: a
 step that hangs (a sandbox destroy that never returns) is abandoned, and the files still close.
+
+Failure: a background loop that dies (parts.Background) or a child service that exits and cannot
+be restarted (local.LocalStack.supervise) stops the run the same way, with that error.
+
+Exit code: 0 for a training run that reached its end and for an eval-only coordinator stopped by a
+signal (its normal end); EXIT_FAILED (1) after a failure, naming it; 128 + the signal for a
+training run stopped before its end (its report says where it stopped, never "done").
 
 The driver here is the only writer of the RunState (phase, eval job, trainer side); the stages
 it calls take parts and return values.
@@ -39,6 +47,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -57,6 +66,7 @@ from t1.tasks.spec import TaskSpec
 from t1.workdir import DirLock
 
 log = logging.getLogger(__name__)
+EXIT_FAILED = 1
 # The three policies of a run, evaluated on the same held-out sets: before SFT, after SFT, after PPO.
 EVAL_PHASES = {"base": RunPhase.EVAL_BEFORE, "warm_start": RunPhase.EVAL_WARM_START, "rl": RunPhase.EVAL_AFTER}
 
@@ -71,6 +81,8 @@ class Coordinator:
         self.state = RunState()
         self.parts: Parts | None = None
         self.stop_requested = asyncio.Event()
+        self.stop_signal: signal.Signals | None = None
+        self.failure: BaseException | None = None
         self.report: dict[str, Any] | None = None
         self._gc = GcSchedule(cfg.coordinator.gc_full_interval_s)
 
@@ -81,20 +93,34 @@ class Coordinator:
         if self.parts is not None:
             self.parts.scheduler.stop()
 
+    def fail(self, error: BaseException) -> None:
+        """A part the run needs has failed: the run stops, and ends with this error (the first one)."""
+        if self.failure is None:
+            self.failure = error
+            log.error("the run fails: %s", error)
+        self.request_stop()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self.stop_signal = self.stop_signal or sig
+        self.request_stop()
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        supervisor: asyncio.Task[None] | None = None
         run_dir_lock = DirLock(self.run_dir, "t1-coordinator").acquire()  # before any child or file is touched
         watchdog = LagWatchdog(warn_s=self.cfg.coordinator.loop_lag_warn_ms / 1000)
         watchdog.start()
         try:
             sets = await self.local.prepare()
+            supervisor = asyncio.create_task(self.local.supervise(), name="child-supervisor")
+            supervisor.add_done_callback(self._supervisor_ended)
             # Inference servers start while the parts are built (and, when training, while the oracle
             # demonstrations run, which need no model); eval-only serving waits for them first.
             endpoints = asyncio.ensure_future(self.local.inference_endpoints())
             early = await endpoints if not self.cfg.coordinator.train else []
-            self.parts = parts = await Parts.build(self.cfg, self.run_dir, early, self.state)
+            self.parts = parts = await Parts.build(self.cfg, self.run_dir, early, self.state, self.fail)
             if self.stop_requested.is_set():
                 parts.scheduler.stop()
             try:
@@ -109,12 +135,28 @@ class Coordinator:
                 await _discard(endpoints)
                 await parts.close(self.cfg.coordinator.shutdown_timeout_s)
         finally:
+            await cancel_and_wait(supervisor)
             await self.local.stop()
             await watchdog.stop()
             run_dir_lock.release()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(ValueError, RuntimeError):
                     loop.remove_signal_handler(sig)
+        return self._exit_code()
+
+    def _supervisor_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (err := task.exception()) is not None:
+            self.fail(err)
+
+    def _exit_code(self) -> int:
+        if self.failure is not None:
+            print(f"error: the run failed: {self.failure}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        if self.cfg.coordinator.train and self.state.phase is not RunPhase.DONE:
+            sig = self.stop_signal or signal.SIGTERM
+            print(f"t1: run {self.cfg.name} stopped by {sig.name} before its end (phase {self.state.phase}); "
+                  "t1-coordinator --resume goes on from its last checkpoint", file=sys.stderr, flush=True)
+            return 128 + int(sig)
         return 0
 
     async def _work(self, parts: Parts, sets: dict[str, list[TaskSpec]], endpoints: asyncio.Future[list[str]],
@@ -161,15 +203,21 @@ class Coordinator:
             self.state.sft_steps_taken = sft.steps if sft else min(trainer.weights.version, ws.sft_steps)
             if cfg.tasks.eval and not stop.is_set():
                 evals["warm_start"] = await self._eval("warm_start", cfg.tasks.eval)
+        trained = False
         if not stop.is_set():
             self.state.phase = RunPhase.TRAINING
-            await stages.training_stage(parts, trainer, [t for name in cfg.tasks.train for t in sets[name]])
-            self.state.phase = RunPhase.TRAINED
+            end = await stages.training_stage(parts, trainer, [t for name in cfg.tasks.train for t in sets[name]])
+            trained = end.trainer_done
+            if trained:
+                self.state.phase = RunPhase.TRAINED
         if cfg.tasks.eval and not stop.is_set():
             evals["rl"] = await self._eval("rl", cfg.tasks.eval)
+        finished = trained and not stop.is_set()  # a stop during the last eval leaves it unfinished too
         report = stages.write_report(parts, trainer, evals, sft_curve=curve_records(sft.curve) if sft else [],
-                                     sft_kept_step=sft.kept_step if sft else None)
-        self.state.phase = RunPhase.DONE
+                                     sft_kept_step=sft.kept_step if sft else None, finished=finished,
+                                     planned_steps=parts.planned_steps())
+        if finished:
+            self.state.phase = RunPhase.DONE
         return report
 
     async def _sft(self, trainer: TrainerSide) -> SftOutcome | None:

@@ -5,6 +5,10 @@ prints `... listening on HOST:PORT` once it serves, which is how the coordinator
 address. Its output goes to `<run_dir>/logs/<name>.log`. Stopping sends SIGTERM, waits the
 grace period, then SIGKILL. A child also gets SIGTERM from the kernel when the coordinator dies
 (t1/coordinator/lifeline.py), so a killed coordinator leaves no service behind.
+
+A child that exits on its own while it serves is noticed by the local stack's supervisor
+(t1/coordinator/local.py): `restart` starts it again on the port it had, so its address, which
+the rest of the run holds, stays valid.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Child:
     log_path: Path
     address: str = ""
     proc: asyncio.subprocess.Process | None = None
+    restarts: int = 0
     _pump: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
@@ -83,6 +88,32 @@ class Child:
         log.info("%s (pid %d) serving on %s", self.name, self.proc.pid, self.address)
         return self.address
 
+    @property
+    def exited(self) -> bool:
+        """It had started serving and has exited since (stop() was not asked for)."""
+        return bool(self.address) and self.proc is not None and self.proc.returncode is not None
+
+    def describe_exit(self) -> str:
+        """How it ended, for an error: `trainer (pid 12) was killed by SIGKILL; see <log>`."""
+        assert self.proc is not None and self.proc.returncode is not None
+        code = self.proc.returncode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with {code}"
+        return f"{self.name} (pid {self.proc.pid}) {how}; see {self.log_path}"
+
+    async def restart(self, timeout_s: float, env: dict[str, str] | None = None) -> str:
+        """Start it again after it exited, on the port it served on; returns its address (the same)."""
+        if self._pump is not None:
+            await asyncio.wait({self._pump})  # its output ended with the process
+        port = self.address.rsplit(":", 1)[1]
+        self.argv = with_port(self.argv, port)
+        self.restarts += 1
+        address = self.address
+        self.address = ""
+        await self.start(timeout_s, env)
+        if self.address != address:
+            raise ChildFailed(f"{self.name} came back on {self.address}, not {address}; see {self.log_path}")
+        return address
+
     async def _copy_stdout(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         with self.log_path.open("ab") as f:
@@ -113,6 +144,12 @@ class Child:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
         return self.proc.returncode
+
+
+def with_port(argv: list[str], port: str) -> list[str]:
+    """`argv` with its `--port` value set to `port` (pure)."""
+    i = len(argv) - 1 - argv[::-1].index("--port")
+    return [*argv[:i + 1], port, *argv[i + 2:]]
 
 
 def service_argv(module: str, config: str | None, overrides: list[str], extra: list[str]) -> list[str]:

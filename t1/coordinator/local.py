@@ -3,6 +3,13 @@
 What is configured remotely (inference.pool.endpoints, trainer.endpoint) is used as is; what
 is not is started here as a child process with the coordinator's own config file and overrides,
 and, unless a token is configured, a service token generated for this run (`t1.rpc.auth`).
+
+`supervise()` watches the children while the run goes. An inference server that exits is
+restarted on its port (at most MAX_RESTARTS times in a run; the pool brings it up to the current
+weights before it serves); a trainer that exits ends the run with a `ChildFailed` naming it (its
+buffer and optimizer state went with it: the run is resumed from its last checkpoint with
+`t1-coordinator --resume`), as does an inference server past its restarts or one that fails to
+come back.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import secrets
 from pathlib import Path
 
 from t1.config.schema import T1Config
-from t1.coordinator.children import Child, service_argv
+from t1.coordinator.children import Child, ChildFailed, service_argv
 from t1.coordinator.model_setup import ensure_model
 from t1.rpc.auth import SERVICE_TOKEN_ENV, resolve_token, use_service_token
 from t1.tasks.dataset import load_named_set
@@ -22,6 +29,8 @@ from t1.tasks.spec import TaskSpec
 log = logging.getLogger(__name__)
 
 CHILD_START_TIMEOUT_S = 600.0
+MAX_RESTARTS = 3  # per inference child, over the run
+SUPERVISE_EVERY_S = 0.5
 
 
 class LocalStack:
@@ -31,6 +40,7 @@ class LocalStack:
         self.overrides = overrides
         self.run_dir = run_dir
         self.children: list[Child] = []
+        self._stopping = False
         self.child_env: dict[str, str] = {}
         if resolve_token(cfg.auth) is None:  # children still require a token: one for this run
             token = secrets.token_urlsafe(32)
@@ -68,11 +78,29 @@ class LocalStack:
         log.info("starting %s", name)
         return await child.start(CHILD_START_TIMEOUT_S, env=self.child_env)
 
+    async def supervise(self) -> None:
+        """Until cancelled: restart an inference child that exited; raise ChildFailed naming a child that
+        cannot be restarted (the trainer, or one past its restarts)."""
+        while True:
+            await asyncio.sleep(SUPERVISE_EVERY_S)
+            for child in list(self.children):
+                if self._stopping or not child.exited:
+                    continue
+                what = child.describe_exit()
+                if child.name == "trainer":
+                    raise ChildFailed(f"{what}; the run stops (resume it with t1-coordinator --resume)")
+                if child.restarts >= MAX_RESTARTS:
+                    raise ChildFailed(f"{what}; it was restarted {child.restarts} times already")
+                log.error("%s; restarting it (restart %d of %d)", what, child.restarts + 1, MAX_RESTARTS)
+                await child.restart(CHILD_START_TIMEOUT_S, env=self.child_env)
+                log.warning("%s is serving again on %s", child.name, child.address)
+
     def child(self, name: str) -> Child | None:
         return next((c for c in self.children if c.name == name), None)
 
     async def stop(self, grace_s: float = 30.0) -> None:
         """Trainer first (it checkpoints), then inference servers."""
+        self._stopping = True
         for child in sorted(self.children, key=lambda c: c.name != "trainer"):
             code = await child.stop(grace_s)
             log.info("%s stopped (exit %s)", child.name, code)

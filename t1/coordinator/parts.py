@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from t1.coordinator.weights import WeightSync
 from t1.metrics.http import MetricsServer, start_metrics_server
 from t1.metrics.runlog import RunLog
 from t1.metrics.trackers import open_trackers
-from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
 from t1.sandbox.local import LocalProvider
@@ -54,20 +53,63 @@ STATUS_EVERY_S = 5.0
 STAGE_CHECK_S = 0.5
 
 
-class Background:
-    """The coordinator's background loops: started by name, cancelled newest first."""
+class BackgroundFailed(RuntimeError):
+    """A background loop ended with an error: the run cannot go on without it."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(f"background loop {name} failed: {type(error).__name__}: {error}")
+        self.name = name
+        self.error = error
+
+
+class Background:
+    """The coordinator's background loops: started by name, each watched, all cancelled together at stop.
+
+    A loop runs until it is cancelled. One that ends with an error is logged and reported to
+    `on_failure` (the driver stops the run with that error): nothing waits forever for a dead loop.
+    `stop()` cancels every loop and waits for all of them; the errors they ended with are logged
+    and returned, never raised, so the teardown after it always runs."""
+
+    def __init__(self, on_failure: Callable[[BackgroundFailed], None] | None = None) -> None:
         self._tasks: list[asyncio.Task[None]] = []
+        self._on_failure = on_failure
+        self._stopping = False
+        self.failures: list[BackgroundFailed] = []
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(self._ended)
         self._tasks.append(task)
         return task
 
-    async def stop(self) -> None:
-        while self._tasks:
-            await cancel_and_wait(self._tasks.pop())
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or (err := task.exception()) is None:
+            return
+        if self._stopping:
+            return  # stop() collects and logs what the loops ended with
+        failed = BackgroundFailed(task.get_name(), err)
+        self.failures.append(failed)
+        log.error("%s: the run stops", failed, exc_info=err)
+        if self._on_failure is not None:
+            self._on_failure(failed)
+
+    @property
+    def running(self) -> list[str]:
+        return [t.get_name() for t in self._tasks if not t.done()]
+
+    async def stop(self) -> list[BackgroundFailed]:
+        """Cancel every loop and wait for all of them; returns the failures of the loops (also logged)."""
+        self._stopping = True
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        reported = {id(f.error) for f in self.failures}
+        for task, result in zip(tasks, results, strict=True):
+            if isinstance(result, Exception) and id(result) not in reported:
+                self.failures.append(failed := BackgroundFailed(task.get_name(), result))
+                log.error("%s (while stopping)", failed)
+        return list(self.failures)
 
 
 def open_spool(cfg: T1Config, run_dir: Path) -> Spool:
@@ -113,7 +155,9 @@ class Parts:
     background: Background
 
     @classmethod
-    async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str], state: RunState) -> Parts:
+    async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str], state: RunState,
+                    on_failure: Callable[[BackgroundFailed], None] | None = None) -> Parts:
+        """The parts, built; `on_failure` hears of a background loop that died (the driver stops the run)."""
         run_dir.mkdir(parents=True, exist_ok=True)
         runlog = RunLog(cfg.metrics.run_log or run_dir / "run.jsonl",
                         open_trackers(cfg.metrics, run_dir, cfg.name, cfg.model_dump(mode="json")))
@@ -145,7 +189,7 @@ class Parts:
         status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate)
         server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)
         return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, journal,
-                   store, evals, scheduler, turn_rate, status, server, Background())
+                   store, evals, scheduler, turn_rate, status, server, Background(on_failure))
 
     async def start_services(self) -> str:
         """gRPC server up, unfinished eval jobs resumed, then the address written to
@@ -232,21 +276,23 @@ class Parts:
         self.scheduler.stop()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        step = "episodes"
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("episodes", self._cancel_episodes),
+            ("the gRPC server", lambda: self.server.stop(self.cfg.coordinator.server.grace_s)),
+            ("eval jobs", self.evals.close),
+            ("background loops", self.background.stop),
+            ("inference pools", self.router.close),
+            # Half the time left destroys the sandboxes still out; the rest closes the provider.
+            ("sandboxes", lambda: self.sandboxes.close(max(0.0, deadline - loop.time()) / 2)),
+        ]
+        step = steps[0][0]
         try:
             async with asyncio.timeout_at(deadline):
-                await self._cancel_episodes()
-                step = "the gRPC server"
-                await self.server.stop(self.cfg.coordinator.server.grace_s)
-                step = "eval jobs"
-                await self.evals.close()
-                step = "background loops"
-                await self.background.stop()
-                step = "inference pools"
-                await self.router.close()
-                step = "sandboxes"
-                # Half the time left destroys the sandboxes still out; the rest closes the provider.
-                await self.sandboxes.close(max(0.0, deadline - loop.time()) / 2)
+                for step, close in steps:
+                    try:
+                        await close()
+                    except Exception:  # one part that fails to close must not leave the others open
+                        log.exception("shutdown: closing %s failed; closing the rest", step)
         except TimeoutError:
             log.error("shutdown: %s did not stop within the %.0fs bound; abandoning the rest", step, timeout_s)
         finally:

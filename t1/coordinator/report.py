@@ -130,7 +130,12 @@ def report_tables(report: Mapping[str, Any]) -> list[Table]:
 
 def last_line(report: Mapping[str, Any]) -> str:
     """The run's last printed line: where its report and its learning curves are."""
-    parts = [f"t1: run {report.get('name', '')} done"]
+    if report.get("finished", True):
+        parts = [f"t1: run {report.get('name', '')} done"]
+    else:
+        step = report.get("trainer", {}).get("step", 0)
+        parts = [f"t1: run {report.get('name', '')} stopped before its end, at trainer step {step} of "
+                 f"{report.get('planned_steps', '?')}"]
     if report.get("report_path"):
         parts.append(f"report {report['report_path']}")
     if report.get("curves_png"):

@@ -116,11 +116,13 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
 
 
 def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]],
-                 sft_curve: list[dict[str, Any]] | None = None, sft_kept_step: int | None = None) -> dict[str, Any]:
+                 sft_curve: list[dict[str, Any]] | None = None, sft_kept_step: int | None = None,
+                 finished: bool = True, planned_steps: int = 0) -> dict[str, Any]:
     """The run's report (evals by label, the SFT curve, trainer, fidelity, rollouts), written to
-    <run_dir>/report.json, with the learning curves drawn beside the run log (both paths in the report)."""
+    <run_dir>/report.json, with the learning curves drawn beside the run log (both paths in the report).
+    `finished` is False for a run stopped before its end: the report says so, with its planned steps."""
     poller, stats = trainer.poller, parts.runner.stats
-    report: dict[str, Any] = {"name": parts.cfg.name, **evals}
+    report: dict[str, Any] = {"name": parts.cfg.name, **evals, "finished": finished, "planned_steps": planned_steps}
     if sft_curve is not None:
         report["sft_curve"] = sft_curve
     if sft_kept_step is not None:
