@@ -37,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--task-id", dest="task_ids", action="append", default=[], help="Only this task (repeatable).")
     submit.add_argument("--agent-format", choices=sorted(_FORMATS), help="Agent action format.")
     submit.add_argument("--timeout-multiplier", type=float, default=0.0, help="Scale every task timeout.")
-    submit.add_argument("--model-version", type=int, default=0, help="Weight version (0: current).")
     submit.add_argument("--endpoint", dest="endpoints", action="append", default=[],
                         help="Inference host:port (repeatable), or the URL of one OpenAI-compatible server "
                              "(http[s]://HOST/v1, with --model).")
@@ -94,7 +93,6 @@ def _submit(args: argparse.Namespace) -> int:
     stub, opts, channel = _client(args)
     req = pb.SubmitEvalRequest(tasks=args.tasks, attempts=args.attempts, concurrency=args.concurrency, name=args.name,
                                task_ids=args.task_ids, timeout_multiplier=args.timeout_multiplier,
-                               model_version=args.model_version,
                                inference_endpoints=[] if openai is not None else args.endpoints,
                                agent_format=_FORMATS.get(args.agent_format or "", pb.AGENT_FORMAT_UNSPECIFIED),
                                openai_endpoint=openai)

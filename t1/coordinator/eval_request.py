@@ -52,8 +52,6 @@ def check_submit(req: pb.SubmitEvalRequest, limits: RequestLimits) -> None:
     if not math.isfinite(tm) or not 0 <= tm <= limits.max_timeout_multiplier:
         raise RequestError(f"timeout_multiplier: must be finite and in [0, {limits.max_timeout_multiplier}] "
                            f"(limits.max_timeout_multiplier), got {tm}")
-    if req.model_version < 0:
-        raise RequestError(f"model_version: must be >= 0, got {req.model_version}")
     if req.agent_format not in AGENT_FORMATS:
         raise RequestError(f"agent_format: unknown value {req.agent_format}")
     if req.HasField("openai_endpoint"):

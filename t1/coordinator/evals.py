@@ -53,7 +53,6 @@ class EvalAttempt:
     agent_format: str = ""            # "" means the config's default
     timeout_multiplier: float = 1.0
     inference_endpoints: tuple[str, ...] = ()
-    model_version: int = 0
     openai: OpenAIEndpointConfig | None = None  # an OpenAI-compatible server instead of the endpoints
 
 
@@ -278,7 +277,7 @@ class EvalJobs:
             for a in range(r.attempts_per_task):
                 if (tid, a) not in done:
                     yield EvalAttempt(r.job_id, live.tasks[tid], a, fmt, req.timeout_multiplier or 1.0,
-                                      tuple(req.inference_endpoints), req.model_version, endpoint)
+                                      tuple(req.inference_endpoints), openai=endpoint)
 
     async def _worker(self, live: _Live, todo: Iterator[EvalAttempt]) -> None:
         for spec in todo:  # workers share one iterator: each attempt is taken once

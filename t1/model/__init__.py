@@ -7,7 +7,7 @@ Command line::
 In Python::
 
     from t1.model.init import init_model
-    path = init_model(Path("/tmp/m"), preset="tiny", seed=0)   # corpus=None: task corpus or shell text
+    path = init_model(Path("/tmp/m"), preset="tiny", seed=0)   # corpus=None: the preset's (shell text or curriculum)
 
 The folder holds config.json (Qwen3MoeForCausalLM, every layer sparse MoE, norm_topk_prob true),
 model.safetensors (per-expert tensors, the layout vLLM and transformers both load),

@@ -86,17 +86,3 @@ def curriculum_corpus(seed: int) -> Iterator[str]:
             yield template.render(messages=fmt.first_messages(text), tools=fmt.tools, add_generation_prompt=True)
         call = json.dumps({"name": "bash", "arguments": {"command": text}})
         yield f"{text}\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
-
-
-def default_corpus(seed: int) -> Iterator[str]:
-    """The synthetic task corpus when the tasks plane provides one (`t1.tasks.corpus.corpus_text`), else shell text."""
-    import importlib
-
-    try:
-        module = importlib.import_module("t1.tasks.corpus")
-    except ModuleNotFoundError:
-        return shell_corpus(seed)
-    corpus_text = getattr(module, "corpus_text", None)
-    if corpus_text is None:
-        return shell_corpus(seed)
-    return iter(corpus_text())

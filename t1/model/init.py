@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from t1.model.corpus import curriculum_corpus, default_corpus
+from t1.model.corpus import curriculum_corpus, shell_corpus
 from t1.model.presets import ModelPreset, PresetName, get_preset
 from t1.model.qwen_tokenizer import ADDED_TOKENS, QWEN3_VOCAB, build_qwen_tokenizer
 from t1.model.tokenizer import END_OF_TEXT, IM_END, recipe, save_tokenizer, train_bpe
@@ -35,8 +35,8 @@ def qwen3_chat_template() -> str:
 def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[str] | None = None) -> Path:
     """Write the model folder to out_dir (created, or replaced if it holds a model) and return it.
 
-    corpus: text to train the tokenizer on; None uses the preset's: `default_corpus(seed)` (task corpus, else
-    shell text), or `curriculum_corpus(seed)`.
+    corpus: text to train the tokenizer on; None uses the preset's: `shell_corpus(seed)` or
+    `curriculum_corpus(seed)`.
     The same preset, seed and corpus give byte-identical files.
     """
     import torch
@@ -51,7 +51,7 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         vocab_size = QWEN3_VOCAB  # Qwen3's rows: the ranks, the added tokens, padding rows
     else:
         if corpus is None:
-            corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else default_corpus(seed)
+            corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else shell_corpus(seed)
         tok = train_bpe(corpus, spec.tokenizer_vocab, spec.tokenizer_split)
         vocab_size = tok.get_vocab_size()
     eos_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(END_OF_TEXT)

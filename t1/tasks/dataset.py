@@ -66,11 +66,3 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
         else:
             synthesize(s.path, n=s.synth, seed=s.synth_seed, split=split)
     return load_dataset([s.path], limit=s.limit)
-
-
-def validate_task(spec: TaskSpec) -> list[str]:
-    """What would stop the task from running locally (needs, missing solutions); empty when it is usable."""
-    from t1.tasks.validate import check_task
-
-    check = check_task(spec, str(spec.root))
-    return [str(n) for n in check.needs] + list(check.problems)

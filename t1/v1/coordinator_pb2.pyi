@@ -33,11 +33,10 @@ JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
 
 class SubmitEvalRequest(_message.Message):
-    __slots__ = ("tasks", "attempts", "concurrency", "model_version", "inference_endpoints", "timeout_multiplier", "agent_format", "name", "task_ids", "openai_endpoint")
+    __slots__ = ("tasks", "attempts", "concurrency", "inference_endpoints", "timeout_multiplier", "agent_format", "name", "task_ids", "openai_endpoint")
     TASKS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
-    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     INFERENCE_ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     AGENT_FORMAT_FIELD_NUMBER: _ClassVar[int]
@@ -47,14 +46,13 @@ class SubmitEvalRequest(_message.Message):
     tasks: str
     attempts: int
     concurrency: int
-    model_version: int
     inference_endpoints: _containers.RepeatedScalarFieldContainer[str]
     timeout_multiplier: float
     agent_format: AgentFormat
     name: str
     task_ids: _containers.RepeatedScalarFieldContainer[str]
     openai_endpoint: OpenAIEndpoint
-    def __init__(self, tasks: _Optional[str] = ..., attempts: _Optional[int] = ..., concurrency: _Optional[int] = ..., model_version: _Optional[int] = ..., inference_endpoints: _Optional[_Iterable[str]] = ..., timeout_multiplier: _Optional[float] = ..., agent_format: _Optional[_Union[AgentFormat, str]] = ..., name: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ..., openai_endpoint: _Optional[_Union[OpenAIEndpoint, _Mapping]] = ...) -> None: ...
+    def __init__(self, tasks: _Optional[str] = ..., attempts: _Optional[int] = ..., concurrency: _Optional[int] = ..., inference_endpoints: _Optional[_Iterable[str]] = ..., timeout_multiplier: _Optional[float] = ..., agent_format: _Optional[_Union[AgentFormat, str]] = ..., name: _Optional[str] = ..., task_ids: _Optional[_Iterable[str]] = ..., openai_endpoint: _Optional[_Union[OpenAIEndpoint, _Mapping]] = ...) -> None: ...
 
 class OpenAIEndpoint(_message.Message):
     __slots__ = ("base_url", "model", "api", "api_key_env", "tool_calls")

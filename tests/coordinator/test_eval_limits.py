@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from t1.cli.main import main as t1_main
 from t1.config.limits import RequestLimits
 from t1.config.service import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
@@ -85,8 +86,6 @@ async def test_every_submit_field_is_bounded(tmp_path: Path, task_root: Path) ->
                                            timeout=10), "timeout_multiplier")
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, concurrency=10**6), timeout=10),
                        "concurrency")
-        await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, model_version=-3), timeout=10),
-                       "model_version")
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, task_ids=["x"] * 20_000),
                                        timeout=10), "task_ids: 20000 entries")
         huge = task_root / "task-1" / "instruction.md"
@@ -196,3 +195,14 @@ def test_tally_summary_equals_the_attempt_summary(tmp_path: Path) -> None:
         store.record_attempt(rec.job_id, o)
     assert summary_of(store.tallies(rec.job_id), 3, 16) == summarize(outs, 3)
     store.close()
+
+
+def test_no_model_version_field_that_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """A job evaluates the weights the pool serves; a request that named a version silently got those anyway,
+    so the field and its flag are gone (the proto reserves the number)."""
+    assert "model_version" not in pb.SubmitEvalRequest.DESCRIPTOR.fields_by_name
+    with pytest.raises(ValueError, match="model_version"):
+        pb.SubmitEvalRequest(tasks="x", model_version=3)
+    with pytest.raises(SystemExit) as exit_:
+        t1_main(["eval", "submit", "--tasks", "x", "--model-version", "3"])
+    assert exit_.value.code == 2 and "--model-version" in capsys.readouterr().err

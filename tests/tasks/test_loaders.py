@@ -9,11 +9,12 @@ import pytest
 
 from t1.config.tasks import TasksConfig
 from t1.tasks.base_images import SYSTEM_PATH, image_env
-from t1.tasks.dataset import load_dataset, load_named_set, load_task, validate_task
+from t1.tasks.dataset import load_dataset, load_named_set, load_task
 from t1.tasks.dockerfile import parse_dockerfile
 from t1.tasks.dockerplan import build_plan
 from t1.tasks.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.spec import MultiStepStrategy, TaskFormat, TaskParseError, VerifierKind
+from t1.tasks.validate import check_task
 
 
 def test_tb1_with_only_test_outputs(fixtures: Path) -> None:
@@ -115,7 +116,8 @@ def test_missing_pieces(fixtures: Path, tmp_path: Path) -> None:
 def test_dataset_and_named_set(fixtures: Path, tmp_path: Path) -> None:
     specs = load_dataset([fixtures])
     assert [s.root.name for s in specs] == sorted(p.name for p in fixtures.iterdir() if p.is_dir())
-    assert all(validate_task(s) == [] for s in specs)
+    checks = [check_task(s, str(s.root)) for s in specs]
+    assert all(not c.needs and not c.problems for c in checks)
     cfg = TasksConfig.model_validate({"sets": {"fx": {"path": str(fixtures), "limit": 2},
                                                "gen": {"path": str(tmp_path / "gen"), "synth": 3, "split": "eval"}}})
     assert len(load_named_set(cfg, "fx")) == 2
