@@ -39,14 +39,19 @@ def config_or_exit(args: argparse.Namespace) -> T1Config:
 
 
 def run_service(main: Coroutine[Any, Any, int]) -> int:
-    """Run a service's main coroutine; a busy directory or unreadable state file exits 3 with its message."""
+    """Run a service's main coroutine; a busy directory or unreadable state file exits 3 with its message, a
+    server without auth beyond loopback exits 2 with its."""
     from t1.rpc.loop import run
+    from t1.rpc.server import UnprotectedServer
 
     try:
         return run(main)
     except (DirectoryBusy, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_STATE
+    except UnprotectedServer as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
 
 
 def own_dir_or_exit(directory: Path, owner: str, wait_s: float = 0.0) -> DirLock:

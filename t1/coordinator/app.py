@@ -135,7 +135,7 @@ class Coordinator:
                 await _discard(endpoints)
                 await parts.close(self.cfg.coordinator.shutdown_timeout_s)
         finally:
-            await cancel_and_wait(supervisor)
+            await _discard(supervisor)  # its failure, if any, was reported by _supervisor_ended
             await self.local.stop()
             await watchdog.stop()
             run_dir_lock.release()
@@ -154,8 +154,12 @@ class Coordinator:
             return EXIT_FAILED
         if self.cfg.coordinator.train and self.state.phase is not RunPhase.DONE:
             sig = self.stop_signal or signal.SIGTERM
-            print(f"t1: run {self.cfg.name} stopped by {sig.name} before its end (phase {self.state.phase}); "
-                  "t1-coordinator --resume goes on from its last checkpoint", file=sys.stderr, flush=True)
+            trainer = self.state.trainer
+            step = trainer.poller.last.step if trainer is not None and trainer.poller.last is not None else 0
+            planned = self.parts.planned_steps() if self.parts is not None else 0
+            print(f"t1: run {self.cfg.name} stopped by {sig.name} before its end (phase {self.state.phase}, trainer "
+                  f"step {step} of {planned}); t1-coordinator --resume goes on from its last checkpoint",
+                  file=sys.stderr, flush=True)
             return 128 + int(sig)
         return 0
 
@@ -265,8 +269,10 @@ class Coordinator:
             task.result()
 
 
-async def _discard(fut: asyncio.Future[Any]) -> None:
+async def _discard(fut: asyncio.Future[Any] | None) -> None:
     """Cancel a start-up future that is no longer wanted; its failure has been or will be reported elsewhere."""
+    if fut is None:
+        return
     if not fut.done():
         fut.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):

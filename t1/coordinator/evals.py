@@ -121,10 +121,17 @@ class EvalJobs:
         log.info("eval job %s: %d tasks x %d attempts from %s", record.job_id, len(tasks), req.attempts, req.tasks)
         return record
 
-    async def resume(self) -> list[str]:
-        """Restart every job left queued or running by an earlier process; returns their ids."""
+    async def resume(self, crash: str | None = None) -> list[str]:
+        """Restart every job left queued or running by an earlier process; returns their ids. `crash`: the
+        earlier process died of a fatal signal (its traceback): the jobs it was running are marked FAILED
+        naming it, so that a job whose attempts crash the process cannot do it again on every restart."""
         resumed = []
         for record in await asyncio.to_thread(self.store.unfinished):
+            if crash is not None and record.state is JobState.RUNNING:
+                reason = f"the coordinator crashed while this job ran; not resumed: {crash}"[:1000]
+                log.error("eval job %s: %s; marked failed", record.job_id, reason)
+                await asyncio.to_thread(self.store.set_state, record.job_id, JobState.FAILED, reason)
+                continue
             try:
                 tasks = await asyncio.to_thread(self._reload, record)
             except (DecodeError, KeyError, ValueError, OSError) as exc:

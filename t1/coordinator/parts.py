@@ -20,6 +20,7 @@ from typing import Any
 
 from t1.agent.episode_limits import SandboxTraits
 from t1.config.schema import T1Config
+from t1.coordinator.crash import CrashWatch
 from t1.coordinator.evals import EvalJobs
 from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
@@ -153,6 +154,7 @@ class Parts:
     run_status: RunStatusReader
     server: GrpcServer
     background: Background
+    crash_watch: CrashWatch
 
     @classmethod
     async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str], state: RunState,
@@ -189,7 +191,7 @@ class Parts:
         status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate)
         server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)
         return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, journal,
-                   store, evals, scheduler, turn_rate, status, server, Background(on_failure))
+                   store, evals, scheduler, turn_rate, status, server, Background(on_failure), CrashWatch(run_dir))
 
     async def start_services(self) -> str:
         """gRPC server up, unfinished eval jobs resumed, then the address written to
@@ -201,7 +203,11 @@ class Parts:
             await self.provider.start()
         await self.server.start()
         address = self.server.address
-        await self.evals.resume()
+        crash = self.crash_watch.previous()
+        if crash is not None:
+            log.error("the previous coordinator on %s crashed: %s", self.run_dir, crash.splitlines()[0])
+        self.crash_watch.arm()
+        await self.evals.resume(crash)
         (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": address, "pid": os.getpid()}) + "\n")
         self.runlog.write("start", address=address, name=self.cfg.name,
                           metrics_port=self.metrics.port if self.metrics else None)
@@ -304,3 +310,4 @@ class Parts:
             if self.metrics is not None:
                 self.metrics.stop()
             self.runlog.close()
+            self.crash_watch.disarm()

@@ -8,6 +8,9 @@ The same contract as InferencePool (t1.inference.pool), over HTTP with httpx:
 - Retried, with exponential backoff, on another endpoint where one is healthy: connection errors and
   timeouts, 5xx, 429 (the endpoint is avoided for its `retry-after`, capped by `max_retry_after_s`),
   and a 200 whose body breaks the API (MalformedReply). Past the retries: EndpointUnavailable.
+- Bounded: a reply is streamed and refused (MalformedReply) past a byte bound derived from the
+  request's max_tokens, and parsed in a worker thread when large (t1.inference.openai_reply); more
+  sampled ids than max_tokens is malformed too.
 - Refused at once, with an error that names the endpoint and the fix: 401/403 (the API key), other
   4xx, and a completions server that returns no token ids (NoTokenIds). The episode counts each of
   these as an inference failure (infra_error), never as a reward.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import itertools
 import logging
 import os
@@ -42,6 +46,7 @@ from t1.config.inference import InferencePoolConfig, OpenAIEndpointConfig
 from t1.inference.affinity import MAX_AFFINITY_ENTRIES, Affinity
 from t1.inference.model_config import moe_shape_from_config, read_json
 from t1.inference.openai_messages import to_chat_messages
+from t1.inference.openai_reply import decode_reply, error_text, read_bounded, reply_byte_bound
 from t1.inference.openai_wire import (
     MalformedReply,
     NoTokenIds,
@@ -200,37 +205,36 @@ class OpenAIPool:
         ep.unhealthy_until = time.monotonic() + max(seconds, self.unhealthy_s)
         self.metrics.healthy.labels(ep.cfg.base_url).set(0)
 
-    async def post(self, ep: _Endpoint, path: str, body: dict[str, Any]) -> Any:
-        """One POST; the reply's JSON, or _Retryable / EndpointRefused."""
+    async def post(self, ep: _Endpoint, path: str, body: dict[str, Any], limit: int) -> bytes:
+        """One POST; the reply's body (at most `limit` bytes, else MalformedReply), or _Retryable / EndpointRefused."""
         await ep.open.wait()
         ep.outstanding += 1
+        where = f"{ep.cfg.base_url}{path}"
         try:
             async with ep.slots:
                 # httpx bounds each read; this bounds the whole request (connecting, sending, the reply).
                 async with asyncio.timeout(ep.cfg.connect_timeout_s + ep.cfg.request_timeout_s):
-                    reply = await ep.client.post(path, json=body)
+                    async with ep.client.stream("POST", path, json=body) as reply:
+                        code = reply.status_code
+                        if code < 400:
+                            return await read_bounded(reply, limit)
+                        text = await error_text(reply)
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise _Retryable(f"timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
         finally:
             ep.outstanding -= 1
-        where, code = f"{ep.cfg.base_url}{path}", reply.status_code
         if code == 429:
             wait = retry_after_s(reply.headers.get("retry-after"), ep.cfg.max_retry_after_s)
             raise _Retryable(f"429 rate limited (retry-after {wait:g}s)", wait)
         if code >= 500:
-            raise _Retryable(f"{code}: {reply.text[:_SNIPPET]}")
+            raise _Retryable(f"{code}: {text[:_SNIPPET]}")
         if code in (401, 403):
             key = (f"the API key in ${ep.cfg.api_key_env} was refused" if ep.cfg.api_key_env
                    else "no API key was sent: set api_key_env to the variable that holds it")
-            raise EndpointRefused(f"{where}: {code}: {key} ({reply.text[:_SNIPPET]})")
-        if code >= 400:
-            raise EndpointRefused(f"{where}: {code}: {reply.text[:_SNIPPET]}")
-        try:
-            return reply.json()
-        except ValueError:
-            raise MalformedReply(f"{where}: the reply is not JSON: {reply.text[:_SNIPPET]!r}") from None
+            raise EndpointRefused(f"{where}: {code}: {key} ({text[:_SNIPPET]})")
+        raise EndpointRefused(f"{where}: {code}: {text[:_SNIPPET]}")
 
     async def _request(self, session_id: str, path: str, attempt_fn: Callable[[_Endpoint], Any]) -> Any:
         """`attempt_fn(endpoint)` (a coroutine) on the session's endpoint, retried and failed over."""
@@ -286,9 +290,12 @@ class OpenAIPool:
         async def attempt(ep: _Endpoint) -> GenerateResult:
             await ep.open.wait()
             version = ep.version  # at dispatch: a reload waits for the endpoint's requests to end
-            reply = await self.post(ep, "/completions", completion_body(ep.cfg.model, request, start))
+            max_tokens = request.sampling.max_tokens
+            limit = reply_byte_bound(max_tokens, len(prompt) - start + max_tokens, moe)
+            raw = await self.post(ep, "/completions", completion_body(ep.cfg.model, request, start), limit)
             try:
-                result, defects = parse_completion(reply, len(prompt), version, self._vocab, moe, start)
+                result, defects = await decode_reply(raw, lambda body: parse_completion(
+                    body, len(prompt), version, self._vocab, moe, start, max_tokens))
             except NoTokenIds as exc:
                 raise EndpointRefused(f"{ep.cfg.base_url}/completions: {exc}") from None
             if defects is not None and defects.any:
@@ -312,8 +319,10 @@ class OpenAIPool:
         probe = GenerateRequest("", np.zeros(1, np.int32), SamplingParams(max_tokens=1))
         for ep in self._eps:
             try:
-                reply = await self.post(ep, "/completions", completion_body(ep.cfg.model, probe, 0))
-                parse_completion(reply, 1, ep.version, self._vocab, None, 0)
+                raw = await self.post(ep, "/completions", completion_body(ep.cfg.model, probe, 0), reply_byte_bound(1))
+                await decode_reply(raw, functools.partial(parse_completion, prompt_len=1, version=ep.version,
+                                                          vocab_size=self._vocab, moe=None, routing_start=0,
+                                                          max_tokens=1))
             except NoTokenIds as exc:
                 raise EndpointRefused(f"{ep.cfg.base_url}: training refused: {exc}") from None
             except (_Retryable, MalformedReply) as exc:
@@ -329,7 +338,9 @@ class OpenAIPool:
             tools = request.tools if ep.cfg.tool_calls else None
             body = chat_body(ep.cfg.model, to_chat_messages(list(request.messages), ep.cfg.tool_calls), tools,
                              request.sampling)
-            return parse_chat(await self.post(ep, "/chat/completions", body))
+            limit = reply_byte_bound(request.sampling.max_tokens)
+            raw = await self.post(ep, "/chat/completions", body, limit)
+            return await decode_reply(raw, parse_chat)
 
         reply: ChatReply = await self._request(request.session_id, "/chat/completions", attempt)
         self.metrics.completion_tokens.inc(reply.completion_tokens)

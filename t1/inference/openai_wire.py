@@ -8,7 +8,8 @@
   T1's own servers (t1.inference.routing_check).
 - Chat (text-level, eval): standard fields only, so hosted APIs take the body as it is.
 
-A reply that does not match the contract raises MalformedReply naming the field (the pool retries it,
+A reply that does not match the contract (more sampled ids than max_tokens included) raises
+MalformedReply naming the field (the pool retries it,
 then reports an infra error); a server that returns no token ids raises NoTokenIds (training refuses it).
 """
 
@@ -161,7 +162,7 @@ def decode_routed_experts(data: Any) -> np.ndarray:
 
 
 def parse_completion(body: Any, prompt_len: int, version: int, vocab_size: int, moe: MoeShape | None,
-                     routing_start: int) -> tuple[GenerateResult, RouteDefects | None]:
+                     routing_start: int, max_tokens: int) -> tuple[GenerateResult, RouteDefects | None]:
     """The GenerateResult of a /completions reply to `completion_body`; routing (checked) when returned."""
     choice = _first_choice(body)
     _field(choice, "text", str, "reply.choices[0]")  # every completion choice has it, token ids or not
@@ -169,6 +170,8 @@ def parse_completion(body: Any, prompt_len: int, version: int, vocab_size: int, 
     if logprobs is not None and not isinstance(logprobs, dict):
         raise MalformedReply("reply.choices[0].logprobs: expected an object")
     ids = _sampled_ids(choice, logprobs, vocab_size)
+    if len(ids) > max_tokens:
+        raise MalformedReply(f"reply.choices[0].token_ids: {len(ids)} sampled ids for max_tokens {max_tokens}")
     logps = _logprobs(logprobs, len(ids))
     finish = _finish(choice, "reply.choices[0]")
     _, _, cached = _usage(body)

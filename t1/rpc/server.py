@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,20 @@ def _credentials(auth: AuthConfig) -> grpc.ServerCredentials | None:
     )
 
 
+class UnprotectedServer(ValueError):
+    """A server without auth asked to listen beyond loopback."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches: 127.0.0.0/8, ::1, localhost (pure)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a name other than localhost, or "" (every interface)
+        return False
+
+
 class GrpcServer:
     """An asyncio gRPC server hosting T1 services plus grpc.health.v1 and reflection."""
 
@@ -61,6 +76,11 @@ class GrpcServer:
 
     async def start(self) -> int:
         token = server_token(self._auth)
+        if token is None and not is_loopback(self._cfg.host):
+            raise UnprotectedServer(
+                f"refusing to serve gRPC on {self._cfg.host} without auth: anyone who reaches it could submit "
+                f"jobs, aim them at any endpoint and load weights; set auth.token or ${self._auth.token_env}, "
+                "or bind a loopback address (server host 127.0.0.1)")
         # The guard is innermost: auth rejects before any body is parsed, the guard parses the rest.
         guard = RequestGuard({b.name: b.max_request_bytes for b in self._bindings})
         interceptors: list[grpc.aio.ServerInterceptor] = [BearerTokenInterceptor(token), guard] if token else [guard]
@@ -82,6 +102,9 @@ class GrpcServer:
         self._server, self.port = server, port
         log.info("gRPC server on %s:%d serving %s (auth %s, tls %s)", self._cfg.host, port, ", ".join(names),
                  "on" if token else "off", "on" if creds else "off")
+        if token is None:
+            log.warning("gRPC server on %s:%d has no auth: any user of this machine can call it; set auth.token "
+                        "or $%s to require a token", self._cfg.host, port, self._auth.token_env)
         return port
 
     async def stop(self, grace_s: float | None = None) -> None:

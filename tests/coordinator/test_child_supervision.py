@@ -128,6 +128,7 @@ def test_a_run_whose_trainer_is_killed_ends_with_an_error_naming_it(root: Path, 
         if proc.poll() is None:
             proc.kill()
     log = out.read_text(errors="replace")
+    (Path("/tmp/svc") / "trainer-kill.log").write_text(log + (root / "run" / "logs" / "coordinator.log").read_text())
     assert rc == 1, log[-4000:]
     assert f"trainer (pid {trainer}) was killed by SIGKILL" in log
     assert " done" not in log.splitlines()[-1]
@@ -154,5 +155,7 @@ def test_a_run_whose_inference_server_is_killed_finishes(root: Path, tiny_model_
             proc.kill()
     log = out.read_text(errors="replace")
     assert rc == 0, log[-4000:]
-    assert f"inference-0 (pid {inference}) was killed by SIGKILL; restarting it" in log
+    detail = (root / "run" / "logs" / "coordinator.log").read_text(errors="replace")
+    assert f"inference-0 (pid {inference}) was killed by SIGKILL; restarting it" in detail
+    assert "inference-0 is serving again on" in detail
     assert log.rstrip().splitlines()[-1].startswith("t1: run local-small done")

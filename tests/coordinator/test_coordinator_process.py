@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -146,5 +147,41 @@ def test_kill_9_mid_job_then_restart_reruns_nothing_finished(tmp_path: Path, tin
             runs = list((tx / task_id).glob(f"*-a{attempt}-*.md"))
             assert len(runs) == 1, (task_id, attempt, runs)
         assert coord.terminate() == 0
+    finally:
+        coord.cleanup()
+
+
+def test_a_job_that_crashed_the_process_is_failed_not_resumed(tmp_path: Path, tiny_model_dir: Path,
+                                                               sandbox_root: Path) -> None:
+    """A fatal signal (a native library aborting on an allocation a hostile reply asked for) while a job runs: the
+    next start marks that job FAILED naming the crash instead of resuming it into the same crash; a queued job
+    and a later job run as usual."""
+    tasks = tmp_path / "tasks"
+    for i in range(2):
+        write_harbor_task(tasks, f"slow-{i}", f"w{i}", solve_delay_s=3.0)
+    coord = CoordinatorProcess(tmp_path, eval_config(tmp_path, tiny_model_dir, sandbox_root))
+    try:
+        address = coord.start()
+        with grpc.insecure_channel(address) as channel:
+            job = pb_grpc.CoordinatorServiceStub(channel).SubmitEval(
+                pb.SubmitEvalRequest(tasks=str(tasks), attempts=1, concurrency=2), timeout=30)
+        wait_until(lambda: bool(tree_processes(sandbox_root / "trees")), 60, "the job's attempts to run")
+        assert coord.proc is not None
+        coord.proc.send_signal(signal.SIGABRT)
+        assert coord.proc.wait(30) == -signal.SIGABRT
+        assert "Fatal Python error: Aborted" in (coord.run_dir / "logs" / "crash.txt").read_text()
+
+        address = coord.start()
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.CoordinatorServiceStub(channel)
+            failed = stub.GetJob(pb.GetJobRequest(job_id=job.job_id), timeout=30)
+            assert failed.state == pb.JOB_STATE_FAILED
+            assert "the coordinator crashed while this job ran; not resumed" in failed.error
+            assert "Fatal Python error: Aborted" in failed.error
+            again = stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(tasks), attempts=1, concurrency=2), timeout=30)
+            events = list(stub.WatchJob(pb.WatchJobRequest(job_id=again.job_id), timeout=300))
+        assert events[-1].state == pb.JOB_STATE_SUCCEEDED
+        assert coord.terminate() == 0
+        assert not (coord.run_dir / "logs" / "crash.txt").exists(), "a clean stop leaves no crash report"
     finally:
         coord.cleanup()
