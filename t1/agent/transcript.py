@@ -5,16 +5,47 @@ run at once): a turn's text reaches the file at the latest FLUSH_EVERY_S after i
 and at once for the rare events that explain an episode (notes, verifier results, the result). The
 episode closes its transcript however it ends (finished, failed or cancelled), so nothing written
 is lost with the episode; a killed process loses at most the last FLUSH_EVERY_S of turns.
+
+What the agent wrote or a command printed can never be read as the transcript's structure (the
+viewer parses it back, t1/view/transcripts.py): a fenced block's fence is longer than any run of
+backticks in its text (`fence_for`), and a field kept on one line (a command, a note, a verifier's
+detail) has its line breaks and other control characters written as escapes (`one_line`). The file's
+lines are split on "\n" only, by the writer and the parser alike.
 """
 
 from __future__ import annotations
 
+import re
 import time
+import unicodedata
 from pathlib import Path
 from typing import BinaryIO
 
-_FENCE = "````"
+MIN_FENCE = 4
 FLUSH_EVERY_S = 2.0
+_BACKTICKS = re.compile(r"`+")
+
+
+def fence_for(text: str) -> str:
+    """A fence of backticks longer than every run of backticks in `text` (at least MIN_FENCE) (pure)."""
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=0)
+    return "`" * max(MIN_FENCE, longest + 1)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: line breaks, other control characters and bidi/format characters (categories Cc,
+    Cf, Zl, Zp) written as `\\xNN` / `\\uNNNN` escapes (pure)."""
+    return "".join(_escaped(ch) if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in text)
+
+
+def fenced(text: str) -> str:
+    fence = fence_for(text)
+    return f"{fence}\n{text}\n{fence}\n"
 
 
 class Transcript:
@@ -50,23 +81,24 @@ class Transcript:
 
     def turn(self, turn: int, reply: str, sampled: int, context: int, version: int, finish: str) -> None:
         self._w(f"## Turn {turn}  (t={time.monotonic() - self._t0:.1f}s, sampled {sampled} tokens, context "
-                f"{context}, policy v{version}, {finish})\n\n### Model\n\n{_FENCE}\n{reply.strip()}\n{_FENCE}\n\n")
+                f"{context}, policy v{version}, {one_line(finish)})\n\n### Model\n\n{fenced(reply.strip())}\n")
 
     def command(self, command: str, output: str, exit_code: int | None, duration_s: float, timed_out: bool) -> None:
         flag = " TIMED OUT" if timed_out else ""
-        self._w(f"### $ {command.strip().splitlines()[0][:200] if command.strip() else ''}\n\n"
-                f"exit {exit_code}, {duration_s:.2f}s{flag}\n\n{_FENCE}\n{output.rstrip()}\n{_FENCE}\n\n")
+        first = command.strip().split("\n", 1)[0][:200]
+        self._w(f"### $ {one_line(first)}\n\nexit {exit_code}, {duration_s:.2f}s{flag}\n\n{fenced(output.rstrip())}\n")
 
     def note(self, text: str) -> None:
-        self._w(f"> {text}\n\n", flush=True)
+        self._w(f"> {one_line(text)}\n\n", flush=True)
 
     def verifier(self, label: str, passed: int, total: int, detail: str = "") -> None:
-        self._w(f"### Verifier ({label}): {passed}/{total} passed{(' - ' + detail) if detail else ''}\n\n", flush=True)
+        tail = f" - {one_line(detail)}" if detail else ""
+        self._w(f"### Verifier ({one_line(label)}): {passed}/{total} passed{tail}\n\n", flush=True)
 
     def footer(self, status: str, reward: float, turns: int, tokens: int, duration_s: float,
                turn_rewards: dict[int, float]) -> None:
         rewards = ", ".join(f"t{k}: {v:g}" for k, v in sorted(turn_rewards.items()) if v)
-        self._w(f"## Result\n\n- status: {status}\n- reward: {reward:g}\n- turns: {turns}\n- tokens: {tokens}\n"
+        self._w(f"## Result\n\n- status: {one_line(status)}\n- reward: {reward:g}\n- turns: {turns}\n- tokens: {tokens}\n"
                 f"- duration: {duration_s:.1f}s\n" + (f"- turn rewards: {rewards}\n" if rewards else ""), flush=True)
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from t1.view.index import RunIndex
 from t1.view.learning_png import PNG_NAME
 from t1.view.sources import read_locator
 from t1.view.tokens import TokenRole, cells_html, token_cells
-from t1.view.transcripts import read_transcript
+from t1.view.transcripts import read_transcript, show_controls
 from t1.view.vocab import Vocab
 
 _ASSETS = {"view.css": "text/css", "view.js": "text/javascript"}
@@ -43,6 +43,7 @@ def _env() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = lambda v, d=3: "" if v is None else (f"{v:.{d}g}" if isinstance(v, float) else str(v))
     env.filters["clock"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+    env.filters["visible"] = show_controls
     return env
 
 

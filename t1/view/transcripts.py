@@ -1,21 +1,46 @@
 """Transcripts (t1/agent/transcript.py's Markdown) parsed back into turns for the episode page.
 
-The writer's layout is the contract: `## Turn N  (...)` opens a turn, `### Model` and a ```` fence
+The writer's layout is the contract: `## Turn N  (...)` opens a turn, `### Model` and a fence
 hold the reply, `### $ command` then `exit C, Ds[ TIMED OUT]` and a fence hold a command's output,
 `> note` lines mark compaction points and other events, `### Verifier (label): p/t passed` is a
-checkpoint, `## Result` closes. A transcript cut short (a live episode) parses as far as it goes.
+checkpoint, `## Result` closes. A fence is a line of at least four backticks, closed by the same
+line: the writer makes it longer than any run of backticks in its text, so nothing the agent wrote
+closes it. Lines are split on "\n" only (a U+2028 or a lone CR in the agent's output is no line
+break here, as in the writer). A transcript cut short (a live episode) parses as far as it goes.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FENCE = "````"
+from markupsafe import Markup, escape
+
+_FENCE = re.compile(r"^`{4,}$")
 _TURN = re.compile(r"^## Turn (\d+)\s*\((.*)\)\s*$")
 _EXIT = re.compile(r"^exit (\S+), ([\d.]+)s( TIMED OUT)?$")
 _VERIFIER = re.compile(r"^### Verifier \((.*?)\): (\d+)/(\d+) passed(?: - (.*))?$")
+
+
+def _hidden(ch: str) -> bool:
+    return ch not in "\n\t" and unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def show_controls(text: object) -> Markup:
+    """`text` as HTML (escaped) with every invisible character shown as a mark naming it: bidi overrides and
+    isolates (U+202A-U+202E, U+2066-U+2069), zero-width and other format characters, control characters
+    other than newline and tab, line and paragraph separators. What a person audits is what the agent wrote,
+    not what a renderer reordered or hid (pure)."""
+    out: list[str] = []
+    for ch in str(text):
+        if _hidden(ch):
+            out.append(f'<span class="ctl" title="{unicodedata.name(ch, "control character")}">'
+                       f"&lt;U+{ord(ch):04X}&gt;</span>")
+        else:
+            out.append(str(escape(ch)))
+    return Markup("".join(out))
 
 
 @dataclass(slots=True)
@@ -56,12 +81,13 @@ class ParsedTranscript:
 
 
 def _fenced(lines: list[str], i: int) -> tuple[str, int]:
-    """The text of the fence opening at or after line i, and the line after its close."""
-    while i < len(lines) and lines[i] != FENCE:
+    """The text of the fence opening at or after line i, and the line after its close (the same fence)."""
+    while i < len(lines) and not _FENCE.match(lines[i]):
         i += 1
+    fence = lines[i] if i < len(lines) else ""
     body: list[str] = []
     i += 1
-    while i < len(lines) and lines[i] != FENCE:
+    while i < len(lines) and lines[i] != fence:
         body.append(lines[i])
         i += 1
     return "\n".join(body), i + 1
@@ -69,7 +95,7 @@ def _fenced(lines: list[str], i: int) -> tuple[str, int]:
 
 def parse_transcript(text: str) -> ParsedTranscript:
     out = ParsedTranscript()
-    lines = text.splitlines()
+    lines = text.split("\n")
     turn: Turn | None = None
     section = "header"
     i = 0

@@ -148,6 +148,7 @@ def test_a_run_whose_inference_server_is_killed_finishes(root: Path, tiny_model_
             assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-4000:]
             time.sleep(1)
         inference = _child_pid(proc.pid, "t1.cli.inference")
+        (Path("/tmp/svc") / "tree.txt").write_text("\n".join(f"{p.pid} {p.cmdline()}" for p in psutil.Process(proc.pid).children(recursive=True)))
         os.kill(inference, signal.SIGKILL)
         rc = proc.wait(600)
     finally:
@@ -156,6 +157,7 @@ def test_a_run_whose_inference_server_is_killed_finishes(root: Path, tiny_model_
     log = out.read_text(errors="replace")
     assert rc == 0, log[-4000:]
     detail = (root / "run" / "logs" / "coordinator.log").read_text(errors="replace")
+    (Path("/tmp/svc") / "inference-kill.log").write_text(f"killed {inference}\n" + log + detail)
     assert f"inference-0 (pid {inference}) was killed by SIGKILL; restarting it" in detail
     assert "inference-0 is serving again on" in detail
     assert log.rstrip().splitlines()[-1].startswith("t1: run local-small done")

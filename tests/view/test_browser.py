@@ -8,19 +8,15 @@ record's ids with the loss-mask colouring of the record. Screenshots go to each 
 
 from __future__ import annotations
 
-import re
-import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from browserkit import headless_chromium, load, start_viewer
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -29,7 +25,6 @@ from smoke_run import SMOKE_TIMEOUT, SmokeRun
 from t1.trajectory.serialization import decode_trajectory
 from t1.trajectory.types import Trajectory
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = SMOKE_TIMEOUT  # the first test here may be the one that starts the session's smoke run
 
 
@@ -37,46 +32,12 @@ pytestmark = SMOKE_TIMEOUT  # the first test here may be the one that starts the
 def viewer(smoke_run: SmokeRun) -> Iterator[str]:
     """`t1 view` on the smoke run's directory; yields its base URL."""
     assert smoke_run.rc == 0, smoke_run.log[-4000:]
-    proc = subprocess.Popen([sys.executable, "-m", "t1.cli.main", "view", str(smoke_run.run_dir), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"http://127\.0\.0\.1:\d+/", line)
-    assert match, f"t1 view did not say where it serves: {line!r}"
-    try:
-        yield match.group(0).rstrip("/")
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    yield from start_viewer(smoke_run.run_dir)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not shutil.which(path):
-            pytest.fail(f"{path} is missing: scripts/setup.sh installs Debian's chromium and chromium-driver")
-    opts = webdriver.ChromeOptions()
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--disable-extensions"):
-        opts.add_argument(arg)
-    opts.binary_location = CHROMIUM
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def load(driver: WebDriver, url: str) -> None:
-    """Open a page; fail on any console error it logged (script errors, failed loads)."""
-    driver.get_log("browser")  # drop what earlier pages left
-    driver.get(url)
-    driver.execute_async_script("const done = arguments[arguments.length - 1];"
-                                "(window.t1Ready || Promise.resolve()).then(() => done(true));")
-    errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
-    assert not errors, f"{url}: console errors {errors}"
+    yield from headless_chromium()
 
 
 def follow(driver: WebDriver, click: Callable[[], None]) -> None:
