@@ -15,11 +15,15 @@ lines are split on "\n" only, by the writer and the parser alike.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import unicodedata
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from t1.metrics.write_faults import WriteFaults
 
 MIN_FENCE = 4
 FLUSH_EVERY_S = 2.0
@@ -49,17 +53,34 @@ def fenced(text: str) -> str:
 
 
 class Transcript:
-    """Writes `<dir>/<task_id>/<episode_id>.md`; a no-op when dir is None."""
+    """Writes `<dir>/<task_id>/<episode_id>.md`; a no-op when dir is None.
 
-    def __init__(self, directory: Path | None, task_id: str, episode_id: str) -> None:
+    A write that fails (a full disk) stops the transcript there, never the episode: what was
+    written stays, the rest is dropped, and `faults` (when given) hears of it."""
+
+    def __init__(self, directory: Path | None, task_id: str, episode_id: str,
+                 faults: WriteFaults | None = None) -> None:
         self.path: Path | None = None
         self._file: BinaryIO | None = None
         self._pending: list[str] = []
+        self._faults = faults
         if directory is not None:
             self.path = directory / task_id.replace("/", "__") / f"{episode_id}.md"
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("wb", buffering=0)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("wb", buffering=0)
+            except OSError as exc:
+                self._failed(exc)
         self._t0 = self._flushed = time.monotonic()
+
+    def _failed(self, exc: OSError) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+        self._file = None
+        self._pending.clear()
+        if self._faults is not None:
+            self._faults.failed("transcripts", exc)
 
     def _w(self, text: str, flush: bool = False) -> None:
         if self._file is None:
@@ -71,8 +92,13 @@ class Transcript:
 
     def _flush(self, now: float) -> None:
         if self._file is not None and self._pending:
-            self._file.write("".join(self._pending).encode("utf-8", "replace"))
+            data = "".join(self._pending).encode("utf-8", "replace")
             self._pending.clear()
+            try:
+                if self._file.write(data) != len(data):
+                    raise OSError(f"{self.path}: short write of {len(data)} bytes (the disk is full?)")
+            except OSError as exc:
+                self._failed(exc)
         self._flushed = now
 
     def header(self, task_id: str, episode_id: str, agent_format: str, instruction: str, prompt_tokens: int) -> None:
@@ -105,5 +131,12 @@ class Transcript:
         """Flush and close; safe to call more than once."""
         if self._file is not None:
             self._flush(time.monotonic())
-            self._file.close()
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as exc:
+                self._failed(exc)
+                return
             self._file = None
+            if self._faults is not None:
+                self._faults.recovered("transcripts")

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -35,12 +35,17 @@ from t1.coordinator.eval_request import (
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
 from t1.coordinator.tallies import summary_of
+from t1.metrics.write_faults import WriteFaults
 from t1.rpc.errors import NotFound, RequestError
 from t1.tasks.spec import TaskSpec
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as pb
+from t1.workdir import StorageError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+DB_FAULT = "eval job database"
+STORE_RETRY_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +98,10 @@ class EvalJobs:
     """Owns the running eval jobs; `close()` cancels them (their finished attempts are already stored)."""
 
     def __init__(self, store: JobStore, resolve: TaskResolver, runner: AttemptRunner, default_concurrency: int,
-                 limiter: asyncio.Semaphore | None = None, limits: RequestLimits | None = None) -> None:
+                 limiter: asyncio.Semaphore | None = None, limits: RequestLimits | None = None,
+                 faults: WriteFaults | None = None) -> None:
         self.store = store
+        self.faults = faults or WriteFaults()
         self.limits = limits or RequestLimits()
         self._resolve = resolve
         self._runner = runner
@@ -240,8 +247,22 @@ class EvalJobs:
         for q in live.watchers:
             q.put_nowait(update)
 
+    async def _stored(self, write: Callable[..., T], *args: Any) -> T:
+        """`write(*args)` on the job store, retried every STORE_RETRY_S while the database cannot be written (a
+        full disk): the attempt's outcome waits in memory, and the worker that holds it starts no new attempt
+        meanwhile. The run status shows the error (WriteFaults) until a write succeeds."""
+        while True:
+            try:
+                result = await asyncio.to_thread(write, *args)
+            except StorageError as exc:
+                self.faults.failed(DB_FAULT, exc)
+                await asyncio.sleep(STORE_RETRY_S)
+                continue
+            self.faults.recovered(DB_FAULT)
+            return result
+
     async def _set_state(self, job_id: str, state: JobState, error: str = "") -> None:
-        await asyncio.to_thread(self.store.set_state, job_id, state, error)
+        await self._stored(self.store.set_state, job_id, state, error)
         live = self._live.get(job_id)
         if live is not None:
             live.record = replace(live.record, state=state, error=error, updated=time.time())
@@ -303,7 +324,7 @@ class EvalJobs:
                                          duration_s=time.monotonic() - t0, failure_mode=f"crash: {exc!r}"[:500])
             finally:
                 live.running -= 1
-            if await asyncio.to_thread(self.store.record_attempt, spec.job_id, outcome):
+            if await self._stored(self.store.record_attempt, spec.job_id, outcome):
                 live.finished += 1
                 live.scored += not outcome.is_infra_error
                 live.resolved += outcome.resolved and not outcome.is_infra_error

@@ -40,6 +40,7 @@ from t1.coordinator.weights import WeightSync
 from t1.metrics.http import MetricsServer, start_metrics_server
 from t1.metrics.runlog import RunLog
 from t1.metrics.trackers import open_trackers
+from t1.metrics.write_faults import WriteFaults
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
 from t1.sandbox.local import LocalProvider
@@ -161,8 +162,9 @@ class Parts:
                     on_failure: Callable[[BackgroundFailed], None] | None = None) -> Parts:
         """The parts, built; `on_failure` hears of a background loop that died (the driver stops the run)."""
         run_dir.mkdir(parents=True, exist_ok=True)
+        faults = WriteFaults()
         runlog = RunLog(cfg.metrics.run_log or run_dir / "run.jsonl",
-                        open_trackers(cfg.metrics, run_dir, cfg.name, cfg.model_dump(mode="json")))
+                        open_trackers(cfg.metrics, run_dir, cfg.name, cfg.model_dump(mode="json")), faults)
         metrics = start_metrics_server(cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port is not None else None
         renderers = await asyncio.to_thread(make_renderers, cfg.inference.model.path, cfg.rollout.tool_schemas,
                                               cfg.inference.model.chat_template_kwargs)
@@ -175,7 +177,7 @@ class Parts:
             await router.check_trainable()
         journal = open_journal(cfg, run_dir)
         runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
-                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal,
+                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal, faults=faults,
                                ports=provider if isinstance(provider, SandboxPorts) else None)
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         spool = open_spool(cfg, run_dir)
@@ -185,10 +187,10 @@ class Parts:
                 runlog.write("journal_recovered", **dataclasses.asdict(recovered))
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
-                         limiter, cfg.limits)
+                         limiter, cfg.limits, faults)
         scheduler = make_scheduler(cfg, limiter, spool)
         turn_rate = TurnRate(lambda: runner.stats.turns)
-        status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate)
+        status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate, faults)
         server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)
         return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, journal,
                    store, evals, scheduler, turn_rate, status, server, Background(on_failure), CrashWatch(run_dir))
@@ -302,12 +304,19 @@ class Parts:
         except TimeoutError:
             log.error("shutdown: %s did not stop within the %.0fs bound; abandoning the rest", step, timeout_s)
         finally:
-            if self.journal is not None:
-                self.journal.close()
-            self.spool.close()
-            self.store.close()
-            self.runlog.write("stop", spool_pending=self.spool.pending_count)
-            if self.metrics is not None:
-                self.metrics.stop()
-            self.runlog.close()
-            self.crash_watch.disarm()
+            self._close_files()
+
+    def _close_files(self) -> None:
+        """The journal, the spool, the job store, the run log, metrics and the crash watch, each closed whatever
+        the others did."""
+        closes: list[tuple[str, Callable[[], object]]] = [
+            ("the journal", self.journal.close if self.journal is not None else lambda: None),
+            ("the spool", self.spool.close), ("the eval job database", self.store.close),
+            ("the run log", lambda: self.runlog.write("stop", spool_pending=self.spool.pending_count)),
+            ("the metrics server", self.metrics.stop if self.metrics is not None else lambda: None),
+            ("the run log", self.runlog.close), ("the crash watch", self.crash_watch.disarm)]
+        for what, close in closes:
+            try:
+                close()
+            except Exception:
+                log.exception("shutdown: closing %s failed; closing the rest", what)

@@ -39,6 +39,7 @@ from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m
 from t1.sandbox.loopback_port import SandboxPorts
+from t1.metrics.write_faults import WriteFaults
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
@@ -89,12 +90,14 @@ class RolloutRunner:
     def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
                  generate_for: GenerateFor, transcripts_dir: Path | None,
                  sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None,
-                 journal: Journal | None = None, ports: SandboxPorts | None = None) -> None:
+                 journal: Journal | None = None, ports: SandboxPorts | None = None,
+                 faults: WriteFaults | None = None) -> None:
         if cfg.rollout.harness.command and ports is None:
             raise ValueError("rollout.harness.command: a harness needs a sandbox provider that opens its gateway "
                              "inside the sandbox (sandbox.provider: local)")
         self.cfg = cfg
         self.journal = journal
+        self.faults = faults
         self._ports = ports
         self._tool_renderers: dict[FormatName, ToolRenderers] = {}  # harness episodes': shared by the run
         self.renderers = renderers
@@ -127,7 +130,7 @@ class RolloutRunner:
                            reward_mode or self._reward_mode)
         tx_dir = self._transcripts / subdir if self._transcripts is not None else None
         generate = generate or self._generate_for(job, task, fmt)
-        transcript = Transcript(tx_dir, task.id, episode_id)
+        transcript = Transcript(tx_dir, task.id, episode_id, self.faults)
         journal = None
         if harness.command:  # no per-turn journal: a harness process does not outlive its coordinator
             assert self._ports is not None

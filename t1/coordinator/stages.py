@@ -145,7 +145,11 @@ def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, 
         report["curves_png"] = str(png)
     path = parts.run_dir / "report.json"
     report["report_path"] = str(path)
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    try:
+        path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a full disk: the report is still printed and in the run log's trackers
+        log.error("the report could not be written to %s: %s", path, exc)
+        report["report_path"] = ""
     parts.runlog.write("report", **report)
     return report
 

@@ -14,6 +14,7 @@ import grpc
 from t1.config.service import AuthConfig
 from t1.metrics import registry as m
 from t1.metrics.runlog import RunLog
+from t1.metrics.write_faults import WriteFaults
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import coordinator_pb2 as cpb
 from t1.v1 import trainer_pb2 as pb
@@ -149,6 +150,7 @@ class RunStatusReader:
     spool: Spool
     healthy_servers: Callable[[], int]
     turn_rate: TurnRate
+    faults: WriteFaults | None = None
 
     def __call__(self) -> cpb.RunStatus:
         stats, trainer = self.stats, self.state.trainer
@@ -161,4 +163,5 @@ class RunStatusReader:
             healthy_inference_servers=self.healthy_servers(),
             infra_failure_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
             turns_per_second=self.turn_rate.sample(), stage=self.state.phase.value,
-            spool_write_error=self.spool.write_error, spool_held=self.spool.held_count)
+            spool_write_error=self.spool.write_error, spool_held=self.spool.held_count,
+            write_errors=self.faults.errors() if self.faults is not None else [])

@@ -88,6 +88,8 @@ SPOOL_ACKED = Counter("t1_spool_acked", "Trajectories acknowledged by the traine
 SPOOL_WRITE_FAILING = Gauge("t1_spool_write_failing", "1 while spool writes fail (new episodes are held back).",
                             registry=REGISTRY)
 SPOOL_WRITE_ERRORS = Counter("t1_spool_write_errors", "Spool writes that failed (each is retried).", registry=REGISTRY)
+WRITE_FAILING = Gauge("t1_write_failing", "1 while writes of this file kind fail (transcripts, run log, eval job "
+                      "database): the run goes on without it.", ["file"], registry=REGISTRY)
 SPOOL_HELD = Gauge("t1_spool_held_trajectories", "Finished trajectories held in memory until the spool writes again.",
                    registry=REGISTRY)
 SPOOL_DAMAGED_BYTES = Counter("t1_spool_damaged_bytes", "Spool bytes found damaged on recovery (kept in .corrupt files).",

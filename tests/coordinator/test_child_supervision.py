@@ -128,7 +128,6 @@ def test_a_run_whose_trainer_is_killed_ends_with_an_error_naming_it(root: Path, 
         if proc.poll() is None:
             proc.kill()
     log = out.read_text(errors="replace")
-    (Path("/tmp/svc") / "trainer-kill.log").write_text(log + (root / "run" / "logs" / "coordinator.log").read_text())
     assert rc == 1, log[-4000:]
     assert f"trainer (pid {trainer}) was killed by SIGKILL" in log
     assert " done" not in log.splitlines()[-1]
@@ -148,7 +147,6 @@ def test_a_run_whose_inference_server_is_killed_finishes(root: Path, tiny_model_
             assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-4000:]
             time.sleep(1)
         inference = _child_pid(proc.pid, "t1.cli.inference")
-        (Path("/tmp/svc") / "tree.txt").write_text("\n".join(f"{p.pid} {p.cmdline()}" for p in psutil.Process(proc.pid).children(recursive=True)))
         os.kill(inference, signal.SIGKILL)
         rc = proc.wait(600)
     finally:
@@ -157,7 +155,6 @@ def test_a_run_whose_inference_server_is_killed_finishes(root: Path, tiny_model_
     log = out.read_text(errors="replace")
     assert rc == 0, log[-4000:]
     detail = (root / "run" / "logs" / "coordinator.log").read_text(errors="replace")
-    (Path("/tmp/svc") / "inference-kill.log").write_text(f"killed {inference}\n" + log + detail)
-    assert f"inference-0 (pid {inference}) was killed by SIGKILL; restarting it" in detail
+    assert f"inference-0 (pid {inference}) was killed by SIGKILL" in detail and "restarting it (restart 1 of 3)" in detail
     assert "inference-0 is serving again on" in detail
     assert log.rstrip().splitlines()[-1].startswith("t1: run local-small done")
