@@ -70,6 +70,7 @@ async def serve(cfg: T1Config) -> None:
     print(f"t1-inference listening on {server.address}", flush=True)
     follow = None
     if cfg.inference.server.follow_trainer:
+        servicer.follows = cfg.inference.server.follow_trainer
         follower = TrainerFollower(cfg.inference.server.follow_trainer, servicer.load_version,
                                    lambda: backend.model_info().policy_version, cfg.auth)
         follow = asyncio.ensure_future(follower.run())

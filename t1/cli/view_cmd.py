@@ -13,6 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="The coordinator's run_dir (holds run.jsonl).")
     p.add_argument("--port", type=int, default=8470, help="Port to listen on; 0 picks a free one (default 8470).")
     p.add_argument("--host", default="127.0.0.1", help="Address to bind (default 127.0.0.1).")
+    p.add_argument("--allow-host", dest="allow_hosts", action="append", default=[], metavar="NAME",
+                   help="A Host header to answer besides localhost, the loopback addresses and --host (repeatable; "
+                        "the name a browser uses to reach a viewer bound beyond loopback).")
     p.add_argument("--trainer-dir", type=Path, default=None,
                    help="The trainer's work_dir (its buffer.sqlite); default: found from the run log.")
     p.add_argument("--model", type=Path, default=None,
@@ -49,7 +52,8 @@ def _view(args: argparse.Namespace) -> int:
     sock.listen(128)  # connections made before uvicorn's loop runs wait in the backlog
     host, port = sock.getsockname()[:2]
     print(f"t1 view: {len(index.episodes)} episodes of {run_dir} at http://{host}:{port}/", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(index, vocab), log_level="warning", access_log=False))
+    app = create_app(index, vocab, hosts=[args.host, *args.allow_hosts])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=[sock])
     return 0
 

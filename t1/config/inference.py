@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from t1.config.base import Section
-from t1.config.service import ServerConfig
+from t1.config.service import ServerConfig, host_port
 
 
 class ModelConfig(Section):
@@ -56,6 +56,11 @@ class InferenceServerConfig(Section):
     vllm_args: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra vLLM engine arguments (vllm backend only)."
     )
+
+    @field_validator("follow_trainer")
+    @classmethod
+    def _trainer_address(cls, value: str) -> str:
+        return host_port(value) if value else value
 
 
 class OpenAIEndpointConfig(Section):
@@ -121,6 +126,11 @@ class InferencePoolConfig(Section):
                                       "the coordinator waits until they serve it (several coordinators).")
     openai: list[OpenAIEndpointConfig] = Field(
         default_factory=list, description="OpenAI-compatible endpoints instead of T1's gRPC servers (see docs/endpoints.md).")
+
+    @field_validator("endpoints")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        return [host_port(v) for v in value]
 
     @model_validator(mode="after")
     def _one_kind(self) -> InferencePoolConfig:

@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from t1.config.base import Section
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+def host_port(value: str) -> str:
+    """`value` when it is a gRPC address `host:port` (a name, an IPv4 address or a bracketed IPv6 one, a port
+    in 1-65535), else ValueError saying what is wrong with it (pure)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{value!r}: expected host:port")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value!r}: the port must be a number in 1-65535")
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            raise ValueError(f"{value!r}: {host} is not an IPv6 address") from None
+    elif not _HOSTNAME.match(host):
+        raise ValueError(f"{value!r}: {host!r} is not a host name or address (letters, digits, '.', '-', '_'; "
+                         "an IPv6 address in brackets)")
+    return value
 
 
 class TlsConfig(Section):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from t1.config.base import Section
-from t1.config.service import ServerConfig
+from t1.config.service import ServerConfig, host_port
 
 
 def _default_deepspeed() -> dict[str, Any]:
@@ -137,6 +137,11 @@ class TrainerConfig(Section):
     def trains_on_demos(self) -> bool:
         """SFT or PPO-ptx trains on the demonstrations (warm_start.demos_path)."""
         return self.warm_start.sft_steps > 0 or self.rl.demo_nll_coef > 0
+
+    @field_validator("endpoint")
+    @classmethod
+    def _trainer_address(cls, value: str | None) -> str | None:
+        return host_port(value) if value else value
 
     @model_validator(mode="after")
     def _best_round_kept(self) -> TrainerConfig:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
+from t1.config.service import host_port
 from t1.rpc.errors import RequestError
 from t1.tasks.spec import TaskSpec
 from t1.v1 import coordinator_pb2 as pb
@@ -42,6 +43,11 @@ def check_submit(req: pb.SubmitEvalRequest, limits: RequestLimits) -> None:
     check_text("name", req.name, limits.max_name_chars)
     check_items("task_ids", req.task_ids, limits.max_list_items, limits.max_name_chars)
     check_items("inference_endpoints", req.inference_endpoints, limits.max_list_items, limits.max_name_chars)
+    for i, address in enumerate(req.inference_endpoints):
+        try:
+            host_port(address)
+        except ValueError as exc:
+            raise RequestError(f"inference_endpoints[{i}]: {exc}") from None
     if not 1 <= req.attempts <= limits.max_attempts_per_task:
         raise RequestError(f"attempts: must be in [1, {limits.max_attempts_per_task}] "
                            f"(limits.max_attempts_per_task), got {req.attempts}")

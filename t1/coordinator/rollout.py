@@ -38,8 +38,8 @@ from t1.coordinator.spool import Spool
 from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m
-from t1.sandbox.loopback_port import SandboxPorts
 from t1.metrics.write_faults import WriteFaults
+from t1.sandbox.loopback_port import SandboxPorts
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer

@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "t1.v1.InferenceService"
 
 
+MAX_POLICY_VERSION = 2**31 - 1
+"""Versions travel as int32 beside every sampled token: a larger one (UpdateWeights(version=2**62)) would make
+every honest version after it "older" and lock the server out of its updates."""
+
+
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     def __init__(self, backend: Backend, batch_linger_s: float = 0.0,
                  served_context_tokens: int = SERVED_CONTEXT_TOKENS) -> None:
@@ -55,6 +60,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self._loading_since: float | None = None  # monotonic start of the weight load in progress
         self._running = asyncio.Event()  # cleared by hold_generation
         self._running.set()
+        self.follows = ""  # the trainer whose versions this server loads itself: UpdateWeights is refused
 
     def hold_generation(self, hold: bool) -> None:
         """Test hook: stop passing generated tokens on and starting weight loads (True), or resume (False);
@@ -139,8 +145,11 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                             ) -> pb.UpdateWeightsResponse:
         if not request.path:
             raise RequestError("path: required")
-        if request.version < 0:
-            raise RequestError(f"version: must be >= 0, got {request.version}")
+        if not 0 <= request.version <= MAX_POLICY_VERSION:
+            raise RequestError(f"version: must be in [0, {MAX_POLICY_VERSION}], got {request.version}")
+        if self.follows:
+            raise FailedPrecondition(f"this server follows the trainer at {self.follows} "
+                                     "(inference.server.follow_trainer): its weight versions come from there only")
         return await self.load_version(request.path, request.version, request.rollback)
 
     async def load_version(self, path: str, version: int, rollback: bool = False) -> pb.UpdateWeightsResponse:

@@ -27,6 +27,7 @@ from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc
 
 log = logging.getLogger(__name__)
+MAX_TAG_CHARS = 64  # a checkpoint folder name: well within any file system's name limit
 
 STAGE_PB = {
     Stage.SFT: pb.TRAINER_STAGE_SFT, Stage.CRITIC_WARMUP: pb.TRAINER_STAGE_CRITIC_WARMUP,
@@ -167,7 +168,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     async def SaveCheckpoint(self, request: pb.SaveCheckpointRequest,
                              context: grpc.aio.ServicerContext) -> pb.CheckpointInfo:
         tag = request.tag or "manual"
-        if not tag.replace("-", "").replace("_", "").isalnum() or tag.startswith("step"):
+        if len(tag) > MAX_TAG_CHARS:
+            raise RequestError(f"tag: {len(tag)} characters, at most {MAX_TAG_CHARS}")
+        if not tag.isascii() or not tag.replace("-", "").replace("_", "").isalnum() or tag.startswith("step"):
             raise RequestError(f"tag {tag!r}: use letters, digits, '-' and '_', not starting with 'step'")
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         await self.checkpoints.put(CheckpointRequest(tag, done))

@@ -5,21 +5,30 @@ Routes: `/` the run (curves, stage timeline, eval jobs), `/episodes` the table (
 side, `/assets/...` the stylesheet and scripts. Every asset ships in the installed packages (ours and
 plotly's bundled plotly.min.js): no CDN, nothing fetched at run time. Requests are answered from the
 index, which each request brings up to date at most once a second (a live run is followed).
+
+A request whose Host header is not one of the viewer's names (localhost, the loopback addresses,
+the bound address, `--allow-host`) is refused with 400: a page on another site whose name a
+DNS-rebinding attack points at 127.0.0.1 cannot read the run. Every response carries a Content
+Security Policy that runs only the viewer's own scripts (no inline script, nothing from elsewhere),
+so text from a run that escaped escaping could still not run.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from t1.view import curves
 from t1.view.episodes import EpisodeQuery, EpisodeRow, SortKey, group_advantages, page_of, sort_rows
@@ -32,6 +41,46 @@ from t1.view.vocab import Vocab
 
 _ASSETS = {"view.css": "text/css", "view.js": "text/javascript"}
 _CACHE = {"Cache-Control": "max-age=3600"}
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "connect-src 'self'; font-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer")]
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: `[::1]:80` -> `::1`, `Example:80` -> `example` (pure)."""
+    if header.startswith("["):
+        return header[1:header.find("]")].lower() if "]" in header else ""
+    return header.rsplit(":", 1)[0].lower() if header.count(":") == 1 else header.lower()
+
+
+class Guard:
+    """ASGI middleware: a Host header not among `names` gets 400 (DNS rebinding); every HTTP response carries
+    the CSP and its companions."""
+
+    def __init__(self, app: ASGIApp, names: Sequence[str]) -> None:
+        self.app = app
+        self.names = frozenset(n.lower() for n in names)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+        if host_name(host) not in self.names:
+            refused = PlainTextResponse(f"t1 view does not answer for the host {host!r}: open it as "
+                                        f"http://127.0.0.1:PORT/ (or start it with --allow-host NAME)", 400,
+                                        headers=dict((k.decode(), v.decode()) for k, v in SECURITY_HEADERS))
+            await refused(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 def _plotly_js() -> bytes:
@@ -47,7 +96,8 @@ def _env() -> Environment:
     return env
 
 
-def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
+def create_app(index: RunIndex, vocab: Vocab, hosts: Sequence[str] = ()) -> Starlette:
+    """The viewer's app; `hosts`: Host header names it answers besides LOOPBACK_NAMES."""
     env = _env()
     plotly = _plotly_js()
 
@@ -146,7 +196,9 @@ def create_app(index: RunIndex, vocab: Vocab) -> Starlette:
             return PlainTextResponse(f"{path} is not written yet: the run draws it at its end", status_code=404)
         return Response(path.read_bytes(), media_type="image/png")
 
-    return Starlette(routes=[
+    names = sorted({*LOOPBACK_NAMES, *(h.strip("[]") for h in hosts if h not in ("0.0.0.0", "::", ""))})
+    return Starlette(middleware=[Middleware(Guard, names=names)],
+                     routes=[
         Route("/", run_page),
         Route(f"/{PNG_NAME}", learning_png),
         Route("/episodes", episodes_page),

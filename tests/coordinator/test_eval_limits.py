@@ -84,6 +84,8 @@ async def test_every_submit_field_is_bounded(tmp_path: Path, task_root: Path) ->
         for bad in (math.nan, math.inf, -1.0, 1e9):
             await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, timeout_multiplier=bad),
                                            timeout=10), "timeout_multiplier")
+        await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, inference_endpoints=["a:1", "x"]),
+                                       timeout=10), "inference_endpoints[1]: 'x': expected host:port")
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, concurrency=10**6), timeout=10),
                        "concurrency")
         await _invalid(stub.SubmitEval(pb.SubmitEvalRequest(tasks=root, attempts=1, task_ids=["x"] * 20_000),

@@ -65,6 +65,9 @@ def test_a_full_disk_under_the_run_dir_degrades_and_loses_nothing(tmp_path: Path
         write_harbor_task(tasks, f"t{i}", f"w{i}", solve_delay_s=2.0)
     cfg = eval_config(tmp_path, tiny_model_dir, sandbox_root)
     cfg["coordinator"]["run_dir"] = str(tiny_disk / "run")
+    # The per-turn journal degrades on its own terms (it holds turns and episodes wait for the disk): off here,
+    # so that attempts finish into the full disk and the files under test meet it.
+    cfg["coordinator"]["journal"] = {"enabled": False}
     coord = CoordinatorProcess(tmp_path, cfg)
     try:
         address = coord.start()
@@ -75,9 +78,12 @@ def test_a_full_disk_under_the_run_dir_degrades_and_loses_nothing(tmp_path: Path
                        == pb.JOB_STATE_RUNNING, 60, "the job to run")
             filler = fill(tiny_disk)
             # Attempts finish into a full disk: their transcripts, the run log's records and the job rows fail.
-            wait_until(lambda: any("eval job database" in e for e in
-                                   stub.GetRunStatus(pb.GetRunStatusRequest(), timeout=10).write_errors), 120,
-                       "the run status to name the eval job database")
+            try:
+                wait_until(lambda: any("eval job database" in e for e in
+                                       stub.GetRunStatus(pb.GetRunStatusRequest(), timeout=10).write_errors), 120,
+                           "the run status to name the eval job database")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}: {coord.log_text()[-3000:]}") from None
             status = stub.GetRunStatus(pb.GetRunStatusRequest(), timeout=10)
             assert all("No space left on device" in e or "full" in e for e in status.write_errors), status
             assert coord.proc is not None and coord.proc.poll() is None, "the coordinator goes on"

@@ -1,5 +1,5 @@
-"""Issue 19 case 8: UpdateWeights refuses a negative version by name, a garbage body is INVALID_ARGUMENT,
-the served version is a no-op and an older one needs `rollback`."""
+"""Issue 19 case 8: UpdateWeights refuses a negative version (and one past int32) by name, a garbage body is
+INVALID_ARGUMENT, the served version is a no-op, an older one needs `rollback`, and a following server refuses it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ async def test_update_weights_refuses_negative_versions(served: str, tiny_model_
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.UpdateWeights(pb.UpdateWeightsRequest(path=str(tiny_model_dir), version=-4), timeout=30)
-        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "version: must be >= 0" in info.value.details()
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "version: must be in [0, " in info.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as info:  # would make every honest version after it "older"
+            await stub.UpdateWeights(pb.UpdateWeightsRequest(path=str(tiny_model_dir), version=2**62), timeout=30)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"version: must be in [0, {2**31 - 1}], got {2**62}" in info.value.details()
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await channel.unary_unary("/t1.v1.InferenceService/UpdateWeights")(b"\xff\xff\xff", timeout=10)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -67,3 +71,28 @@ async def test_pool_counts_a_server_already_past_the_version_as_updated(served: 
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         await pool.close()
+
+
+async def test_a_following_server_refuses_update_weights(backend, tiny_model_dir: object) -> None:
+    """A server that follows a trainer takes its versions from there only: a client without a token cannot move it
+    to a version that locks it out of the trainer's (UpdateWeights(version=2**31 - 1) was such a lock)."""
+    from t1.config.service import AuthConfig, ServerConfig
+    from t1.inference.server import InferenceServicer, inference_binding
+    from t1.rpc.server import GrpcServer
+
+    servicer = InferenceServicer(backend)
+    servicer.follows = "127.0.0.1:50061"
+    server = GrpcServer([inference_binding(backend, servicer=servicer)], ServerConfig(host="127.0.0.1", port=0),
+                        AuthConfig())
+    await server.start()
+    try:
+        async with make_channel(server.address) as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.UpdateWeights(pb.UpdateWeightsRequest(path=str(tiny_model_dir), version=2**31 - 1),
+                                         timeout=30)
+            assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "follows the trainer at 127.0.0.1:50061" in info.value.details()
+            assert (await stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)).policy_version == 0
+    finally:
+        await server.stop(0)

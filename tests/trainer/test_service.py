@@ -145,9 +145,11 @@ def test_kill_and_restart_loses_nothing_and_trains_nothing_twice(tmp_path: Path,
         stream.cancel()
         info = tr.stub.SaveCheckpoint(pb.SaveCheckpointRequest(tag="final"), timeout=60)
         assert info.step == 4 and info.policy_version == 4 and Path(info.path).is_dir()
-        with pytest.raises(grpc.RpcError) as err:
-            tr.stub.SaveCheckpoint(pb.SaveCheckpointRequest(tag="../x"), timeout=10)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        for bad, named in (("../x", "use letters"), ("t" * 5000, "5000 characters, at most 64"),
+                           ("tag\u0663", "use letters")):
+            with pytest.raises(grpc.RpcError) as err:
+                tr.stub.SaveCheckpoint(pb.SaveCheckpointRequest(tag=bad), timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and named in (err.value.details() or "")
         tr.stop()
 
     work = tmp_path / "work"

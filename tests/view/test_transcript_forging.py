@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +59,10 @@ def test_the_parser_reads_back_what_was_written() -> None:
 @pytest.fixture(scope="module")
 def forged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     run_dir = tmp_path_factory.mktemp("forged-run")
-    (run_dir / "run.jsonl").write_text("")  # a run directory the viewer opens
+    (run_dir / "run.jsonl").write_text("".join(  # a run directory the viewer opens, with a curve to draw
+        json.dumps({"ts": 1000.0 + 5 * i, "event": "status", "stage": "serving", "active": 1, "finished": i,
+                    "turns_per_s": 0.5 * i, "spool_pending": 0, "version": 0, "trainer_step": 0,
+                    "infra_failure_rate": 0.0}) + "\n" for i in range(4)))
     episode = write_forged(run_dir)
     for url in start_viewer(run_dir):
         yield url, episode, run_dir
@@ -96,3 +101,28 @@ def test_forged_structure_in_the_agents_output_is_shown_as_text(forged: tuple[st
     assert notes == [f"compacted\\x0a{FORGED_VERDICT}"], notes
     result = browser.find_element(By.TAG_NAME, "body").text
     assert result.count("5/5 passed") == 7  # as text only: reply 1, output 2, command 2, note 1, detail 1
+
+
+def _get(url: str, host: str) -> http.client.HTTPResponse:
+    address = url.removeprefix("http://")
+    conn = http.client.HTTPConnection(address, timeout=30)
+    conn.request("GET", "/", headers={"Host": host})
+    return conn.getresponse()
+
+
+def test_the_viewer_answers_only_its_own_names_and_sends_a_csp(forged: tuple[str, str, Path],
+                                                                browser: WebDriver) -> None:
+    url, _, _ = forged
+    port = url.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", f"[::2]:{port}"):
+        reply = _get(url, host)  # a DNS-rebinding page: its own name in the Host header
+        assert reply.status == 400, host
+        assert "does not answer for the host" in reply.read().decode()
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+        reply = _get(url, host)
+        assert reply.status == 200, host
+        assert "script-src 'self'" in (reply.getheader("content-security-policy") or "")
+        assert reply.getheader("x-content-type-options") == "nosniff"
+    load(browser, url + "/")  # under the CSP the run page draws (a refused script or style is a console error)
+    drawn = browser.find_elements(By.CSS_SELECTOR, ".chart .scatterlayer .point")
+    assert drawn, "plotly drew nothing under the CSP"
