@@ -22,6 +22,10 @@ class RequestLimits(Section):
     list_page_size: int = Field(100, ge=1, description="Jobs per ListJobs page when the request gives no limit.")
     max_list_page_size: int = Field(1000, ge=1, description="Largest ListJobs page a request may ask for.")
     max_abs_reward: float = Field(1e6, gt=0, description="Largest |reward| the trainer accepts in a trajectory.")
+    max_active_jobs: int = Field(32, ge=1, description="Most eval jobs queued or running at once; another submission "
+                                 "is RESOURCE_EXHAUSTED until one ends.")
+    max_jobs_db_mb: int = Field(1024, ge=1, description="Largest eval job database (jobs.db and its log) that still "
+                                "takes new jobs; past it a submission is RESOURCE_EXHAUSTED.")
     max_request_mb: int = Field(4, ge=1, description="Largest request body of a control call (not trajectory "
                                 "pushes or generation, which have server.max_message_mb).")
 

@@ -36,7 +36,7 @@ from t1.coordinator.jobs import JobRecord, JobState, JobStore
 from t1.coordinator.results import AttemptOutcome, JobSummaryValues
 from t1.coordinator.tallies import summary_of
 from t1.metrics.write_faults import WriteFaults
-from t1.rpc.errors import NotFound, RequestError
+from t1.rpc.errors import NotFound, RequestError, ResourceExhausted
 from t1.tasks.spec import TaskSpec
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as pb
@@ -45,6 +45,7 @@ from t1.workdir import StorageError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 DB_FAULT = "eval job database"
+MB = 1 << 20
 STORE_RETRY_S = 2.0
 
 
@@ -92,6 +93,7 @@ class _Live:
     scored: int = 0
     task: asyncio.Task[None] | None = None
     watchers: set[asyncio.Queue[JobUpdate]] = field(default_factory=set)
+    families: dict[str, str] = field(default_factory=dict)  # task id -> family, kept when the tasks are let go
 
 
 class EvalJobs:
@@ -112,8 +114,18 @@ class EvalJobs:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def submit(self, req: pb.SubmitEvalRequest) -> JobRecord:
-        """Check, resolve tasks, store, and start; bad requests raise RequestError naming the field."""
+        """Check, resolve tasks, store, and start; bad requests raise RequestError naming the field, a job past
+        the bounds on what the coordinator holds ResourceExhausted naming the bound."""
         check_submit(req, self.limits)
+        active = sum(1 for live in self._live.values() if live.task is not None and not live.task.done())
+        if active >= self.limits.max_active_jobs:
+            raise ResourceExhausted(f"{active} eval jobs are queued or running, the most limits.max_active_jobs "
+                                    "allows: submit again when one has ended")
+        stored = await asyncio.to_thread(self.store.size_bytes)
+        if stored > self.limits.max_jobs_db_mb * MB:
+            raise ResourceExhausted(f"the eval job database {self.store.path} holds {stored // MB} MB, over "
+                                    f"limits.max_jobs_db_mb ({self.limits.max_jobs_db_mb}): move it aside (its jobs "
+                                    "are then no longer listed) or raise the bound")
         try:
             tasks = await asyncio.to_thread(self._resolve, req.tasks, list(req.task_ids))
         except (KeyError, ValueError, OSError) as exc:
@@ -211,10 +223,12 @@ class EvalJobs:
         live = self._live.get(job_id)
         return (0, 0) if live is None else (live.resolved, live.scored)
 
-    def tasks_of(self, job_id: str) -> dict[str, TaskSpec]:
-        """The tasks of a job this process runs, by id (empty for others)."""
+    def families_of(self, job_id: str) -> dict[str, str]:
+        """The task families of a job this process ran, by task id (empty for others)."""
         live = self._live.get(job_id)
-        return dict(live.tasks) if live is not None else {}
+        if live is None:
+            return {}
+        return live.families or {tid: t.metadata.family for tid, t in live.tasks.items()}
 
     async def summary(self, record: JobRecord) -> JobSummaryValues:
         tallies = await asyncio.to_thread(self.store.tallies, record.job_id)
@@ -270,6 +284,13 @@ class EvalJobs:
     # -- running -----------------------------------------------------------------------------
 
     async def _run(self, live: _Live) -> None:
+        try:
+            await self._run_attempts(live)
+        finally:  # an ended job keeps only its tasks' families: a coordinator serving many jobs holds no old tasks
+            live.families = {tid: t.metadata.family for tid, t in live.tasks.items()}
+            live.tasks = {}
+
+    async def _run_attempts(self, live: _Live) -> None:
         record = live.record
         req = pb.SubmitEvalRequest.FromString(record.request)
         done = await asyncio.to_thread(self.store.finished_keys, record.job_id)

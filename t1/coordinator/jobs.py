@@ -134,6 +134,10 @@ class JobStore:
         with self._lock:
             self._db.close()
 
+    def size_bytes(self) -> int:
+        """The database's bytes on disk, its write-ahead log included."""
+        return sum(p.stat().st_size for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.exists())
+
     def _run(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
             try:

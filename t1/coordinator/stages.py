@@ -79,7 +79,7 @@ async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> d
     record = await parts.evals.get(job_id)
     s = await parts.evals.summary(record)
     outcomes = await asyncio.to_thread(parts.store.attempts, job_id)
-    families = family_lookup({tid: t.metadata.family for tid, t in parts.evals.tasks_of(job_id).items()})
+    families = family_lookup(parts.evals.families_of(job_id))
     overall = rate_summary(outcomes)
     m.RESOLVE_RATE.labels(split=f"{label}:{set_name}").set(s.resolve_rate)
     out = {"job_id": job_id, "resolve_rate": s.resolve_rate, "mean_reward": s.mean_reward,

@@ -1,5 +1,6 @@
 """Status codes for bad requests: validation errors become INVALID_ARGUMENT naming the field;
-state the server lacks for a request (FailedPrecondition) becomes FAILED_PRECONDITION."""
+state the server lacks for a request (FailedPrecondition) becomes FAILED_PRECONDITION; a bound on what it
+holds (ResourceExhausted) becomes RESOURCE_EXHAUSTED."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ class FailedPrecondition(Exception):
     """The request is well formed but needs state this server does not hold (the caller can resend)."""
 
 
+class ResourceExhausted(Exception):
+    """A bound on what the server holds is reached (active jobs, stored bytes); str(self) names the bound."""
+
+
 # What the servicers map to a status code: everything status_for knows.
-REQUEST_ERRORS = (ValueError, NotFound, FailedPrecondition)
+REQUEST_ERRORS = (ValueError, NotFound, FailedPrecondition, ResourceExhausted)
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode | None:
@@ -34,6 +39,8 @@ def status_for(exc: BaseException) -> grpc.StatusCode | None:
         return grpc.StatusCode.NOT_FOUND
     if isinstance(exc, FailedPrecondition):
         return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(exc, ResourceExhausted):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(exc, ValueError):  # RequestError, TensorError
         return grpc.StatusCode.INVALID_ARGUMENT
     return None

@@ -20,7 +20,7 @@ def test_good_addresses(value: str) -> None:
 
 @pytest.mark.parametrize("value", BAD)
 def test_bad_addresses_are_named(value: str) -> None:
-    with pytest.raises(ValueError, match="host|port|address"):
+    with pytest.raises(ValueError, match=r"host|port|address"):
         host_port(value)
 
 

@@ -208,3 +208,33 @@ def test_no_model_version_field_that_does_nothing(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as exit_:
         t1_main(["eval", "submit", "--tasks", "x", "--model-version", "3"])
     assert exit_.value.code == 2 and "--model-version" in capsys.readouterr().err
+
+
+async def _exhausted(call: Awaitable[object], needle: str) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, info.value.details()
+    assert needle in (info.value.details() or ""), info.value.details()
+
+
+async def test_the_number_of_active_jobs_is_bounded(tmp_path: Path, task_root: Path) -> None:
+    """100 jobs held 0.9 GB and their tasks for ever: at most max_active_jobs run, and an ended job lets its tasks go."""
+    runner = CountingRunner(delay_s=0.3)
+    async with _served(tmp_path, runner, RequestLimits(max_active_jobs=2)) as (stub, jobs):
+        first = await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10)
+        await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10)
+        await _exhausted(stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10),
+                         "2 eval jobs are queued or running, the most limits.max_active_jobs allows")
+        await jobs.wait(first.job_id)
+        await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10)
+        assert set(jobs.families_of(first.job_id)) == {"task-0", "task-1", "task-2"}
+        assert jobs._live[first.job_id].tasks == {}, "an ended job holds no tasks"
+
+
+async def test_the_job_database_size_is_bounded(tmp_path: Path, task_root: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    store.create_job("big", b"x" * (3 << 20), ["t"], 1)  # 3 MB of stored request
+    store.close()
+    async with _served(tmp_path, CountingRunner(), RequestLimits(max_jobs_db_mb=2)) as (stub, _):
+        await _exhausted(stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10),
+                         "over limits.max_jobs_db_mb (2)")
