@@ -159,7 +159,7 @@ def test_transcript_parse_round_trip(tmp_path: Path) -> None:
 
 def test_pages_answer_bad_input_with_errors_that_name_it(tmp_path: Path) -> None:
     index = _live_index(tmp_path)
-    client = TestClient(create_app(index, NO_VOCAB))
+    client = TestClient(create_app(index, NO_VOCAB), base_url="http://127.0.0.1")  # a name the viewer answers
     r = client.get("/episodes", params={"min_reward": "lots"})
     assert r.status_code == 400 and "min_reward=&#39;lots&#39; is not a float" in r.text
     r = client.get("/episodes/nope")
@@ -207,7 +207,7 @@ def test_episode_whose_spool_file_was_acknowledged_is_read_from_the_trainer_buff
 
     index = _live_index(tmp_path)
     index.paths = RunPaths(index.paths.run_dir, tmp_path / "trainer")
-    client = TestClient(create_app(index, NO_VOCAB))
+    client = TestClient(create_app(index, NO_VOCAB), base_url="http://127.0.0.1")  # a name the viewer answers
     assert index.episode("g1-a0").locator.path.suffix == ".spool"
     # the trainer accepts every record, then the spool deletes its fully acknowledged file
     buffer = TrajectoryBuffer(tmp_path / "trainer" / "buffer.sqlite")

@@ -72,7 +72,7 @@ def test_t1_view_links_and_serves_the_png_once_the_run_wrote_it(tmp_path: Path) 
 
     log = tmp_path / "run.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in _records()))
-    client = TestClient(create_app(RunIndex(RunPaths(tmp_path, None)), NO_VOCAB))
+    client = TestClient(create_app(RunIndex(RunPaths(tmp_path, None)), NO_VOCAB), base_url="http://127.0.0.1")
     assert 'id="learning-png"' not in client.get("/").text
     missing = client.get(f"/{PNG_NAME}")
     assert missing.status_code == 404 and "not written yet" in missing.text
