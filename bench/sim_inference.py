@@ -6,8 +6,13 @@ the processed context (prompt + sampled ids but the last, as a KV cache would), 
 position processed for the first time, from the first uncached prompt position to the
 second-to-last sampled token, shaped [rows, 48, 8] uint8 by default. Replies are real tokenized
 tool calls (see sim_replies), streamed in chunks; latency is per request, per prefilled token and
-per sampled token. GenerateBatched (one stream, whole results) serves the same turns. Used by
-bench/load/run.py, which starts it in its own process::
+per sampled token. GenerateBatched (one stream, whole results) serves the same turns.
+
+With a KV capacity (`kv_capacity_tokens`, `--kv-capacity-tokens`; 0: none) it behaves like a paged
+KV cache: a running turn holds its prompt and reply, a cached session its processed context; a turn
+that does not fit first drops idle sessions' caches, least recently used first (their next turn
+prefills everything again), then waits for running turns to end. GetModelInfo reports capacity and
+use. Used by bench/load/run.py, which starts it in its own process, and bench/kv_admission.py::
 
     python -m bench.sim_inference --tokenizer .t1/models/tiny/tokenizer.json --port 0 --ready-file P
 """
@@ -86,8 +91,13 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
     """Generate, GetModelInfo and UpdateWeights over a ReplyBook and routing pool."""
 
     def __init__(self, book: ReplyBook, shape: ModelShape, latency: Latency, seed: int = 0,
-                 max_sessions: int = 16384, max_batch_bytes: int = 0) -> None:
+                 max_sessions: int = 16384, max_batch_bytes: int = 0, kv_capacity_tokens: int = 0) -> None:
         self.book = book
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.kv_cached = 0    # positions the idle sessions' caches hold
+        self.kv_running = 0   # positions the running turns hold
+        self.kv_evictions = 0  # idle sessions' caches dropped for room
+        self._room = asyncio.Event()
         self.max_batch_bytes = max_batch_bytes  # 0: GenerateBatched's default
         self.shape = shape
         self.latency = latency
@@ -118,10 +128,37 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
             raise RequestError("sampling.max_tokens: must be >= 0")
         return prompt
 
+    async def _admit(self, request: pb.GenerateRequest) -> _Turn:
+        """Plan the turn, then wait for KV room for its prompt and reply (dropping idle caches first)."""
+        turn = self._plan(request)
+        if not self.kv_capacity_tokens:
+            return turn
+        need = len(turn.prompt) + len(turn.reply)
+        while self.kv_running + self.kv_cached + need > self.kv_capacity_tokens:
+            if self._sessions:
+                _, context = self._sessions.popitem(last=False)
+                self.kv_cached -= len(context)
+                self.kv_evictions += 1
+                continue
+            if self.kv_running == 0:
+                break  # alone and still too long: it runs anyway (the context limit is the model's)
+            self._room.clear()
+            await self._room.wait()
+        self.kv_running += need
+        return turn
+
+    def _release(self, turn: _Turn) -> None:
+        if self.kv_capacity_tokens:
+            self.kv_running -= len(turn.prompt) + len(turn.reply)
+            self._room.set()
+
     def _plan(self, request: pb.GenerateRequest) -> _Turn:
         """What this request will return: the reply, its logprobs, the cached prefix and the simulated prefill time."""
         prompt = self._validate(request)
-        cached = cached_prefix(prompt, self._sessions.get(request.session_id))
+        held = self._sessions.pop(request.session_id, None) if self.kv_capacity_tokens else None
+        if held is not None:  # a running turn holds its session's cache (counted in kv_running)
+            self.kv_cached -= len(held)
+        cached = cached_prefix(prompt, held if self.kv_capacity_tokens else self._sessions.get(request.session_id))
         reply, _ = self.book.reply(self._rng)
         room = self.shape.max_context_tokens - len(prompt)
         limit = min(request.sampling.max_tokens or self.book.max_tokens, room)
@@ -149,7 +186,14 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
 
     @rpc_errors
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> AsyncIterator[pb.GenerateChunk]:
-        turn = self._plan(request)
+        turn = await self._admit(request)
+        try:
+            async for chunk in self._chunks(request, turn):
+                yield chunk
+        finally:
+            self._release(turn)
+
+    async def _chunks(self, request: pb.GenerateRequest, turn: _Turn) -> AsyncIterator[pb.GenerateChunk]:
         await asyncio.sleep(turn.prefill_s)
         reply, logprobs = turn.reply, turn.logprobs
         step = self.latency.chunk_tokens or len(reply)
@@ -168,18 +212,24 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def _run_one(self, request: pb.GenerateRequest) -> pb.GenerateResult:
         """One whole turn for GenerateBatched: the same latency as Generate, in one sleep."""
-        turn = self._plan(request)
-        await asyncio.sleep(turn.prefill_s + self.latency.per_token_s * len(turn.reply))
+        turn = await self._admit(request)
+        try:
+            await asyncio.sleep(turn.prefill_s + self.latency.per_token_s * len(turn.reply))
+        finally:
+            self._release(turn)
         versions = np.full(len(turn.reply), turn.version, dtype=np.int32)
         return pb.GenerateResult(request_id=request.request_id, token_ids=to_tensor(turn.reply),
                                  logprobs=to_tensor(turn.logprobs), token_versions=to_tensor(versions),
                                  done=self._finish(request, turn))
 
     def _remember(self, session_id: str, context: np.ndarray) -> None:
+        if self.kv_capacity_tokens:
+            self.kv_cached += len(context) - len(self._sessions.get(session_id, ()))
         self._sessions[session_id] = context
         self._sessions.move_to_end(session_id)
         while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
+            _, dropped = self._sessions.popitem(last=False)
+            self.kv_cached -= len(dropped) if self.kv_capacity_tokens else 0
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: Any) -> pb.ModelInfo:
         return pb.ModelInfo(
@@ -188,6 +238,7 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
             num_experts=self.shape.num_experts, top_k=self.shape.top_k,
             routing_dtype=self._routing.block(0, 1, self._rng).experts.dtype.name,
             eos_token_ids=[self.book.eos_id], logprob_distribution="sampling", dtype="sim",
+            kv_capacity_tokens=self.kv_capacity_tokens, kv_used_tokens=self.kv_cached + self.kv_running,
         )
 
     @rpc_errors
@@ -220,6 +271,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--experts", type=int, default=128)
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv-capacity-tokens", type=int, default=0, help="KV cache in tokens (0: unbounded)")
     p.add_argument("--reply-max-mb", type=float, default=0.0,
                    help="GenerateBatched: most bytes of results per reply message (0: the server's default)")
     return p.parse_args(argv)
@@ -230,7 +282,8 @@ async def serve(args: argparse.Namespace) -> None:
     shape = ModelShape(args.layers, args.experts, args.top_k, vocab_size=book.vocab_size)
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3,
                       args.chunk_tokens, args.linger_ms / 1e3)
-    servicer = SimInferenceServicer(book, shape, latency, seed=args.seed, max_batch_bytes=int(args.reply_max_mb * 2**20))
+    servicer = SimInferenceServicer(book, shape, latency, seed=args.seed, max_batch_bytes=int(args.reply_max_mb * 2**20),
+                                    kv_capacity_tokens=args.kv_capacity_tokens)
     server = GrpcServer([binding(servicer)], ServerConfig(host=args.host, port=args.port, grace_s=1.0), AuthConfig())
     port = await server.start()
     if args.ready_file:

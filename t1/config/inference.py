@@ -119,6 +119,9 @@ class InferencePoolConfig(Section):
         False, description="A turn starts only where its session's replica has room in the KV capacity the server "
                            "reports for its prompt and max_tokens, else waits; a new session waits for a replica "
                            "with room (docs/inference.md). Callers must end their sessions (end_session).")
+    kv_expected_context_tokens: int = Field(
+        0, ge=0, description="kv_admission: the least KV room a session holds (its expected peak context), so an "
+                             "episode is admitted only where its growth fits (0: each turn's prompt and max_tokens).")
     stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their progress.")
     weights: WeightsMode = Field(
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "

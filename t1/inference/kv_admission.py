@@ -6,7 +6,9 @@ its last turn) and, for a turn in flight, its prompt and max_tokens. A turn is a
 when the other sessions' holdings plus its own need fit in the capacity; otherwise it waits until a
 turn ends or a session ends (`end_session`) there. A new session (an episode's first turn) goes to a
 replica where it fits, and waits while none has room, so episodes are admitted by headroom; the
-rollout's `max_concurrent_episodes` stays an upper bound on top.
+rollout's `max_concurrent_episodes` stays an upper bound on top. With `kv_expected_context_tokens`
+every session holds at least that much (its expected peak context), so an episode is admitted only
+where its growth has room, and admitted episodes seldom contend later.
 
 Preemption rule (the one way a resident session's cache is given up): a session already resident on
 a replica that cannot fit its next turn still starts it when nothing is in flight on that replica
@@ -41,11 +43,10 @@ class _Ledger:
 class KvAdmission:
     """The per-replica ledgers, and the wait for room."""
 
-    def __init__(self, replicas: int) -> None:
+    def __init__(self, replicas: int, expected_context: int = 0) -> None:
+        self.expected_context = expected_context  # the least a session holds (its expected peak context)
         self._ledgers = [_Ledger() for _ in range(replicas)]
         self._changed: asyncio.Event | None = None  # set (and replaced) when room may have freed
-        self.waits = 0           # turns that had to wait for room
-        self.wait_s = 0.0        # total time they waited
 
     def known(self, idx: int) -> bool:
         return self._ledgers[idx].capacity is not None
@@ -63,12 +64,13 @@ class KvAdmission:
         if not ledger.capacity:
             return True
         others = ledger.used - ledger.held.get(session_id, 0)
-        if others + need <= ledger.capacity:
+        if others + max(need, self.expected_context) <= ledger.capacity:
             return True
         return session_id in ledger.held and ledger.running == 0  # the preemption rule (module docstring)
 
-    async def admit(self, session_id: str, need: int, place: Callable[[], int | None]) -> int:
-        """Wait until `place()` names a replica where the turn fits (None: none does), hold `need` there."""
+    async def admit(self, session_id: str, need: int, place: Callable[[], int | None]) -> tuple[int, float]:
+        """Wait until `place()` names a replica where the turn fits (None: none does), hold `need` there;
+        returns the replica and how long the turn waited."""
         t0 = time.monotonic()
         waited = False
         while (idx := place()) is None:
@@ -77,12 +79,10 @@ class KvAdmission:
                 self._changed = asyncio.Event()
             with contextlib.suppress(TimeoutError):  # health changes do not notify: look again now and then
                 await asyncio.wait_for(self._changed.wait(), RECHECK_S)
-        if waited:
-            self.waits += 1
-            self.wait_s += time.monotonic() - t0
-        self._hold(idx, session_id, need)
+        waited_s = time.monotonic() - t0 if waited else 0.0
+        self._hold(idx, session_id, max(need, self.expected_context))
         self._ledgers[idx].running += 1
-        return idx
+        return idx, waited_s
 
     def _hold(self, idx: int, session_id: str, tokens: int) -> None:
         for i, ledger in enumerate(self._ledgers):  # a session holds room on one replica only
@@ -98,7 +98,7 @@ class KvAdmission:
         if context_tokens is None or not session_id:
             ledger.held.pop(session_id, None)
         else:
-            ledger.held[session_id] = context_tokens
+            ledger.held[session_id] = max(context_tokens, self.expected_context)
         self._notify()
 
     def end(self, session_id: str) -> None:

@@ -160,7 +160,7 @@ class InferencePool:
         self._watch = StallWatch(cfg.stall_s, cfg.weights_timeout_s) if cfg.stall_s > 0 else None
         self._watcher: asyncio.Task[None] | None = None
         self.stalls: list[Stall] = []  # the verdicts, oldest first
-        self._kv = KvAdmission(len(self._replicas)) if cfg.kv_admission else None
+        self._kv = KvAdmission(len(self._replicas), cfg.kv_expected_context_tokens) if cfg.kv_admission else None
         self.metrics = PoolMetrics(registry)
         for r in self._replicas:
             r.healthy_gauge = self.metrics.healthy.labels(r.address)
@@ -285,10 +285,10 @@ class InferencePool:
             room = [i for i, r in enumerate(self._replicas) if r.healthy(now) and kv.fits(i, session, need)]
             return min(room, key=lambda i: (self._replicas[i].outstanding, i)) if room else None
 
-        waits, waited_s = kv.waits, kv.wait_s
-        idx = await kv.admit(session, need, place)
-        self.metrics.kv_waits.inc(kv.waits - waits)
-        self.metrics.kv_wait_seconds.inc(kv.wait_s - waited_s)
+        idx, waited_s = await kv.admit(session, need, place)
+        if waited_s:
+            self.metrics.kv_waits.inc()
+            self.metrics.kv_wait_seconds.inc(waited_s)
         return idx
 
     async def _ask_capacity(self, idx: int) -> None:

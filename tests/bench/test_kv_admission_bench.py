@@ -1,0 +1,29 @@
+"""bench.kv_admission on a tiny setting: every setting runs every episode to its end, the simulated
+server's KV capacity is reported and used, an overcommitted static cap evicts, and the plot is drawn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.kv_admission import main
+
+
+def test_static_caps_and_kv_admission_all_finish_and_are_measured(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out, png = tmp_path / "kv.json", tmp_path / "kv.png"
+    main(["--model", str(tiny_model_dir), "--episodes", "6", "--turns", "3", "--caps", "1,6",
+          "--kv-capacity-tokens", "3000", "--prompt-tokens", "300", "--tool-tokens", "200", "--max-tokens", "60",
+          "--pause-ms", "10", "--per-token-ms", "0.5", "--per-request-ms", "5", "--per-prefill-token-ms", "0.01",
+          "--expected-context-tokens", "1200", "--sample-s", "0.05", "--out", str(out), "--plot", str(png)])
+    results = {r["setting"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"static cap 1", "static cap 6", "kv admission (cap 6)"}
+    turns = {r["turns"] for r in results.values()}
+    assert len(turns) == 1 and turns.pop() >= 12, "the same episodes (2-3 turns each) ran in every setting"
+    assert results["static cap 1"]["slot_wait_s"] > 0
+    # Finished episodes' caches are dropped too (the server does not know they ended); six growing contexts
+    # overcommit 3000 tokens and drop the caches of episodes still running.
+    assert results["static cap 6"]["evictions"] > results["static cap 1"]["evictions"]
+    kv = results["kv admission (cap 6)"]
+    assert kv["kv_wait_s"] > 0 and kv["evictions"] < results["static cap 6"]["evictions"]
+    assert all(0 < r["kv_use_mean"] <= 1.0 for r in results.values())
+    assert png.stat().st_size > 0
