@@ -16,6 +16,8 @@ from t1.config.service import AuthConfig, ServerConfig
 from t1.inference.pool import InferencePool, InferenceUnavailable
 from t1.inference.server import inference_binding
 from t1.inference.types import GenerateRequest, SamplingParams
+from t1.routing.concat import concat_blocks
+from t1.routing.validation import validate_routing
 from t1.rpc.server import GrpcServer
 
 
@@ -102,11 +104,13 @@ async def test_deadline_exceeded_is_retried_then_reported(two_servers) -> None:
 
 
 async def test_failover_when_a_server_dies_mid_session_keeps_exact_tokens(backend, tiny_model_dir, server_processes):
-    """Two t1-inference processes; the session's replica is killed during a turn; tokens match a one-server run."""
+    """Two t1-inference processes; the session's replica is killed during a turn; tokens match a one-server run,
+    and the session's routing covers every position as the uninterrupted run's does (routes kept across it)."""
     server_processes += [ServerProcess(tiny_model_dir), ServerProcess(tiny_model_dir)]
     by_address = {s.address: s for s in server_processes}
     pool = InferencePool(InferencePoolConfig(backoff_s=0.05, retries=3, unhealthy_s=60), list(by_address))
     context = reference = prompt(40, seed=31)
+    blocks = []
     for turn in range(6):
         seed, extra = 500 + turn, prompt(5, seed=turn)
         task = asyncio.create_task(pool(req(context, "long", seed, max_tokens=40)))
@@ -117,10 +121,17 @@ async def test_failover_when_a_server_dies_mid_session_keeps_exact_tokens(backen
         expected = await backend(req(reference, "", seed, max_tokens=40))
         assert res.token_ids.tolist() == expected.token_ids.tolist(), f"turn {turn}"
         np.testing.assert_allclose(res.logprobs, expected.logprobs, atol=1e-4)
+        assert res.routing is not None and expected.routing is not None
+        blocks.append(res.routing)
+        whole, full_routes = len(context) + len(res.token_ids), expected.routing  # the reference prefills all
         context = np.concatenate([context, res.token_ids, extra])
         reference = np.concatenate([reference, expected.token_ids, extra])
     assert metric(pool, "t1_inference_failovers_total") == 1
     assert metric(pool, "t1_inference_pool_retries_total") >= 1
+    assert blocks[3].start == 0, "the retried turn was prefilled whole on the survivor"
+    routing, _ = concat_blocks(blocks, whole)
+    assert routing is not None and validate_routing(routing[:-1]).coverage == 1.0
+    np.testing.assert_array_equal(routing[:-1], full_routes.experts)  # positions 0 .. whole - 2
     survivor = pool.replica_of("long")
     assert by_address[survivor].proc.poll() is None
     await pool.close()
