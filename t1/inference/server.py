@@ -133,6 +133,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         info.weight_loads = self.weight_loads
         info.active_requests = self.active_requests
         info.completed_tokens = self.completed_tokens
+        info.model_steps = getattr(self.backend, "num_steps", 0)
         kv_usage = getattr(self.backend, "kv_usage", None)  # backends that know their KV budget
         if kv_usage is not None:
             info.kv_capacity_tokens, info.kv_used_tokens = kv_usage()

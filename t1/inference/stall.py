@@ -2,8 +2,8 @@
 
 A health check that answers says nothing about generation (a server can report healthy at zero
 throughput). The pool asks each busy replica (requests of its own outstanding there, or a weight
-load of its own running) for its progress every `check_s`: a replica whose `completed_tokens` has
-not moved for `stall_s` while it reports running requests, one that has not answered a probe for
+load of its own running) for its progress every `check_s`: a replica whose `completed_tokens` and
+`model_steps` (a long prefill is progress) have not moved for `stall_s` while it reports running requests, one that has not answered a probe for
 that long while busy, or one whose weight load has run longer than `weights_stall_s`, is stalled.
 The pool then avoids it, fails its in-flight requests over to other replicas and logs the verdict
 with what the server reported (`Stall`).
@@ -44,7 +44,7 @@ class Stall:
 @dataclass(slots=True)
 class _Progress:
     since: float                  # when the replica last made progress (or became busy)
-    completed: int = -1           # completed_tokens at that time
+    completed: tuple[int, int] = (-1, -1)  # (completed_tokens, model_steps) at that time
     last: pb.ModelInfo | None = None
 
 
@@ -67,8 +67,9 @@ class StallWatch:
             p.last = info
             if info.weights_loading_s > self.weights_stall_s:
                 return self._verdict(address, StallKind.WEIGHTS_LOAD, info.weights_loading_s, info)
-            if info.active_requests == 0 or info.completed_tokens != p.completed:
-                p.since, p.completed = now, int(info.completed_tokens)
+            progress = (int(info.completed_tokens), int(info.model_steps))
+            if info.active_requests == 0 or progress != p.completed:
+                p.since, p.completed = now, progress
                 return None
         quiet = now - p.since
         if quiet < self.stall_s:

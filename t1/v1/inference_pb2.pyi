@@ -133,7 +133,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model_name", "backend", "policy_version", "vocab_size", "max_context_tokens", "num_moe_layers", "num_experts", "top_k", "routing_dtype", "eos_token_ids", "logprob_distribution", "dtype", "weight_loads", "active_requests", "completed_tokens", "weights_loading_s", "kv_capacity_tokens", "kv_used_tokens")
+    __slots__ = ("model_name", "backend", "policy_version", "vocab_size", "max_context_tokens", "num_moe_layers", "num_experts", "top_k", "routing_dtype", "eos_token_ids", "logprob_distribution", "dtype", "weight_loads", "active_requests", "completed_tokens", "weights_loading_s", "kv_capacity_tokens", "kv_used_tokens", "model_steps")
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class ModelInfo(_message.Message):
     WEIGHTS_LOADING_S_FIELD_NUMBER: _ClassVar[int]
     KV_CAPACITY_TOKENS_FIELD_NUMBER: _ClassVar[int]
     KV_USED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_STEPS_FIELD_NUMBER: _ClassVar[int]
     model_name: str
     backend: str
     policy_version: int
@@ -170,7 +171,8 @@ class ModelInfo(_message.Message):
     weights_loading_s: float
     kv_capacity_tokens: int
     kv_used_tokens: int
-    def __init__(self, model_name: _Optional[str] = ..., backend: _Optional[str] = ..., policy_version: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., num_moe_layers: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., routing_dtype: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., logprob_distribution: _Optional[str] = ..., dtype: _Optional[str] = ..., weight_loads: _Optional[int] = ..., active_requests: _Optional[int] = ..., completed_tokens: _Optional[int] = ..., weights_loading_s: _Optional[float] = ..., kv_capacity_tokens: _Optional[int] = ..., kv_used_tokens: _Optional[int] = ...) -> None: ...
+    model_steps: int
+    def __init__(self, model_name: _Optional[str] = ..., backend: _Optional[str] = ..., policy_version: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_context_tokens: _Optional[int] = ..., num_moe_layers: _Optional[int] = ..., num_experts: _Optional[int] = ..., top_k: _Optional[int] = ..., routing_dtype: _Optional[str] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., logprob_distribution: _Optional[str] = ..., dtype: _Optional[str] = ..., weight_loads: _Optional[int] = ..., active_requests: _Optional[int] = ..., completed_tokens: _Optional[int] = ..., weights_loading_s: _Optional[float] = ..., kv_capacity_tokens: _Optional[int] = ..., kv_used_tokens: _Optional[int] = ..., model_steps: _Optional[int] = ...) -> None: ...
 
 class UpdateWeightsRequest(_message.Message):
     __slots__ = ("path", "version", "rollback")

@@ -142,3 +142,20 @@ async def test_a_turn_interrupted_mid_generation_keeps_every_route(servers, back
     assert report.coverage == 1.0
     np.testing.assert_array_equal(routing, ref_routing)  # the retried turn's routes are the uninterrupted run's
     await pool.close()
+
+
+async def test_a_long_prefill_is_progress_not_a_stall(tiny_model_dir: Path) -> None:
+    """No token comes out while a long prompt is prefilled (one position per model step here), yet the
+    server's model steps move: the watch leaves it alone."""
+    from t1.inference.torch_backend import TorchBackend
+
+    backend = TorchBackend(tiny_model_dir, prefill_chunk=1)
+    server = GrpcServer([inference_binding(backend)], ServerConfig(port=0, grace_s=0.2), AuthConfig())
+    await server.start()
+    pool = stall_pool([server.address], stall_s=0.3, stall_check_s=0.05)
+    res = await pool(req(prompt(1500, seed=4), "p", 1, max_tokens=4))
+    assert backend.num_steps >= 1500 and len(res.token_ids) == 4
+    assert pool.stalls == [] and res.cached_tokens == 0
+    await pool.close()
+    await server.stop()
+    await backend.close()
