@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,13 +245,15 @@ class TorchBackend:
         validate_request(request, self.vocab_size, self.max_context)
         held = len(request.prompt_ids) + request.sampling.max_tokens
         self._running_tokens += held
+        events = self._generate(request)
         try:
-            async for event in self._generate(request):
+            async for event in events:
                 yield event
         finally:
             self._running_tokens -= held
+            await events.aclose()  # at once: a cancelled request frees its KV slot now, not at collection
 
-    async def _generate(self, request: GenerateRequest) -> AsyncIterator[TokenChunk | GenerateDone]:
+    async def _generate(self, request: GenerateRequest) -> AsyncGenerator[TokenChunk | GenerateDone, None]:
         loaded = self._loaded
         prompt = np.asarray(request.prompt_ids, dtype=np.int32)
         params = request.sampling
