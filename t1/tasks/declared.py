@@ -183,10 +183,18 @@ def function_of(test_name: str) -> str:
     return parts[-1].split(".")[-1]
 
 
+def collection_error(test: TestResult) -> bool:
+    """Whether a reported result is pytest's collection error of a module (`ERROR tests/test_x.py - ...`; pure)."""
+    name = test.name.strip()
+    return test.status is TestStatus.ERROR and "::" not in name and name.endswith(".py")
+
+
 def check_report(tests: tuple[TestResult, ...], declared: DeclaredTests) -> str:
     """Why `tests` cannot come from the declared tests ('' when they can; pure)."""
     # a skipped test is reported by location, not by id: it passes nothing, so it is not checked
-    unknown = sorted({function_of(t.name) for t in tests if t.status is not TestStatus.SKIPPED} - declared.functions)
+    # nor is a collection error (an ERROR naming a file, not a test: it passes nothing, and the attempt may cause one)
+    unknown = sorted({function_of(t.name) for t in tests
+                      if t.status is not TestStatus.SKIPPED and not collection_error(t)} - declared.functions)
     if unknown:
         return (f"the verifier reported {len(unknown)} test(s) the task's test files do not declare "
                 f"(e.g. {unknown[0]!r})")

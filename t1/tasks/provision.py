@@ -28,6 +28,7 @@ from t1.tasks.needs import NeedsImageError, raise_need
 from t1.tasks.predict import static_needs
 from t1.tasks.replay import as_user, exports, replay
 from t1.tasks.spec import Env, Healthcheck, StepSpec, TaskSpec
+from t1.tasks.test_imports import uncollectable
 from t1.tasks.toolchain import install_stand_ins, remove_stand_ins
 from t1.tasks.transfer import SetupError, check, upload_dir_contents
 
@@ -99,6 +100,8 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
     env = spec.environment
     for need in static_needs(spec, local=local):
         raise_need(need)
+    if local and (broken := uncollectable(spec)):  # the task's own test files: its error, before the agent acts
+        raise SetupError(broken)
     offline = (local or not env.allow_internet) if offline is None else offline
     workdir: str | None = env.workdir
     docker_env: Env = ()

@@ -179,22 +179,24 @@ def _last_line(text: str) -> str:
     return lines[-1][:240] if lines else ""
 
 
-_SECTION = re.compile(r"^_{3,} (?:ERROR at \w+ of )?(\S+) _{3,}\s*$")  # a test's block under FAILURES / ERRORS
+_SECTION = re.compile(r"^_{3,} (?:ERROR at \w+ of |(ERROR collecting ))?(\S+) _{3,}\s*$")
+"""A test's block under FAILURES / ERRORS, or a module's that pytest could not collect."""
 _SUMMARY_HEADER = re.compile(r"^=+ short test summary info =+\s*$")
 _SUMMARY_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(.*)$")
 _FINAL_LINE = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|no tests ran)\b.* in [\d.]+s.*=+\s*$")
 
 
 def _first_error_lines(text: str) -> dict[str, str]:
-    """Test block header ('test_a', 'TestB.test_b', 'test_c[1]') -> its first `E   ` line, from FAILURES/ERRORS."""
+    """Test block header ('test_a', 'TestB.test_b', 'test_c[1]') -> its first `E   ` line, from FAILURES/ERRORS;
+    a module pytest could not collect ('tests/test_x.py') -> its last one (the exception, after its traceback)."""
     firsts: dict[str, str] = {}
-    current = ""
+    current, collecting = "", False
     for raw in text.splitlines():
         m = _SECTION.match(raw)
         if m:
-            current = m.group(1)
+            current, collecting = m.group(2), bool(m.group(1))
             continue
-        if current and current not in firsts and raw.startswith("E   "):
+        if current and (collecting or current not in firsts) and raw.startswith("E   "):
             firsts[current] = raw[4:].strip()
     return firsts
 
@@ -204,6 +206,8 @@ def _full_message(nodeid: str, short: str, firsts: dict[str, str]) -> str:
     if short and not short.endswith("..."):
         return short
     key = nodeid.split("::", 1)[-1].replace("::", ".")
+    if key not in firsts and "::" not in nodeid:  # a module: the summary names it from the cwd, its block from rootdir
+        key = next((k for k in firsts if nodeid.endswith(f"/{k}")), key)
     return firsts.get(key, short)
 
 

@@ -6,7 +6,8 @@ A check is one of four outcomes, each with what it found:
 - will_not_run: a needs_* reason (t1.tasks.predict: the image line, the packages, the
   field), the same sentence a run would refuse with;
 - incomplete: it would run, but a phase has no reference solution (oracle cannot);
-- malformed: it does not parse; the error names the file and the field.
+- malformed: it does not parse (the error names the file and the field), or a test file of its
+  does not compile under the sandbox's python3 (the error names the file, line and cause).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from t1.tasks.dockerplan import plan_or_none
 from t1.tasks.needs import Need
 from t1.tasks.predict import package_needs, static_needs
 from t1.tasks.spec import TaskParseError, TaskSpec
+from t1.tasks.test_imports import uncollectable
 
 
 class CheckStatus(StrEnum):
@@ -68,9 +70,11 @@ def check_task(spec: TaskSpec, path: str, *, local: bool = True) -> TaskCheck:
     needs = tuple(dict.fromkeys([*static_needs(spec, local=local), *package_needs(spec)]))
     problems = tuple(f"{p.name}: no reference solution (solution/solve.sh or solution.sh)"
                      for p in spec.phases() if p.solution is None)
-    status = CheckStatus.WILL_NOT_RUN if needs else CheckStatus.INCOMPLETE if problems else CheckStatus.OK
+    broken = uncollectable(spec) if local else ""
+    status = CheckStatus.MALFORMED if broken else CheckStatus.WILL_NOT_RUN if needs else \
+        CheckStatus.INCOMPLETE if problems else CheckStatus.OK
     return TaskCheck(path=path, status=status, task=spec.id, format=str(spec.format), steps=len(spec.phases()),
-                     needs=needs, problems=problems, notes=tuple(_notes(spec)))
+                     needs=needs, problems=problems, notes=tuple(_notes(spec)), error=broken)
 
 
 def check_folder(path: Path, *, local: bool = True) -> TaskCheck:

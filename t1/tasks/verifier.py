@@ -27,7 +27,13 @@ import uuid
 
 from t1.sandbox.types import Shell
 from t1.sandbox.verifier_env import trusted_env
-from t1.tasks.declared import DeclaredTests, by_function, check_report, declared_tests
+from t1.tasks.declared import (
+    DeclaredTests,
+    by_function,
+    check_report,
+    collection_error,
+    declared_tests,
+)
 from t1.tasks.provision import Provisioned, as_user
 from t1.tasks.replay import exports, place_tests_files
 from t1.tasks.report import (
@@ -174,6 +180,8 @@ def build_report(
             tests = parse_junit(files[name] or "")
     if tests is None:
         tests = parse_pytest_output(output)
+    elif not tests:  # a structured report of no tests: the modules pytest could not collect, from its output
+        tests = tuple(t for t in parse_pytest_output(output) or () if collection_error(t)) or tests
     rewards: tuple[tuple[str, float], ...] = ()
     reward_error = ""
     try:

@@ -200,3 +200,21 @@ async def test_a_separate_verifier_environment_may_copy_into_tests(tmp_path: Pat
     oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
     assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
     assert "copied/test_state.py::test_hello_file_contents" in oracle.report.output_tail, oracle.report.output_tail
+
+
+@pytest.mark.parametrize("mode", [RunMode.ORACLE, RunMode.VERIFY])
+async def test_a_test_module_that_cannot_be_collected_is_the_tasks_error(
+        tmp_path: Path, overlay: LocalProvider, mode: RunMode) -> None:
+    """evoeval-0 whose test module has a Python 2 print statement: pytest cannot collect it on an untouched sandbox
+    or after the reference solution, whatever an attempt does. validate calls the task malformed, and the oracle and
+    untouched runs are its setup failure naming the file, line and cause, before anything runs (before: each run was
+    scored 0 as the attempt's failure, `1 of 1 tests failed: tests/test_outputs.py`)."""
+    root = variant("tb1/evoeval-0", tmp_path, "tests/test_outputs.py",
+                   lambda text: text.replace("import json\n", 'import json\nprint "collecting"\n', 1))
+    want = ("verifier: tests/test_outputs.py line 2: SyntaxError: Missing parentheses in call to 'print'. Did you mean "
+            "print(...)?: the task's test file does not compile under the sandbox's python3, so pytest cannot collect "
+            "it whatever the attempt does")
+    check = check_folder(root)
+    assert check.status is CheckStatus.MALFORMED and check.error == want, check
+    run = await run_task(overlay, load_task(root), mode)
+    assert run.status is RunStatus.SETUP_FAILED and run.detail == want and want in run.why, run.as_json()
