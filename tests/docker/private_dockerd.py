@@ -28,8 +28,6 @@ import docker.errors
 from t1.config.sandbox import DockerProviderConfig
 
 BASE_IMAGE = "t1-test-base:latest"
-IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""The base image's PATH, as real images set it (a Dockerfile's `ENV PATH=/x:$PATH` expands it)."""
 BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "mkdir", "rm", "cp", "mv", "chmod",
             "touch", "test", "true", "false", "grep", "sed", "wc", "dd", "id", "ps", "kill", "setpriv", "timeout",
             "python3", "stat", "printf", "sort", "tr", "cut", "uname", "hostname", "ln", "readlink", "find", "xargs",
@@ -150,8 +148,7 @@ class PrivateDockerd:
 
     def import_base_image(self) -> None:
         with contextlib.closing(self.client()) as client:
-            client.api.import_image_from_data(base_tar(), repository=BASE_IMAGE.split(":")[0], tag="latest",
-                                              changes=[f"ENV PATH={IMAGE_PATH}"])
+            client.api.import_image_from_data(base_tar(), repository=BASE_IMAGE.split(":")[0], tag="latest")
 
     def stop(self) -> None:
         if self.proc is None:
