@@ -85,6 +85,32 @@ async def test_useradd_of_uid_1000_gets_that_uid_as_in_its_container(tmp_path: P
     assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
 
 
+async def test_env_path_that_extends_path_keeps_the_images_path(tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task whose Dockerfile puts a tool folder first on PATH the way real tasks do
+    (`ENV PATH="/opt/tools/bin:${PATH}"`) and then runs plain commands: `${PATH}` expands to the base image's
+    PATH, so the next RUN finds cp and useradd, and the oracle resolves (before: the stand-in for the base
+    image had no PATH, `${PATH}` expanded to nothing and setup failed with `cp: not found`)."""
+    lines = ('ENV PATH="/opt/tools/bin:${PATH}"\n'
+             "RUN cp /etc/hostname /tmp/hostname.copy && useradd -m toolsuser && id -u toolsuser")
+    root = variant("harbor/simple-task", tmp_path, "environment/Dockerfile", lambda text: f"{text}\n{lines}\n")
+    oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
+
+
+async def test_a_task_path_without_the_toolchain_still_finds_the_verifiers_stand_ins(
+        tmp_path: Path, overlay: LocalProvider) -> None:
+    """simple-task whose image sets its own PATH of system folders only: its test.sh runs the uv installer and
+    `uvx ... pytest`, and T1's offline stand-ins are still found, so the oracle resolves and the untouched
+    sandbox does not (before: `uvx: command not found`, reported as reward 0 with an empty output tail)."""
+    line = 'ENV PATH="/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"'
+    root = variant("harbor/simple-task", tmp_path, "environment/Dockerfile", lambda text: f"{text}\n{line}\n")
+    task = load_task(root)
+    oracle = await run_task(overlay, task, RunMode.ORACLE)
+    assert oracle.status is RunStatus.OK and oracle.resolved, (oracle.as_json(), oracle.setup_output)
+    untouched = await run_task(overlay, task, RunMode.VERIFY)
+    assert untouched.status is RunStatus.OK and not untouched.resolved, untouched.as_json()
+
+
 async def test_uv_installer_leaves_uv_and_uvx_where_the_real_one_does(tmp_path: Path, overlay: LocalProvider) -> None:
     """simple-task installing uv as many TB2 Dockerfiles do, then copying the binaries the installer leaves in
     ~/.local/bin: setup succeeds, the copies run (they find T1's offline uv), and the oracle resolves."""
