@@ -15,8 +15,9 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/n
     pytest pytest-asyncio pytest-timeout
   "$VENV/bin/pip" install -q --no-deps -e .
 fi
-# The episodes of test_vllm_serve_cpu.py run in a real local sandbox (asyncssh, bashlex, pyte).
-"$VENV/bin/python" -c "import asyncssh, bashlex, pyte" 2>/dev/null || "$VENV/bin/pip" install -q asyncssh bashlex pyte
+# The episodes of test_vllm_serve_cpu.py run in a real local sandbox (asyncssh, bashlex, pyte) through the
+# rollout runner (its journal checksums with isal, its harness gateway speaks HTTP with h11).
+"$VENV/bin/python" -c "import asyncssh, bashlex, pyte, isal, h11" 2>/dev/null || "$VENV/bin/pip" install -q asyncssh bashlex pyte isal h11
 MODELS=${T1_VLLM_TEST_MODELS:-.t1/vllm-test-models}
 # Models come from the main environment's `t1 model init` (deterministic by seed).
 [ -f "$MODELS/tiny/config.json" ] || .venv/bin/python -m t1.cli.main model init --out "$MODELS/tiny" --preset tiny --seed 0
