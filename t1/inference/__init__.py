@@ -10,6 +10,7 @@ Modules, from the seam outwards:
   routing_check.py.
 - server.py: the InferenceService servicer; factory.py builds the configured backend;
   `t1-inference` (t1/cli/inference.py) serves it.
+- pool_common.py: what both pools share: PoolMetrics (and `observe`), WeightsUpdate, InferenceUnavailable
 - pool.py: `InferencePool`, affinity, least-outstanding placement, retries, failover, metrics, weight
   updates that skip dead replicas and catch recovered ones up before routing to them.
 

@@ -55,7 +55,7 @@ from t1.inference.openai_wire import (
     parse_chat,
     parse_completion,
 )
-from t1.inference.pool import InferenceUnavailable, PoolMetrics, WeightsUpdate
+from t1.inference.pool_common import InferenceUnavailable, PoolMetrics, WeightsUpdate
 from t1.inference.routing_capture import MoeShape
 from t1.inference.sessions import common_prefix_len
 from t1.inference.types import (
@@ -310,7 +310,7 @@ class OpenAIPool:
             self._known.move_to_end(request.session_id)
             while len(self._known) > MAX_AFFINITY_ENTRIES:
                 self._known.popitem(last=False)
-        self._observe(result, time.perf_counter() - t0)
+        self.metrics.observe(result, time.perf_counter() - t0)
         return result
 
     async def check_token_ids(self) -> None:
@@ -345,15 +345,6 @@ class OpenAIPool:
         reply: ChatReply = await self._request(request.session_id, "/chat/completions", attempt)
         self.metrics.completion_tokens.inc(reply.completion_tokens)
         return reply
-
-    def _observe(self, result: GenerateResult, seconds: float) -> None:
-        m = self.metrics
-        m.latency.observe(seconds)
-        if seconds > 0:
-            m.tokens_per_s.observe(len(result.token_ids) / seconds)
-        m.completion_tokens.inc(len(result.token_ids))
-        m.prefill_tokens.inc(result.prompt_tokens - result.cached_tokens)
-        m.cached_tokens.inc(result.cached_tokens)
 
     async def update_weights(self, path: str, version: int, timeout_s: float | None = None) -> WeightsUpdate:
         """Load a weights folder on every endpoint (t1.inference.openai_weights); refused where an endpoint

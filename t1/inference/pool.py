@@ -22,11 +22,9 @@
   routed to it and brought up to the latest first, so a restarted server (which starts on the base
   model) never serves a stale policy. A result from an older version than the replica was known to
   serve (it restarted unnoticed) makes the pool check that replica again before its next request.
-- Stalls (t1.inference.stall): while requests are in flight on a replica, or the pool loads weights
-  on it, it is asked for its progress every `stall_check_s`; one that completes no token for
-  `stall_s` while running requests, or answers no probe for that long, or loads weights past
-  `weights_timeout_s`, is avoided and its in-flight requests fail with UNAVAILABLE, so they are
-  retried on other replicas (a failover: whole context, prefilled there). `stalls` keeps the verdicts.
+- Stalls (t1.inference.stall): a busy replica that makes no progress for `stall_s` (or loads weights
+  past `weights_timeout_s`) is avoided and its in-flight requests fail with UNAVAILABLE, so they
+  are retried elsewhere (a failover). `stalls` keeps the verdicts.
 - KV admission (`kv_admission`, t1.inference.kv_admission): a turn starts only on a replica with
   room in its reported KV capacity for the turn's context; otherwise it waits.
 """
@@ -44,7 +42,7 @@ from typing import Any
 
 import grpc
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from t1.config.inference import InferencePoolConfig, WeightsMode
 from t1.config.service import AuthConfig
@@ -58,6 +56,7 @@ from t1.inference.convert import (
 from t1.inference.follow import await_served
 from t1.inference.kv_admission import KvAdmission
 from t1.inference.multiplex import BatchedStream, rpc_error
+from t1.inference.pool_common import InferenceUnavailable, PoolMetrics, WeightsUpdate
 from t1.inference.prompt_delta import SentContexts
 from t1.inference.stall import Stall, StallWatch
 from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo, collect
@@ -67,51 +66,6 @@ from t1.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-
-class InferenceUnavailable(RuntimeError):
-    """Every attempt failed with a retryable error; the caller treats the turn as an infra failure."""
-
-
-@dataclass(frozen=True, slots=True)
-class WeightsUpdate:
-    """What `update_weights` did: replicas now serving `version`, and those skipped (caught up on recovery)."""
-
-    version: int
-    updated: tuple[str, ...]
-    skipped: tuple[str, ...]
-
-
-class PoolMetrics:
-    """Prometheus metrics of one pool, on the given registry (the coordinator passes its own)."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
-        self.latency = Histogram("t1_inference_request_seconds", "Generate latency per request (all attempts).",
-                                 buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300), registry=r)
-        self.tokens_per_s = Histogram("t1_inference_tokens_per_second", "Completion tokens per second of a request.",
-                                      buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 5000), registry=r)
-        self.completion_tokens = Counter("t1_inference_completion_tokens", "Sampled tokens.", registry=r)
-        self.prefill_tokens = Counter("t1_inference_prefill_tokens", "Prompt tokens the servers prefilled.", registry=r)
-        self.cached_tokens = Counter("t1_inference_cached_tokens", "Prompt tokens served from session caches.",
-                                     registry=r)
-        self.retries = Counter("t1_inference_pool_retries", "Attempts retried after a retryable error.", registry=r)
-        self.failovers = Counter("t1_inference_failovers", "Sessions moved to another replica.", registry=r)
-        self.outstanding = Gauge("t1_inference_outstanding", "Requests in flight per replica.", ["replica"], registry=r)
-        self.healthy = Gauge("t1_inference_replica_healthy", "1 while a replica is not avoided.", ["replica"],
-                             registry=r)
-        self.weight_skips = Counter("t1_inference_weight_skips", "Replicas skipped by a weight update.", registry=r)
-        self.catch_ups = Counter("t1_inference_weight_catch_ups",
-                                 "Recovered or new replicas brought up to the latest weights.", registry=r)
-        self.prompt_deltas = Counter("t1_inference_prompt_deltas",
-                                     "Requests sent as a delta on the session's previous context.", registry=r)
-        self.prompt_resends = Counter("t1_inference_prompt_resends",
-                                      "Deltas a replica could not take, resent with the whole prompt.", registry=r)
-        self.kv_waits = Counter("t1_inference_kv_waits", "Turns that waited for KV room (kv_admission).", registry=r)
-        self.kv_wait_seconds = Counter("t1_inference_kv_wait_seconds", "Time turns waited for KV room.", registry=r)
-        self.stalls = Counter("t1_inference_stalls", "Replicas found stalled (no tokens, no answer, or a weight "
-                              "load that does not finish) while busy.", registry=r)
 
 
 @dataclass(slots=True)
@@ -255,7 +209,7 @@ class InferencePool:
                 log.warning("%s served v%d, it had v%d: restarted; checking it before its next request",
                             replica.address, result.policy_version, known)
                 replica.version = None
-            self._observe(result, time.perf_counter() - t0)
+            self.metrics.observe(result, time.perf_counter() - t0)
             return result
         assert last_error is not None
         raise InferenceUnavailable(f"generate failed on every attempt ({self.retries + 1}): "
@@ -469,16 +423,6 @@ class InferencePool:
         for abort in list(replica.aborts):
             if not abort.done():
                 abort.set_exception(error)
-
-    def _observe(self, result: GenerateResult, seconds: float) -> None:
-        m = self.metrics
-        n = len(result.token_ids)
-        m.latency.observe(seconds)
-        if seconds > 0:
-            m.tokens_per_s.observe(n / seconds)
-        m.completion_tokens.inc(n)
-        m.prefill_tokens.inc(result.prompt_tokens - result.cached_tokens)
-        m.cached_tokens.inc(result.cached_tokens)
 
     async def model_info(self, timeout_s: float = 30.0) -> ModelInfo:
         """GetModelInfo from the first replica that answers."""
