@@ -17,8 +17,9 @@ class TaskSetConfig(Section):
     split: Literal["train", "eval", "any"] = Field("any", description="Which split this set is.")
     synth: int | None = Field(None, ge=1, description="If set and the folder is missing, synthesize this many tasks.")
     synth_seed: int = Field(0, description="Seed for synthesis.")
-    synth_kind: Literal["ood", "curriculum"] = Field(
-        "ood", description="What to synthesize: the ten OOD families, or the learnable multi-turn curriculum.")
+    synth_kind: Literal["ood", "curriculum", "long"] = Field(
+        "ood", description="What to synthesize: the ten OOD families, the learnable multi-turn curriculum, or its "
+        "long tier (12-40 commands, a value an early step shows needed late).")
     synth_shortcuts: float = Field(
         0.0, ge=0, le=1, description="Curriculum only: the share of tasks whose typed demonstration (turns.txt) "
         "is the family's shortcut, right only when hidden state allows it (a teacher of mixed quality).")
@@ -30,7 +31,7 @@ class TaskSetConfig(Section):
     @model_validator(mode="after")
     def _shortcuts_need_curriculum(self) -> TaskSetConfig:
         for name in ("synth_shortcuts", "synth_shortcut_copies"):
-            if getattr(self, name) and self.synth_kind != "curriculum":
+            if getattr(self, name) and self.synth_kind == "ood":
                 raise ValueError(f"{name} is {getattr(self, name)} but synth_kind is {self.synth_kind!r}: "
                                  "only the curriculum's families have shortcuts")
         if self.synth_shortcuts and self.synth_shortcut_copies:

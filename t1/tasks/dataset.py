@@ -57,12 +57,14 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
     s = cfg.sets[name]
     if not s.path.exists() and s.synth:
         from t1.tasks.synth import synthesize
-        from t1.tasks.synth.curriculum import synthesize_curriculum
+        from t1.tasks.synth.curriculum import CURRICULUM, synthesize_curriculum
+        from t1.tasks.synth.long_tier import LONG_TIER
 
         split = "eval" if s.split == "eval" else "train"
-        if s.synth_kind == "curriculum":
+        if s.synth_kind in ("curriculum", "long"):
             synthesize_curriculum(s.path, n=s.synth, seed=s.synth_seed, split=split, shortcuts=s.synth_shortcuts,
-                                  shortcut_copies=s.synth_shortcut_copies)
+                                  shortcut_copies=s.synth_shortcut_copies,
+                                  families=LONG_TIER if s.synth_kind == "long" else CURRICULUM)
         else:
             synthesize(s.path, n=s.synth, seed=s.synth_seed, split=split)
     return load_dataset([s.path], limit=s.limit)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -179,16 +179,23 @@ CURRICULUM: dict[str, CurriculumFamily] = {
 }
 
 
-def curriculum_plan(n: int, seed: int, split: str) -> list[tuple[str, int]]:
+def curriculum_plan(n: int, seed: int, split: str, families: Mapping[str, CurriculumFamily] = CURRICULUM
+                    ) -> list[tuple[str, int]]:
     """(family, task seed) for n tasks, families in round-robin; seeds as `t1.tasks.synth.task_seed`."""
     from t1.tasks.synth import task_seed
 
-    names = sorted(CURRICULUM)
+    names = sorted(families)
     return [(names[i % len(names)], task_seed(seed, i, split)) for i in range(n)]
 
 
 def generate_curriculum(family: str, seed: int) -> SynthTask:
-    return CURRICULUM[family](random.Random(seed))
+    """One task of a family of the curriculum or of its long tier."""
+    from t1.tasks.synth.long_tier import LONG_TIER
+
+    make = CURRICULUM.get(family) or LONG_TIER.get(family)
+    if make is None:
+        raise KeyError(f"no curriculum family {family!r} (known: {', '.join(sorted({**CURRICULUM, **LONG_TIER}))})")
+    return make(random.Random(seed))
 
 
 def shortcut_typed(task: SynthTask) -> SynthTask:
@@ -205,19 +212,21 @@ def teacher_turns(task: SynthTask, seed: int, shortcuts: float) -> SynthTask:
 
 
 def synthesize_curriculum(out: str | Path, n: int, seed: int = 0, split: str = "train",
-                          shortcuts: float = 0.0, shortcut_copies: int = 0) -> list[Path]:
+                          shortcuts: float = 0.0, shortcut_copies: int = 0,
+                          families: Mapping[str, CurriculumFamily] = CURRICULUM) -> list[Path]:
     """Write n curriculum tasks under `out`; returns their folders' paths in plan order.
 
     The typed turns (solution/turns.txt, what the scripted oracle types) make the demonstrations:
     `shortcut_copies` k > 0: each task with a shortcut also gets k folders `<id>-s<j>` typing it (both ways);
     else `shortcuts`: the share of tasks whose typed turns are the family's shortcut (one way per task).
+    `families`: the curriculum's (default) or its long tier's (`t1.tasks.synth.long_tier.LONG_TIER`).
     """
     if shortcuts and shortcut_copies:
         raise ValueError("shortcuts and shortcut_copies are two teachers: give one of them")
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
-    for family, tseed in curriculum_plan(n, seed, split):
+    for family, tseed in curriculum_plan(n, seed, split, families):
         task, task_id = generate_curriculum(family, tseed), f"{family}-{split}-{tseed}"
         paths.append(write_task(teacher_turns(task, tseed, shortcuts), root, task_id, split, tseed))
         if task.shortcut:

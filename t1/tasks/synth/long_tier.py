@@ -1,0 +1,152 @@
+"""The curriculum's long tier: tasks whose reference solution types 12-40 commands, one a turn, where a value
+an early step shows is needed late, so an episode whose context is compacted must carry it across.
+
+Three families, in the curriculum's vocabulary (so the `learn` preset's tokenizer has their words) and with its
+bash verifiers (one reward.json entry per check, so the count reward rises step by step):
+
+- `file_chain`: a chain of 11-30 files, each naming the next; the first file names the target, the last holds
+  the code. The target is shown once, by the first command, and written by the last. Shortcut: the chain's
+  `index.txt` names its end, current in half of the tasks and stale (an old end holding an old code) in the
+  rest; only walking the chain tells them apart, so only the reward shows whether the shortcut paid.
+- `job_queue`: 6-10 jobs, one shown at a time by `bash next.sh`, each done with one command; the first call
+  also prints the ticket to write when the queue is empty (`bash left.sh` lists what remains).
+- `staged_start`: a service brought up by `bash svc.sh init` (its log prints a key), then 5-8 stages in an
+  order only each stage's output names, each confirmed with the word its bare call prints, some of which
+  first need a config file their error names, then `bash svc.sh start KEY` with the key the first step showed.
+
+`synthesize_curriculum(..., families=LONG_TIER)` writes them; `tasks.sets.<name>.synth_kind: long` selects them.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise
+
+from t1.tasks.synth.base import SynthTask
+from t1.tasks.synth.curriculum import (
+    _CODES,
+    _CONFS,
+    _DIRS,
+    _FILES,
+    _TARGETS,
+    _TOOLS,
+    _WORDS,
+    CurriculumFamily,
+    _checks,
+    _code,
+)
+
+STALE_INDEX_PERCENT = 50  # file_chain tasks whose index.txt names an old end of the chain
+NEEDS_CONFIG_PERCENT = 40  # staged_start stages that first fail naming a missing config file
+
+
+def _long(family: str, instruction: str, files: dict[str, str], checks: str, turns: list[str],
+          setup: str = "", executable: tuple[str, ...] = (), shortcut: list[str] | None = None) -> SynthTask:
+    return SynthTask(family=family, difficulty="long", category="curriculum-long", instruction=instruction,
+                     files=files, setup=setup, executable=executable, check_sh=checks, turns=tuple(turns),
+                     shortcut=tuple(shortcut or ()), agent_timeout_sec=900.0, verifier_timeout_sec=30.0)
+
+
+def file_chain(rng: random.Random) -> SynthTask:
+    """Walk a chain of files to its end; write the end's code to the target the first file named."""
+    length = rng.randint(11, 30)
+    paths = [f"{d}/{f}.txt" for d in _DIRS for f in _FILES]
+    chain = rng.sample(paths, length + 1)  # + 1: the stale end, outside the chain
+    *links, stale_end = chain
+    target, code = rng.choice(_TARGETS), _code(rng)
+    old_code = rng.choice([c for c in _CODES if c != code])
+    files = {links[0]: f"target: {target}\nnext: {links[1]}\n"}
+    files |= {p: f"next: {n}\n" for p, n in pairwise(links[1:])}
+    files[links[-1]] = f"code: {code}\n"
+    files[stale_end] = f"code: {old_code}\n"
+    stale = rng.randrange(100) < STALE_INDEX_PERCENT
+    files["index.txt"] = f"end: {stale_end if stale else links[-1]}\n"
+    instruction = (f"Start at {links[0]}. Each file names the next file; the first also names a target. "
+                   "The last file holds a code. Write that code to the target file (its name plus .txt).")
+    checks = _checks(f"target_exists test -f /app/{target}.txt",
+                     f"code_written grep -qx {code} /app/{target}.txt",
+                     f"code_alone test \"$(cat /app/{target}.txt)\" = {code}")
+    turns = [f"cat {p}" for p in links] + [f"echo {code} > {target}.txt"]
+    end = stale_end if stale else links[-1]
+    shortcut_code = old_code if stale else code
+    return _long("file_chain", instruction, files, checks, turns,
+                 shortcut=[f"cat {links[0]}", "cat index.txt", f"cat {end}", f"echo {shortcut_code} > {target}.txt"])
+
+
+def job_queue(rng: random.Random) -> SynthTask:
+    """Do every job of a queue shown one at a time, then write the ticket the first call printed."""
+    n = rng.randint(6, 10)
+    jobs = rng.sample(_WORDS, n)
+    values = [_code(rng) for _ in jobs]
+    ticket, done = _code(rng), rng.choice(_TARGETS)
+    queue = "".join(f"{j} {v}\n" for j, v in zip(jobs, values, strict=True))
+    # next.sh: the first pending job (its output file missing or wrong); the ticket only on the first call
+    next_sh = ("#!/bin/bash\ncd /app\n"
+               f"if [ ! -f .queue-seen ]; then touch .queue-seen; echo \"ticket: {ticket} (write it to "
+               f"{done}.txt when the queue is empty)\"; fi\n"
+               "while read -r job value; do\n"
+               "  if [ \"$(cat out/$job.txt 2>/dev/null)\" != \"$value\" ]; then\n"
+               "    echo \"job $job: write $value to out/$job.txt\"; exit 0\n  fi\n"
+               "done < .queue\necho \"queue empty\"\n")
+    left_sh = ("#!/bin/bash\ncd /app\nwhile read -r job value; do\n"
+               "  [ \"$(cat out/$job.txt 2>/dev/null)\" = \"$value\" ] || echo \"$job\"\n"
+               "done < .queue\n")
+    instruction = ("Work through the job queue: `bash next.sh` shows the next job. Do each job. "
+                   "When the queue is empty, write the ticket to the file it names.")
+    checks = _checks(*(f"job_{j} grep -qx {v} /app/out/{j}.txt" for j, v in zip(jobs, values, strict=True)),
+                     f"ticket_written grep -qx {ticket} /app/{done}.txt")
+    turns: list[str] = []
+    for j, v in zip(jobs, values, strict=True):
+        turns += ["bash next.sh", f"echo {v} > out/{j}.txt"]
+    turns += ["bash next.sh", f"echo {ticket} > {done}.txt"]
+    return _long("job_queue", instruction, {".queue": queue, "next.sh": next_sh, "left.sh": left_sh}, checks,
+                 turns, setup="mkdir -p /app/out\n", executable=("next.sh", "left.sh"))
+
+
+def staged_start(rng: random.Random) -> SynthTask:
+    """Bring a service up stage by stage, in the order each stage names, then start it with the init's key.
+
+    A stage called bare prints its confirmation word; called with that word it is done. Some stages first
+    fail naming a config file they need."""
+    stages = rng.sample(_TOOLS, rng.randint(5, 8))
+    key = _code(rng)
+    confirm = {s: rng.choice(_WORDS) for s in stages}
+    needs = {s: rng.choice(_CONFS) for s in stages if rng.randrange(100) < NEEDS_CONFIG_PERCENT}
+    order = " ".join(stages)
+    word_case = "".join(f"  {s}) word={w} ;;\n" for s, w in confirm.items())
+    conf_case = "".join(f"  {s}) need={c} ;;\n" for s, c in needs.items())
+    svc = ("#!/bin/bash\ncd /app\nmkdir -p state\n"
+           f"order=({order})\n"
+           "next_stage() { for s in \"${order[@]}\"; do [ -f state/$s ] || { echo $s; return; }; done; }\n"
+           "case \"$1\" in\n"
+           f"  init) touch state/.init; echo \"init done, key: {key}\"; echo \"next stage: ${{order[0]}}\" ;;\n"
+           "  start)\n"
+           "    [ -z \"$(next_stage)\" ] || { echo \"error: stage $(next_stage) not done\"; exit 1; }\n"
+           f"    [ \"$2\" = {key} ] || {{ echo \"error: wrong key\"; exit 1; }}\n"
+           "    touch state/running; echo running ;;\n"
+           "  *)\n"
+           "    [ -f state/.init ] || { echo \"error: run init first\"; exit 1; }\n"
+           "    [ \"$1\" = \"$(next_stage)\" ] || { echo \"error: next stage is $(next_stage)\"; exit 1; }\n"
+           f"    word=\"\"; need=\"\"\n    case \"$1\" in\n{word_case}    esac\n"
+           f"    case \"$1\" in\n{conf_case}    esac\n"
+           "    if [ -n \"$need\" ] && [ ! -f $need.cfg ]; then echo \"error: missing $need.cfg\"; exit 1; fi\n"
+           "    if [ \"$2\" != \"$word\" ]; then echo \"confirm with: bash svc.sh $1 $word\"; exit 1; fi\n"
+           "    touch state/$1; n=$(next_stage)\n"
+           "    if [ -n \"$n\" ]; then echo \"$1 done, next stage: $n\"; else echo \"$1 done, ready to start\"; fi ;;\n"
+           "esac\n")
+    instruction = "Bring the service up with svc.sh: run `bash svc.sh init`, then each stage it names, then start it."
+    checks = _checks(*(f"stage_{s} test -f /app/state/{s}" for s in stages), "running test -f /app/state/running")
+    turns = ["bash svc.sh init"]
+    for s in stages:
+        if s in needs:
+            turns += [f"bash svc.sh {s}", f"touch {needs[s]}.cfg"]
+        turns += [f"bash svc.sh {s}", f"bash svc.sh {s} {confirm[s]}"]
+    turns.append(f"bash svc.sh start {key}")
+    return _long("staged_start", instruction, {"svc.sh": svc}, checks, turns, executable=("svc.sh",))
+
+
+LONG_TIER: dict[str, CurriculumFamily] = {
+    "file_chain": file_chain,
+    "job_queue": job_queue,
+    "staged_start": staged_start,
+}

@@ -1,0 +1,87 @@
+"""The curriculum's long tier: 12-40 commands a task, a value the first steps show that only a late step
+uses, not in the instruction, and bash verifiers that the oracle resolves and an untouched sandbox does not,
+in real sandboxes; file_chain's shortcut resolves exactly where its index is current."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from t1.config.tasks import TasksConfig, TaskSetConfig
+from t1.sandbox.local import LocalProvider
+from t1.tasks.dataset import load_dataset, load_named_set
+from t1.tasks.oracle import RunMode, RunStatus, run_tasks
+from t1.tasks.synth.base import write_task
+from t1.tasks.synth.curriculum import curriculum_plan, generate_curriculum, synthesize_curriculum
+from t1.tasks.synth.long_tier import LONG_TIER, file_chain
+
+PLAN = curriculum_plan(3 * 40, 7, "train", LONG_TIER)
+
+
+def _carried(family: str, turns: tuple[str, ...]) -> str:
+    """The value the last command types, which only a command's output showed (staged_start's key and
+    job_queue's ticket by the first command; file_chain's code by the last file, its target by the first)."""
+    return turns[-1].split()[-1] if family == "staged_start" else turns[-1].split()[1]
+
+
+@pytest.mark.parametrize("family", sorted(LONG_TIER))
+def test_long_tasks_need_an_early_value_late(family: str) -> None:
+    lengths, values = [], Counter[str]()
+    for fam, seed in PLAN:
+        if fam != family:
+            continue
+        task = generate_curriculum(fam, seed)
+        lengths.append(len(task.turns))
+        value = _carried(family, task.turns)
+        assert value not in task.instruction, (value, task.instruction)
+        values[value] += 1
+        assert task.check_sh.count("\ncheck ") >= 3  # dense: the count rises step by step
+    assert min(lengths) >= 12 and max(lengths) <= 40, (family, sorted(lengths))
+    assert len(values) >= 6 and values.most_common(1)[0][1] <= 0.35 * sum(values.values()), values
+
+
+def test_file_chain_target_is_shown_once_at_the_start() -> None:
+    for fam, seed in PLAN:
+        if fam == "file_chain":
+            task = generate_curriculum(fam, seed)
+            target = task.turns[-1].split("> ")[1].removesuffix(".txt")
+            shows = [p for p, text in task.files.items() if f"target: {target}" in text]
+            assert shows == [task.turns[0].split()[1]], (shows, task.turns[0])
+
+
+def test_long_set_from_config(tmp_path: Path) -> None:
+    cfg = TasksConfig(sets={"long": TaskSetConfig(path=tmp_path / "long", synth=3, synth_kind="long", split="eval")})
+    specs = load_named_set(cfg, "long")
+    assert sorted(s.metadata.family for s in specs) == sorted(LONG_TIER)
+
+
+async def test_long_oracle_resolves_untouched_scores_zero(provider: LocalProvider, tmp_path: Path) -> None:
+    specs = load_dataset([synthesize_curriculum(tmp_path, len(LONG_TIER), 3, "eval", families=LONG_TIER)[0].parent])
+    oracle = await run_tasks(provider, specs, RunMode.ORACLE, concurrency=2)
+    noop = await run_tasks(provider, specs, RunMode.VERIFY, concurrency=2)
+    for o, n in zip(oracle, noop, strict=True):
+        assert o.status is RunStatus.OK and o.resolved and o.reward == o.report.total >= 3, o.as_json()
+        assert n.reward == 0 and not n.resolved, n.as_json()
+
+
+@pytest.mark.slow
+async def test_chain_shortcut_pays_only_with_a_current_index(provider: LocalProvider, tmp_path: Path) -> None:
+    import random
+
+    seeds = list(range(40, 48))
+    current: dict[int, bool] = {}
+    for seed in seeds:
+        task = file_chain(random.Random(seed))
+        current[seed] = task.files["index.txt"] == f"end: {task.turns[-2].split()[1]}\n"
+        write_task(dataclasses.replace(task, turns=task.shortcut), tmp_path / "short", f"file_chain-{seed}",
+                   "train", seed)
+    assert set(current.values()) == {True, False}, current
+    results = await run_tasks(provider, load_dataset([tmp_path / "short"]), RunMode.ORACLE, concurrency=2)
+    for res in results:
+        seed = int(res.task.rsplit("-", 1)[1])
+        assert res.resolved is current[seed], res.as_json()
+        if not current[seed]:  # the target is there with the wrong code: one check of three
+            assert (res.report.passed, res.report.total) == (1, 3), res.as_json()
