@@ -168,7 +168,7 @@ class Parts:
         metrics = start_metrics_server(cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port is not None else None
         renderers = await asyncio.to_thread(make_renderers, cfg.inference.model.path, cfg.rollout.tool_schemas,
                                               cfg.inference.model.chat_template_kwargs)
-        provider = build_provider(cfg.sandbox)
+        provider = build_provider(cfg.sandbox, run_dir)
         sandboxes = SandboxPool(provider, cfg.sandbox.pool)
         router = GenerateRouter(cfg, renderers)
         if endpoints:

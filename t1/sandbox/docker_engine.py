@@ -1,9 +1,10 @@
 """The Docker Engine side of the docker provider: containers per sandbox, their limits, labels and sweep.
 
 Every container T1 starts carries labels naming the sandbox and the process that owns it (its
-host, pid and the pid's start time, so a reused pid is not mistaken for a live owner). A provider
-starting up removes the containers of owners that are gone (a coordinator killed with -9), so none
-outlives the next run. The container's first process only holds its namespaces (`HOLD_COMMAND`,
+host, pid and the pid's start time, so a reused pid is not mistaken for a live owner), and, given
+a run dir, the run (`t1.sandbox.run_lease`). A provider starting up removes the containers of
+owners that are gone (a coordinator killed with -9) unless their run is live again (its restarted
+coordinator reattaches them), so none outlives the next run. The container's first process only holds its namespaces (`HOLD_COMMAND`,
 a bash that reaps orphans); shells enter those namespaces from the host (`t1.sandbox.docker_provider`).
 Calls go through the `docker` client library, whose calls block: callers run them in a thread.
 """
@@ -21,6 +22,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from t1.sandbox.run_lease import run_live
 from t1.tasks.needs import NeedsImageError
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,12 @@ def owner_labels() -> dict[str, str]:
 
 
 def owner_alive(labels: dict[str, str]) -> bool:
-    """Whether the owner a container's labels name still runs (a container of another host counts as alive)."""
+    """Whether the owner a container's labels name still runs, or its run has a live coordinator again
+    (a container of another host counts as alive)."""
     if labels.get(LABEL_HOST) != socket.gethostname():
         return True
     pid = labels.get(LABEL_PID, "")
-    return pid.isdigit() and process_start(int(pid)) == labels.get(LABEL_START)
+    return (pid.isdigit() and process_start(int(pid)) == labels.get(LABEL_START)) or run_live(labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class ContainerSpec:
     """Container path -> tmpfs mount options (the verifier's dirs and mount points)."""
     storage_mb: int | None = None
     """Size of the container's writable layer, where the storage driver enforces one (`Engine.storage_quota`)."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """More labels (the run's, `t1.sandbox.run_lease`)."""
 
 
 def cgroup_procs(pid: int, root: Path = CGROUP_ROOT) -> tuple[str, ...]:
@@ -166,11 +171,18 @@ class Engine:
         memory = f"{spec.memory_mb}m"
         return self.client.containers.run(
             spec.image, HOLD_COMMAND, name=f"t1-{spec.sandbox_id}", detach=True,
-            labels={LABEL_SANDBOX: spec.sandbox_id, **owner_labels()},
+            labels={**dict(spec.labels), LABEL_SANDBOX: spec.sandbox_id, **owner_labels()},
             network_mode=spec.network, hostname="sandbox",
             mem_limit=memory, memswap_limit=memory, pids_limit=spec.pids, nano_cpus=int(spec.cpus * 1e9),
             environment=dict(spec.env), working_dir="/app", tmpfs=dict(spec.tmpfs), storage_opt=storage_opt,
         )
+
+    def get(self, container_id: str) -> Container | None:
+        """The container, inspected now; None when the engine has no such container."""
+        try:
+            return self.client.containers.get(container_id)
+        except docker.errors.NotFound:
+            return None
 
     def remove(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):

@@ -13,11 +13,15 @@ container as `VERIFIER_UID` (`t1.sandbox.enter_verifier`), in a cgroup of their 
 limits, with /tests, /logs/verifier and the toolchain on tmpfs mounts only that uid can reach, and
 run the system as the task's setup left it (`t1.sandbox.docker_pristine`), never the agent's.
 `destroy` kills the sessions and removes the container; `start` sweeps containers of dead runs.
+Containers outlive their coordinator: given the run dir, they carry the run's labels
+(`t1.sandbox.run_lease`), and a restarted coordinator's provider `reattach`es one by its container
+id once it checks that the container runs, is the sandbox the record names and belongs to this run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import posixpath
@@ -25,17 +29,22 @@ import secrets
 from dataclasses import replace
 from pathlib import Path
 
+from docker.models.containers import Container
+
 from t1.config.sandbox import DockerProviderConfig, ShellConfig
 from t1.sandbox.bwrap import NamespaceTarget, SandboxTree
 from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
 from t1.sandbox.docker_build import EnvironmentBuilder
-from t1.sandbox.docker_engine import ContainerSpec, Engine, cgroup_procs
+from t1.sandbox.docker_engine import LABEL_SANDBOX, ContainerSpec, Engine, cgroup_procs
 from t1.sandbox.docker_pristine import OVERLAY2, ContainerPristine, container_layers
 from t1.sandbox.framing import SUPERVISOR_BASH
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.mountns import mount_thread
+from t1.sandbox.pristine import PristineState
+from t1.sandbox.remote import check_record
+from t1.sandbox.run_lease import RunLease
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.types import Sandbox, SandboxRequest, ShellRole
+from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord, SandboxRequest, ShellRole
 from t1.sandbox.verifier_role import ETC_DIR, PRISTINE_DIR, VERIFIER_DIRS, VERIFIER_UID
 from t1.tasks.needs import NeedsNetworkError
 
@@ -139,10 +148,29 @@ class ContainerSshServer(LocalSshServer):
         self._init_locks.pop(sandbox_id, None)
 
 
+def mounted_at(pid: int, path: str) -> bool:
+    """Whether something is mounted at `path` in the mount namespace of `pid`."""
+    with open(f"/proc/{pid}/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+def record_env(record: SandboxRecord) -> tuple[tuple[str, str], ...]:
+    """The task's environment a docker sandbox's record keeps (JSON pairs), else SandboxGone naming the fault."""
+    try:
+        pairs = json.loads(record.data.get("env", "[]"))
+        return tuple((str(k), str(v)) for k, v in pairs)
+    except (ValueError, TypeError) as exc:
+        raise SandboxGone(f"sandbox record of {record.sandbox_id}: 'env' is not a JSON list of pairs: {exc}") from None
+
+
 class DockerProvider:
     """Sandboxes as containers of a Docker engine, reached through the embedded SSH server."""
 
-    def __init__(self, cfg: DockerProviderConfig, shell_cfg: ShellConfig) -> None:
+    survives_coordinator = True
+
+    def __init__(self, cfg: DockerProviderConfig, shell_cfg: ShellConfig, run_dir: Path | None = None) -> None:
+        self.run = RunLease.of(run_dir) if run_dir is not None else None
+        """The run whose containers this provider makes and may reattach (none: it reattaches none)."""
         self.cfg = cfg
         self.shell_cfg = shell_cfg
         self.server = ContainerSshServer(cfg.host, cfg.port)
@@ -188,14 +216,8 @@ class DockerProvider:
             memory_mb=request.memory_mb or self.cfg.memory_mb, cpus=request.cpus or self.cfg.cpus,
             pids=self.cfg.pids, network=self._network(request), env=request.env,
             tmpfs=verifier_tmpfs(self.cfg.verifier_tmpfs_mb) if self.separates_verifier else (),
-            storage_mb=request.storage_mb,
+            storage_mb=request.storage_mb, labels=tuple(self.run.labels().items()) if self.run is not None else (),
         )
-
-    def _verifier_cgroup(self, sandbox_id: str, spec: ContainerSpec) -> tuple[str, ...]:
-        """A cgroup with the container's limits for the verifier's sessions (an agent at its limits does not stop them)."""
-        if self.cgroups is None:
-            return ()
-        return self.cgroups.add(sandbox_id + "-verifier", CgroupLimits(spec.memory_mb, spec.pids, spec.cpus))
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()
@@ -212,38 +234,98 @@ class DockerProvider:
         try:
             if built is not None:  # provisioning applies what the image sets instead of replaying its Dockerfile
                 await asyncio.to_thread(container.put_archive, "/", built.marker())
-            pid = int(container.attrs["State"]["Pid"])
-            layers = container_layers(container.attrs) if self.separates_verifier else None
-            if self.separates_verifier and layers is None:
-                raise RuntimeError(f"container of sandbox {sandbox_id} reports no overlay2 layers "
-                                   f"(GraphDriver {container.attrs.get('GraphDriver')!r})")
-            # The container's root is copy-on-write (`overlay`): its verifier builds its root over the pristine system.
-            tree = SandboxTree(sandbox_id=sandbox_id, root=Path("/proc", str(pid), "root"), uid=None,
-                               allow_network=request.allow_network, limits=self.cfg.limits, env=request.env,
-                               cgroup_procs=cgroup_procs(pid), overlay=layers is not None,
-                               verifier_uid=VERIFIER_UID if layers is not None else None,
-                               verifier_cgroup_procs=self._verifier_cgroup(sandbox_id, spec))
-            if layers is not None:
-                await asyncio.to_thread(close_verifier_dirs, pid)
-                await asyncio.to_thread(install_supervisor_bash, pid)
-            self.server.trees[sandbox_id] = tree
-            self.server.targets[sandbox_id] = NamespaceTarget(pid=pid, namespaces=container_namespaces(pid))
-            endpoint = SshEndpoint(
-                host=self.server.host, port=self.server.port, user=sandbox_id,
-                client_keys=(self.server.client_key,), host_keys=(self.server.host_key.convert_to_public(),),
-            )
-            if layers is None:
-                sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg)
-            else:
-                self.server.pristine[sandbox_id] = ContainerPristine(sandbox_id, pid, layers)
-                sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
-                                                   verifier=replace(endpoint, user=verifier_user(sandbox_id)),
-                                                   on_end_setup=lambda: self.server.end_setup(sandbox_id))
+            sandbox = await self._register(sandbox_id, container, request.allow_network, request.env,
+                                           CgroupLimits(spec.memory_mb, spec.pids, spec.cpus), fresh=True)
         except BaseException:
             await self._forget(sandbox_id)
             raise
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
+
+    async def reattach(self, record: SandboxRecord) -> Sandbox:
+        """The running container `record` names, registered with this provider's server (`SandboxProvider.reattach`).
+
+        The system its verifier runs is the one fixed at its end_setup (kept beside its writable layer)."""
+        check_record(record, "docker", ("container",))
+        await self.start()
+        assert self.engine is not None
+        sandbox_id = record.sandbox_id
+        if sandbox_id in self._sandboxes:
+            raise SandboxGone(f"sandbox {sandbox_id} is already attached by this coordinator")
+        if self.run is None:
+            raise SandboxGone(f"sandbox {sandbox_id}: this docker provider was given no run dir, so no container "
+                              "is of its run")
+        container = await asyncio.to_thread(self.engine.get, record.data["container"])
+        if container is None:
+            raise SandboxGone(f"sandbox {sandbox_id}: its container {record.data['container'][:12]} no longer exists")
+        labels = container.labels
+        if labels.get(LABEL_SANDBOX) != sandbox_id:
+            raise SandboxGone(f"sandbox {sandbox_id}: container {container.short_id} is sandbox "
+                              f"{labels.get(LABEL_SANDBOX)!r}, not this one")
+        if not self.run.matches(labels):
+            raise SandboxGone(f"sandbox {sandbox_id}: container {container.short_id} belongs to another run "
+                              f"({labels.get('t1.run.lock')!r}), not this one ({self.run.lock})")
+        state = container.attrs["State"]
+        if not state.get("Running") or not state.get("Pid"):
+            raise SandboxGone(f"sandbox {sandbox_id}: container {container.short_id} is not running "
+                              f"({state.get('Status')}, exit code {state.get('ExitCode')})")
+        host = container.attrs["HostConfig"]
+        limits = CgroupLimits(memory_mb=int(host.get("Memory") or 0) // (1 << 20) or self.cfg.memory_mb,
+                              pids=int(host.get("PidsLimit") or 0) or self.cfg.pids,
+                              cpus=int(host.get("NanoCpus") or 0) / 1e9 or self.cfg.cpus)
+        env = record_env(record)
+        self._containers[sandbox_id] = container.id
+        try:
+            sandbox = await self._register(sandbox_id, container, host.get("NetworkMode") != "none",
+                                           env, limits, fresh=False)
+        except BaseException:
+            self._containers.pop(sandbox_id, None)
+            self.server.forget(sandbox_id)
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.remove, sandbox_id + "-verifier")
+            raise
+        self._sandboxes[sandbox_id] = sandbox
+        return sandbox
+
+    async def _register(self, sandbox_id: str, container: Container, allow_network: bool,
+                        env: tuple[tuple[str, str], ...], limits: CgroupLimits, fresh: bool) -> SshSandbox:
+        """Register a running container with the server (its tree, namespaces, verifier) and connect to it.
+        `fresh`: just started, so its verifier dirs are closed and the supervisor's bash installed now."""
+        pid = int(container.attrs["State"]["Pid"])
+        layers = container_layers(container.attrs) if self.separates_verifier else None
+        if self.separates_verifier and layers is None:
+            raise RuntimeError(f"container of sandbox {sandbox_id} reports no overlay2 layers "
+                               f"(GraphDriver {container.attrs.get('GraphDriver')!r})")
+        verifier_cgroup = (self.cgroups.add(sandbox_id + "-verifier", limits)
+                           if self.cgroups is not None else ())  # an agent at its limits does not stop the verifier
+        # The container's root is copy-on-write (`overlay`): its verifier builds its root over the pristine system.
+        tree = SandboxTree(sandbox_id=sandbox_id, root=Path("/proc", str(pid), "root"), uid=None,
+                           allow_network=allow_network, limits=self.cfg.limits, env=env,
+                           cgroup_procs=cgroup_procs(pid), overlay=layers is not None,
+                           verifier_uid=VERIFIER_UID if layers is not None else None,
+                           verifier_cgroup_procs=verifier_cgroup)
+        if layers is not None and fresh:
+            await asyncio.to_thread(close_verifier_dirs, pid)
+            await asyncio.to_thread(install_supervisor_bash, pid)
+        self.server.trees[sandbox_id] = tree
+        self.server.targets[sandbox_id] = NamespaceTarget(pid=pid, namespaces=container_namespaces(pid))
+        endpoint = SshEndpoint(
+            host=self.server.host, port=self.server.port, user=sandbox_id,
+            client_keys=(self.server.client_key,), host_keys=(self.server.host_key.convert_to_public(),),
+        )
+        record = ("docker", {"container": container.id, "env": json.dumps([list(kv) for kv in env])})
+        if layers is None:
+            return await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg, record=record)
+        pristine = ContainerPristine(sandbox_id, pid, layers)
+        if not fresh:  # what an earlier coordinator attached is still mounted in the container
+            if layers.setup_copy.is_dir():
+                pristine.state = PristineState.SETUP
+            elif await asyncio.to_thread(mounted_at, pid, PRISTINE_DIR):
+                pristine.state = PristineState.HOST
+        self.server.pristine[sandbox_id] = pristine
+        return await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
+                                        verifier=replace(endpoint, user=verifier_user(sandbox_id)),
+                                        on_end_setup=lambda: self.server.end_setup(sandbox_id), record=record)
 
     def container_id(self, sandbox_id: str) -> str:
         """The engine's id of a live sandbox's container."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from t1.config.sandbox import SandboxConfig
 from t1.sandbox.types import SandboxProvider
 
 
-def build_provider(cfg: SandboxConfig) -> SandboxProvider:
-    """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create."""
+def build_provider(cfg: SandboxConfig, run_dir: Path | None = None) -> SandboxProvider:
+    """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create.
+    With `run_dir` (a coordinator's), docker sandboxes are labelled with its run and reattach into it."""
     if cfg.provider == "local":
         from t1.sandbox.local import LocalProvider
 
@@ -23,5 +26,5 @@ def build_provider(cfg: SandboxConfig) -> SandboxProvider:
     if cfg.provider == "docker":
         from t1.sandbox.docker_provider import DockerProvider
 
-        return DockerProvider(cfg.docker, cfg.shell)
+        return DockerProvider(cfg.docker, cfg.shell, run_dir)
     raise ValueError(f"sandbox.provider: unknown provider {cfg.provider!r} (expected local, ssh, command or docker)")

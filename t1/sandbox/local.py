@@ -30,7 +30,7 @@ from t1.sandbox.loopback_port import LoopbackPortError, listen_in_namespace
 from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.supervisor_bin import install_private_bash
-from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord, SandboxRequest
 from t1.workdir import SharedDirLock
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,9 @@ def sweep_trees(root: Path) -> int:
 
 class LocalProvider:
     """The default provider: bubblewrap trees behind an SSH server on 127.0.0.1."""
+
+    survives_coordinator = False
+    """The server and the namespace holders live in this process: its death ends every sandbox."""
 
     def __init__(self, cfg: LocalProviderConfig, shell_cfg: ShellConfig) -> None:
         self.cfg = cfg
@@ -140,12 +143,18 @@ class LocalProvider:
             await self.server.start_sandbox(tree)
             sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
                                                verifier=replace(endpoint, user=verifier_user(sandbox_id)),
-                                               on_end_setup=lambda: self.server.end_setup(sandbox_id))
+                                               on_end_setup=lambda: self.server.end_setup(sandbox_id),
+                                               record=("local", {"root": str(self.root)}))
         except BaseException:
             await self._forget(tree)
             raise
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
+
+    async def reattach(self, record: SandboxRecord) -> Sandbox:
+        """Never possible here: a local sandbox died with the coordinator that made it (`survives_coordinator`)."""
+        raise SandboxGone(f"sandbox {record.sandbox_id}: the local provider's sandboxes end with the coordinator "
+                          "that created them")
 
     def _add_cgroups(self, sandbox_id: str, request: SandboxRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The sandbox's and its verifier's cgroups, limited by the task's request or the config's defaults."""

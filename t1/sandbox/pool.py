@@ -4,6 +4,9 @@
 `max_sandboxes` slots, creates a sandbox under a creation-rate cap, health-checks it, retries a
 failed create with exponential backoff, and quarantines inventory hosts that keep failing. On exit
 the sandbox is always destroyed (or, for the ssh inventory, reset), also when the body raised.
+`async with pool.reattach(record) as sandbox:` does the same for a sandbox an earlier coordinator
+created (`SandboxProvider.reattach`): it takes a slot, reattaches and health-checks it (SandboxGone
+when it is gone or unhealthy), and destroys it when the block exits.
 Counts go to Prometheus gauges and counters and to `pool.stats`.
 """
 
@@ -13,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
@@ -21,7 +24,14 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from t1.config.sandbox import PoolConfig
 from t1.sandbox.remote import NoFreeHost, SandboxCreateError
 from t1.sandbox.ssh_sandbox import SshSandbox
-from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest
+from t1.sandbox.types import (
+    Sandbox,
+    SandboxGone,
+    SandboxLost,
+    SandboxProvider,
+    SandboxRecord,
+    SandboxRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +129,19 @@ class SandboxPool:
     @contextlib.asynccontextmanager
     async def acquire(self, request: SandboxRequest | None = None, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
         """A healthy sandbox for the duration of the block; destroyed (or reset) afterwards."""
+        async with self._hold(lambda deadline: self._create(request or SandboxRequest(), deadline), timeout_s) as sandbox:
+            yield sandbox
+
+    @contextlib.asynccontextmanager
+    async def reattach(self, record: SandboxRecord, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
+        """The live sandbox `record` names (an earlier coordinator's), healthy, for the duration of the block;
+        destroyed (or reset) afterwards. SandboxGone when it cannot be reattached or fails its health check."""
+        async with self._hold(lambda deadline: self._reattach(record), timeout_s) as sandbox:
+            yield sandbox
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, get: Callable[[float], Awaitable[Sandbox]], timeout_s: float | None) -> AsyncIterator[Sandbox]:
+        """A slot, the sandbox `get(deadline)` gives, and its release when the block exits."""
         if self._closed:
             raise RuntimeError("acquire() on a closed SandboxPool")
         timeout = self.cfg.acquire_timeout_s if timeout_s is None else timeout_s
@@ -127,7 +150,7 @@ class SandboxPool:
         except TimeoutError:
             raise TimeoutError(f"no sandbox slot free within {timeout:.1f}s (pool.max_sandboxes={self.max_sandboxes})") from None
         try:
-            sandbox = await self._create(request or SandboxRequest(), time.monotonic() + timeout)
+            sandbox = await get(time.monotonic() + timeout)
             self._live.add(sandbox)
             self._set_active(+1)
             lost = False
@@ -142,6 +165,15 @@ class SandboxPool:
                 await self._release(sandbox, lost or not _alive(sandbox))
         finally:
             self._slots.release()
+
+    async def _reattach(self, record: SandboxRecord) -> Sandbox:
+        sandbox = await self.provider.reattach(record)
+        problem = await self._health_problem(sandbox)
+        if problem is not None:
+            self._count_failure("health", None)
+            await self._destroy_quietly(sandbox)
+            raise SandboxGone(f"sandbox {record.sandbox_id} reattached but failed its health check: {problem}")
+        return sandbox
 
     def _set_active(self, delta: int) -> None:
         self.stats.active += delta

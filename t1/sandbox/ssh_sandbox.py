@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import asyncssh
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.ssh_shell import SshShell
 from t1.sandbox.terminal import TerminalShell
-from t1.sandbox.types import SandboxLost, Shell, ShellRole
+from t1.sandbox.types import SandboxLost, SandboxRecord, Shell, ShellRole
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,10 @@ class SshSandbox:
         endpoint: SshEndpoint,
         verifier: SshEndpoint | None = None,
         on_end_setup: Callable[[], Awaitable[None]] | None = None,
+        record: tuple[str, Mapping[str, str]] = ("ssh", {}),
     ) -> None:
         self._id = sandbox_id
+        self._record = SandboxRecord(record[0], sandbox_id, dict(record[1]))
         self._on_end_setup = on_end_setup
         self.conn = conn
         self._watcher = watcher
@@ -129,9 +131,15 @@ class SshSandbox:
     @classmethod
     async def connect(cls, sandbox_id: str, endpoint: SshEndpoint, shell_cfg: ShellConfig,
                       verifier: SshEndpoint | None = None,
-                      on_end_setup: Callable[[], Awaitable[None]] | None = None) -> SshSandbox:
+                      on_end_setup: Callable[[], Awaitable[None]] | None = None,
+                      record: tuple[str, Mapping[str, str]] = ("ssh", {})) -> SshSandbox:
+        """Connect to the sandbox; `record` is its provider's name and data for `record()`."""
         conn, watcher = await connect(endpoint, shell_cfg)
-        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier, on_end_setup)
+        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier, on_end_setup, record)
+
+    def record(self) -> SandboxRecord:
+        """What reattaches this sandbox from another coordinator (`SandboxProvider.reattach`)."""
+        return self._record
 
     async def end_setup(self) -> None:
         """The task's setup is done (`Sandbox.end_setup`): the local provider fixes the system its verifier runs;

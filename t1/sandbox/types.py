@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -11,6 +11,41 @@ from typing import Protocol, runtime_checkable
 
 class SandboxLost(Exception):
     """The sandbox or its connection is gone; the episode cannot continue in it (an infra error)."""
+
+
+class SandboxGone(SandboxLost):
+    """A sandbox a record names cannot be reattached: destroyed, swept, of another run, or its provider's
+    sandboxes do not outlive their coordinator. The message names which."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRecord:
+    """What a later coordinator needs to reattach a live sandbox (`SandboxProvider.reattach`).
+
+    `data` is the provider's own, strings only, so the record is JSON as it stands
+    (`dataclasses.asdict` / `SandboxRecord.from_json`): a container id, an inventory host, an endpoint.
+    """
+
+    provider: str
+    sandbox_id: str
+    data: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"provider": self.provider, "sandbox_id": self.sandbox_id, "data": dict(self.data)}
+
+    @classmethod
+    def from_json(cls, obj: object) -> SandboxRecord:
+        """The record `to_json` wrote; a ValueError names what is missing or of the wrong type."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"sandbox record: expected a JSON object, got {type(obj).__name__}")
+        provider, sandbox_id, data = obj.get("provider"), obj.get("sandbox_id"), obj.get("data", {})
+        if not isinstance(provider, str) or not provider:
+            raise ValueError(f"sandbox record: 'provider' must be a non-empty string, got {provider!r}")
+        if not isinstance(sandbox_id, str) or not sandbox_id:
+            raise ValueError(f"sandbox record: 'sandbox_id' must be a non-empty string, got {sandbox_id!r}")
+        if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+            raise ValueError(f"sandbox record of {sandbox_id}: 'data' must map strings to strings, got {data!r}")
+        return cls(provider, sandbox_id, dict(data))
 
 
 class ShellRole(StrEnum):
@@ -111,12 +146,28 @@ class Sandbox(Protocol):
 
     async def download(self, remote_path: str, local_path: str) -> None: ...
 
+    def record(self) -> SandboxRecord:
+        """What reattaches this sandbox from another coordinator (`SandboxProvider.reattach`)."""
+        ...
+
 
 @runtime_checkable
 class SandboxProvider(Protocol):
-    """Creates and destroys sandboxes."""
+    """Creates, destroys and reattaches sandboxes.
+
+    `survives_coordinator`: whether a sandbox outlives the coordinator process that created it
+    (kill -9 included), so that a restarted coordinator can `reattach` it from its `record()`.
+    """
+
+    @property
+    def survives_coordinator(self) -> bool: ...
 
     async def create(self, request: SandboxRequest) -> Sandbox: ...
+
+    async def reattach(self, record: SandboxRecord) -> Sandbox:
+        """The live sandbox `record` names, with a new connection: its files and processes as they were
+        (shells are new). Raises SandboxGone naming why when it no longer exists or is not this run's."""
+        ...
 
     async def destroy(self, sandbox: Sandbox) -> None: ...
 
