@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,46 @@ def test_advantage_normalisation_modes() -> None:
     np.testing.assert_array_equal(cen[2], [0.0, 0.0])
     small = normalize_advantages([np.array([1.0, 3.0]), np.array([2.0, 2.1])], masks[::2], ["a", "b"], "group_centered")
     assert abs(small[1]).max() < 0.1 < abs(small[0]).max()  # a group of near-equal attempts stays near 0
+
+
+@pytest.mark.parametrize("mode", ["batch", "group", "group_centered"])
+def test_a_trajectory_in_four_segments_weighs_as_one(mode: str) -> None:
+    """Credit across compaction: one trajectory cut into 4 segments gets the advantages and returns it gets as one
+    segment, action token for action token (GAE bootstraps each segment's last action from the next segment's
+    first, never from 0), beside another trajectory of its group; the loss normalisation counts action tokens,
+    so the number of segments a trajectory has does not change its weight."""
+    rng = np.random.default_rng(3)
+    n_actions = 12
+    rewards = np.zeros(n_actions, np.float32)
+    rewards[[3, 7, 11]] = [1.0, 0.5, 2.0]  # process rewards at three turns' last actions
+    values = rng.normal(size=n_actions).astype(np.float32)
+    cuts = [0, 2, 5, 9, 12]  # 4 segments of 2, 3, 4 and 3 actions; each opens with 2 prompt tokens
+
+    def laid_out(parts: list[tuple[int, int]]) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        masks, rs, vs = [], [], []
+        for a, b in parts:
+            mask = np.array([False, False] + [True] * (b - a))
+            masks.append(mask)
+            rs.append(np.concatenate([[0, 0], rewards[a:b]]).astype(np.float32))
+            vs.append(np.concatenate([[9, 9], values[a:b]]).astype(np.float32))  # prompt values are never read
+        return masks, rs, vs
+
+    whole = laid_out([(0, n_actions)])
+    split = laid_out(list(itertools.pairwise(cuts)))
+    other = laid_out([(0, 5)])
+    other[1][0][-1] = 3.0
+    for gamma, lam in ((1.0, 1.0), (0.9, 0.8)):
+        a1, r1 = episode_gae(*whole, gamma=gamma, lam=lam)
+        a4, r4 = episode_gae(*split, gamma=gamma, lam=lam)
+        np.testing.assert_allclose(np.concatenate([a[m] for a, m in zip(a4, split[0], strict=True)]),
+                                   a1[0][whole[0][0]], rtol=1e-6)
+        np.testing.assert_allclose(np.concatenate([r[m] for r, m in zip(r4, split[0], strict=True)]),
+                                   r1[0][whole[0][0]], rtol=1e-6)
+        ao, _ = episode_gae(*other, gamma=gamma, lam=lam)
+        n1 = normalize_advantages([*a1, *ao], [*whole[0], *other[0]], ["g"] * 2, mode)  # type: ignore[arg-type]
+        n4 = normalize_advantages([*a4, *ao], [*split[0], *other[0]], ["g"] * 5, mode)  # type: ignore[arg-type]
+        np.testing.assert_allclose(np.concatenate([a[m] for a, m in zip(n4[:4], split[0], strict=True)]),
+                                   n1[0][whole[0][0]], rtol=1e-5)
+        np.testing.assert_allclose(n4[4], n1[1], rtol=1e-5)  # the other trajectory's weight is unchanged too
+    # the step's denominator (t1/trainer/learner.py: action tokens after position 0) is the same either way
+    assert sum(int(m[1:].sum()) for m in split[0]) == sum(int(m[1:].sum()) for m in whole[0]) == n_actions
