@@ -44,7 +44,7 @@ _.use_cache, _.intermediate_size
 _.health_failures, health_failures, _.render_errors, _.sampled_tokens, _.prefilled_tokens
 num_sequences
 
-# The spool's frame format documents its bound beside the header (t1/coordinator/spool_files.py).
+# The spool's frame format documents its bound beside the header (t1/trajectory/spool_files.py).
 MAX_FRAME_BYTES
 
 # pytest: module markers, autouse fixtures, and vLLM stand-in fields that mirror the real engine's types.

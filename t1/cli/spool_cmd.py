@@ -34,8 +34,8 @@ def spool_dir(run_dir: Path) -> Path:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from t1.coordinator import spool_files as sf
     from t1.coordinator import spool_recovery as sr
+    from t1.trajectory import spool_files as sf
 
     directory = spool_dir(args.run_dir)
     if not directory.is_dir():

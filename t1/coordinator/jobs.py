@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from t1.coordinator.results import AttemptOutcome
+from t1.evals.results import AttemptOutcome
 from t1.trajectory.types import EpisodeStatus
 from t1.workdir import StorageError
 

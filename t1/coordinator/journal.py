@@ -1,7 +1,7 @@
 """The episode journal: each live episode's turns on the coordinator's disk, not in its memory.
 
 One file per live episode, `<run_dir>/journal/<quoted episode id>.journal`, a sequence of the
-spool's frames (`u32 length | u32 crc32(body) | body`, t1/coordinator/spool_files.py) whose body is
+spool's frames (`u32 length | u32 crc32(body) | body`, t1/trajectory/spool_files.py) whose body is
 msgpack `[kind, fields]`, arrays as the trajectory codec's ndarray extension. Kinds, in order:
 
     begin    who the episode is (task, group, attempt, agent format, sandbox)
@@ -44,10 +44,10 @@ from urllib.parse import quote
 
 import numpy as np
 
-from t1.coordinator import spool_files as sf
 from t1.metrics import registry as m
 from t1.routing.block import RoutingBlock
 from t1.tito.render import Message
+from t1.trajectory import spool_files as sf
 from t1.trajectory.serialization import CodecError, pack_parts, unpack_obj
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from t1.coordinator.eval_stats import intervals_overlap, wilson_interval
+from t1.evals.stats import intervals_overlap, wilson_interval
 
 LABEL_ORDER = ("base", "before", "warm_start", "rl", "after")
 LABEL_TITLES = {"base": "base", "before": "before training", "warm_start": "warm start", "rl": "RL",

@@ -33,8 +33,8 @@ from t1.config.coordinator import ShardConfig
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalAttempt
 from t1.coordinator.journal import Journal
-from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.spool import Spool
+from t1.evals.results import AttemptOutcome
 from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m

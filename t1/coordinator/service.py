@@ -10,7 +10,7 @@ import grpc
 from t1.coordinator.eval_request import check_text
 from t1.coordinator.evals import EvalJobs, JobUpdate
 from t1.coordinator.jobs import JobRecord, JobState
-from t1.coordinator.results import AttemptOutcome, JobSummaryValues
+from t1.evals.results import AttemptOutcome, JobSummaryValues
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.options import MB
 from t1.rpc.server import ServiceBinding

@@ -28,10 +28,10 @@ import time
 from collections import OrderedDict, deque
 from pathlib import Path
 
-from t1.coordinator import spool_files as sf
 from t1.coordinator import spool_recovery as sr
-from t1.coordinator.spool_files import Record
 from t1.metrics import registry as m
+from t1.trajectory import spool_files as sf
+from t1.trajectory.spool_files import Record
 
 log = logging.getLogger(__name__)
 RETRY_FIRST_S = 0.5

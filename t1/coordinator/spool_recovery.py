@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from t1.coordinator import spool_files as sf
 from t1.metrics import registry as m
+from t1.trajectory import spool_files as sf
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from typing import Any
 
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
-from t1.coordinator.eval_stats import CI_METHOD, by_family, family_lookup, rate_summary
 from t1.coordinator.jobs import JobRecord
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import new_group_id
 from t1.coordinator.run_state import TrainerSide
 from t1.coordinator.tasksource import shard_tasks, training_stream
+from t1.evals.stats import CI_METHOD, by_family, family_lookup, rate_summary
 from t1.metrics import registry as m
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from t1.coordinator.jobs import TaskTally
-from t1.coordinator.results import JobSummaryValues, pass_at_k
+from t1.evals.results import JobSummaryValues, pass_at_k
 
 
 def summary_of(tallies: Sequence[TaskTally], attempts_per_task: int, max_k: int) -> JobSummaryValues:

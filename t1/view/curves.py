@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from t1.coordinator.results import AttemptOutcome, summarize
+from t1.evals.results import AttemptOutcome, summarize
 from t1.trainer.buffer import StepRecord
 from t1.view.episodes import EpisodeRow, Source
 from t1.view.sources import JobRow

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from t1.coordinator.eval_stats import task_family
+from t1.evals.stats import task_family
 from t1.trajectory.types import EpisodeStatus, Trajectory
 from t1.view.sources import Locator
 

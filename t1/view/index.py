@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from t1.coordinator.eval_stats import task_family
-from t1.coordinator.results import AttemptOutcome
+from t1.evals.results import AttemptOutcome
+from t1.evals.stats import task_family
 from t1.trainer.buffer import StepRecord
 from t1.trajectory.serialization import CodecError, decode_trajectory
 from t1.view import sources as src

@@ -3,7 +3,7 @@
 Nothing here writes, locks or repairs: SQLite files are opened `mode=ro`, spool files are read
 frame by frame (a torn tail of a file still being written is simply not read yet), and every
 reader can start where the last one stopped, so a live run is followed by reading only what is new.
-Record formats are the writers' own: `t1.coordinator.spool_files` frames, `t1.trainer.buffer`
+Record formats are the writers' own: `t1.trajectory.spool_files` frames, `t1.trainer.buffer`
 tables, `t1.coordinator.jobs` tables, `t1.trajectory.serialization` records.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import msgpack
 
-from t1.coordinator import spool_files as sf
-from t1.coordinator.results import AttemptOutcome
+from t1.evals.results import AttemptOutcome
 from t1.trainer.buffer import StepRecord
+from t1.trajectory import spool_files as sf
 from t1.trajectory.serialization import decode_trajectory
 from t1.trajectory.types import EpisodeStatus, Trajectory
 

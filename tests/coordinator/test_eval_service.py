@@ -18,9 +18,9 @@ from t1.config.service import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
 from t1.coordinator.evals import EvalAttempt, EvalJobs
 from t1.coordinator.jobs import JobStore
-from t1.coordinator.results import AttemptOutcome
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.tasksource import make_resolver
+from t1.evals.results import AttemptOutcome
 from t1.rpc.introspect import health_status, list_services
 from t1.rpc.server import GrpcServer
 from t1.trajectory.types import EpisodeStatus

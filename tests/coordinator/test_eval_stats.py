@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from t1.coordinator.eval_stats import (
+from t1.evals.results import AttemptOutcome
+from t1.evals.stats import (
     by_family,
     family_lookup,
     intervals_overlap,
@@ -14,7 +15,6 @@ from t1.coordinator.eval_stats import (
     task_family,
     wilson_interval,
 )
-from t1.coordinator.results import AttemptOutcome
 from t1.trajectory.types import EpisodeStatus
 
 

@@ -7,8 +7,8 @@ import io
 
 from rich.console import Console
 
-from t1.coordinator.eval_stats import wilson_interval
 from t1.coordinator.report import eval_labels, lift_lines, print_report
+from t1.evals.stats import wilson_interval
 
 
 def _summary(resolved: int, attempts: int, families: dict[str, tuple[int, int]] | None = None,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from t1.coordinator.results import AttemptOutcome, job_pass_at_k, pass_at_k, resolve_rate, summarize
+from t1.evals.results import AttemptOutcome, job_pass_at_k, pass_at_k, resolve_rate, summarize
 from t1.trajectory.types import EpisodeStatus as S
 
 

@@ -9,8 +9,8 @@ import re
 
 from smoke_run import SMOKE_TIMEOUT, SmokeRun
 
-from t1.coordinator.eval_stats import wilson_interval
 from t1.coordinator.report import eval_labels
+from t1.evals.stats import wilson_interval
 from t1.view.learning_png import read_panels
 
 PANELS = ["Training reward", "Training solve rate", "KL", "Train-inference |dlogp|", "Entropy", "Clip fraction",

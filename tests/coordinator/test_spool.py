@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from t1.coordinator import spool_files as sf
 from t1.coordinator import spool_recovery as sr
 from t1.coordinator.spool import Spool
 from t1.metrics import registry as m
+from t1.trajectory import spool_files as sf
 
 
 def _payload(i: int, size: int = 100) -> bytes:

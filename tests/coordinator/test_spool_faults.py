@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from t1.cli.main import main as t1_main
-from t1.coordinator import spool_files as sf
 from t1.coordinator import spool_recovery as sr
 from t1.coordinator.spool import Spool
 from t1.metrics import registry as m
+from t1.trajectory import spool_files as sf
 
 N = 11
 

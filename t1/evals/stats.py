@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from t1.coordinator.results import AttemptOutcome
+from t1.evals.results import AttemptOutcome
 
 Z95 = 1.959963984540054  # the two-sided 95% quantile of the standard normal
 CI_METHOD = "wilson"

@@ -1,0 +1,9 @@
+"""Eval statistics: what an attempt came to, and the numbers a report gives for a set of attempts.
+
+- results.py: AttemptOutcome (a finished attempt: status, reward, resolved), summarize,
+  resolve_rate, mean_reward, pass_at_k, job_pass_at_k, JobSummaryValues (an eval job's summary numbers).
+- stats.py: the report's statistics: solve rate with a 95% Wilson score interval (wilson_interval),
+  RateSummary (rate_summary), per-family rows (task_family, by_family, family_lookup), intervals_overlap.
+
+Pure functions over finished attempts; infra errors are counted apart and never enter a rate.
+"""
