@@ -47,9 +47,9 @@ from t1.inference.types import (
     SessionGenerateFn,
 )
 from t1.metrics import registry as m
+from t1.sandbox.needs import NeedsError
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell, ShellRole
-from t1.tasks.needs import NeedsError
 from t1.tasks.outcome import T1Fault, attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport

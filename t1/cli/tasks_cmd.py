@@ -60,6 +60,7 @@ def _load(dirs: list[str]) -> list:
 
 def _run(args: argparse.Namespace) -> int:
     from t1.sandbox.factory import build_provider
+    from t1.tasks.docker_build import EnvironmentBuilder
     from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_tasks
     from t1.tasks.rewards import RewardMode
 
@@ -79,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
               + (f"\n    why: {why[:400]}" if why else ""), flush=True)
 
     async def go() -> list[TaskRun]:
-        provider = build_provider(cfg.sandbox)
+        provider = build_provider(cfg.sandbox, images=EnvironmentBuilder)
         try:
             return await run_tasks(provider, specs, mode, local=cfg.sandbox.provider == "local",
                                    concurrency=max(1, args.concurrency), reward_mode=reward_mode, on_result=show)

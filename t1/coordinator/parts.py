@@ -30,10 +30,11 @@ from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.progress import EvalProgress, ProgressView
 from t1.coordinator.rollout import RolloutRunner, new_group_id
 from t1.coordinator.run_state import RunState, TrainerSide
+from t1.coordinator.run_status import RunStatusReader
 from t1.coordinator.scheduler import Scheduler
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.spool import Spool
-from t1.coordinator.status import RunStatusReader, TrainerStatusPoller, TurnRate
+from t1.coordinator.status import TrainerStatusPoller, TurnRate
 from t1.coordinator.tasksource import make_resolver
 from t1.coordinator.trainer_link import TrainerLink
 from t1.coordinator.weights import WeightSync
@@ -47,6 +48,7 @@ from t1.sandbox.local import LocalProvider
 from t1.sandbox.loopback_port import SandboxPorts
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import SandboxProvider
+from t1.tasks.docker_build import EnvironmentBuilder
 
 log = logging.getLogger(__name__)
 MB = 1 << 20
@@ -168,7 +170,7 @@ class Parts:
         metrics = start_metrics_server(cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port is not None else None
         renderers = await asyncio.to_thread(make_renderers, cfg.inference.model.path, cfg.rollout.tool_schemas,
                                               cfg.inference.model.chat_template_kwargs)
-        provider = build_provider(cfg.sandbox, run_dir)
+        provider = build_provider(cfg.sandbox, run_dir, images=EnvironmentBuilder)
         sandboxes = SandboxPool(provider, cfg.sandbox.pool)
         router = GenerateRouter(cfg, renderers)
         if endpoints:

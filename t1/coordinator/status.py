@@ -1,4 +1,7 @@
-"""Run status: polls the trainer's GetStatus into metrics and the run log, and answers GetRunStatus."""
+"""Run status: polls the trainer's GetStatus into metrics and the run log; the rollout's turn rate.
+
+GetRunStatus is answered by `t1.coordinator.run_status.RunStatusReader` from these and the run state.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +9,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import grpc
 
 from t1.config.service import AuthConfig
 from t1.metrics import registry as m
 from t1.metrics.runlog import RunLog
-from t1.metrics.write_faults import WriteFaults
 from t1.rpc.client import call_options, make_channel
-from t1.v1 import coordinator_pb2 as cpb
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc as pb_grpc
-
-if TYPE_CHECKING:
-    from t1.coordinator.rollout import RolloutStats
-    from t1.coordinator.run_state import RunState
-    from t1.coordinator.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -138,30 +132,3 @@ class TurnRate:
         rate = (turns - n0) / (now - t0) if now > t0 else 0.0
         m.ROLLOUT_TURNS_PER_SECOND.set(rate)
         return rate
-
-
-@dataclass(frozen=True, slots=True)
-class RunStatusReader:
-    """Answers GetRunStatus from what owns each number: the run state, the rollout stats, the spool, the pool."""
-
-    name: str
-    state: RunState
-    stats: RolloutStats
-    spool: Spool
-    healthy_servers: Callable[[], int]
-    turn_rate: TurnRate
-    faults: WriteFaults | None = None
-
-    def __call__(self) -> cpb.RunStatus:
-        stats, trainer = self.stats, self.state.trainer
-        last = trainer.poller.last if trainer is not None else None
-        return cpb.RunStatus(
-            run_name=self.name, policy_version=trainer.weights.version if trainer is not None else 0,
-            trainer_step=last.step if last is not None else 0, active_episodes=stats.active,
-            finished_episodes=stats.finished, spool_pending=self.spool.pending_count,
-            spool_bytes=self.spool.pending_bytes, trainer_connected=trainer is not None and trainer.link.connected,
-            healthy_inference_servers=self.healthy_servers(),
-            infra_failure_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
-            turns_per_second=self.turn_rate.sample(), stage=self.state.phase.value,
-            spool_write_error=self.spool.write_error, spool_held=self.spool.held_count,
-            write_errors=self.faults.errors() if self.faults is not None else [])

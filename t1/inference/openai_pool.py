@@ -34,7 +34,6 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,8 +44,10 @@ from prometheus_client import CollectorRegistry
 from t1.config.inference import InferencePoolConfig, OpenAIEndpointConfig
 from t1.inference.affinity import MAX_AFFINITY_ENTRIES, Affinity
 from t1.inference.model_config import moe_shape_from_config, read_json
+from t1.inference.openai_endpoint import Endpoint, EndpointRefused
 from t1.inference.openai_messages import to_chat_messages
 from t1.inference.openai_reply import decode_reply, error_text, read_bounded, reply_byte_bound
+from t1.inference.openai_weights import reload_endpoint
 from t1.inference.openai_wire import (
     MalformedReply,
     NoTokenIds,
@@ -75,29 +76,10 @@ class EndpointUnavailable(InferenceUnavailable):
     """Every attempt failed with a retryable error (connection, timeout, 5xx, 429, malformed body)."""
 
 
-class EndpointRefused(RuntimeError):
-    """The endpoint refused the request for a reason a retry does not change (auth, a 4xx, no token ids)."""
-
-
 class _Retryable(Exception):
     def __init__(self, why: str, wait_s: float = 0.0) -> None:
         super().__init__(why)
         self.wait_s = wait_s
-
-
-@dataclass(slots=True)
-class _Endpoint:
-    cfg: OpenAIEndpointConfig
-    client: httpx.AsyncClient
-    slots: asyncio.Semaphore
-    outstanding: int = 0
-    unhealthy_until: float = 0.0
-    version: int = 0
-    open: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while its weights are reloaded
-    sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one weight load at a time
-
-    def healthy(self, now: float) -> bool:
-        return now >= self.unhealthy_until
 
 
 def retry_after_s(value: str | None, cap: float) -> float:
@@ -146,7 +128,7 @@ class OpenAIPool:
         self.api = eps[0].api
         self.retries, self.backoff_s, self.unhealthy_s = cfg.retries, cfg.backoff_s, cfg.unhealthy_s
         self.weights_timeout_s = cfg.weights_timeout_s
-        self._eps = [_Endpoint(e, _client(e, transport), asyncio.Semaphore(e.max_concurrency)) for e in eps]
+        self._eps = [Endpoint(e, _client(e, transport), asyncio.Semaphore(e.max_concurrency)) for e in eps]
         for ep in self._eps:
             ep.open.set()
         self._vocab = vocab_size or 2**31 - 1
@@ -201,11 +183,11 @@ class OpenAIPool:
         if self._affinity.bind(session_id, idx) is not None:
             self.metrics.failovers.inc()
 
-    def _avoid(self, ep: _Endpoint, seconds: float) -> None:
+    def _avoid(self, ep: Endpoint, seconds: float) -> None:
         ep.unhealthy_until = time.monotonic() + max(seconds, self.unhealthy_s)
         self.metrics.healthy.labels(ep.cfg.base_url).set(0)
 
-    async def post(self, ep: _Endpoint, path: str, body: dict[str, Any], limit: int) -> bytes:
+    async def post(self, ep: Endpoint, path: str, body: dict[str, Any], limit: int) -> bytes:
         """One POST; the reply's body (at most `limit` bytes, else MalformedReply), or _Retryable / EndpointRefused."""
         await ep.open.wait()
         ep.outstanding += 1
@@ -236,7 +218,7 @@ class OpenAIPool:
             raise EndpointRefused(f"{where}: {code}: {key} ({text[:_SNIPPET]})")
         raise EndpointRefused(f"{where}: {code}: {text[:_SNIPPET]}")
 
-    async def _request(self, session_id: str, path: str, attempt_fn: Callable[[_Endpoint], Any]) -> Any:
+    async def _request(self, session_id: str, path: str, attempt_fn: Callable[[Endpoint], Any]) -> Any:
         """`attempt_fn(endpoint)` (a coroutine) on the session's endpoint, retried and failed over."""
         last = ""
         for attempt in range(self.retries + 1):
@@ -262,12 +244,10 @@ class OpenAIPool:
             return result
         raise EndpointUnavailable(f"{path} failed on every attempt ({self.retries + 1}); last: {last}")
 
-    async def _catch_up(self, ep: _Endpoint) -> None:
+    async def _catch_up(self, ep: Endpoint) -> None:
         """An endpoint that missed a weight update (it failed during it) loads the latest before serving."""
         if self._weights is None or ep.version >= self._weights[1]:
             return
-        from t1.inference.openai_weights import reload_endpoint
-
         path, version = self._weights
         log.info("%s serves v%d, behind v%d: loading %s before routing to it", ep.cfg.base_url, ep.version,
                  version, path)
@@ -287,7 +267,7 @@ class OpenAIPool:
         known = self._known.get(request.session_id) if request.session_id and moe is not None else None
         start = 0 if known is None else min(common_prefix_len(known, prompt), len(prompt) - 1)
 
-        async def attempt(ep: _Endpoint) -> GenerateResult:
+        async def attempt(ep: Endpoint) -> GenerateResult:
             await ep.open.wait()
             version = ep.version  # at dispatch: a reload waits for the endpoint's requests to end
             max_tokens = request.sampling.max_tokens
@@ -334,7 +314,7 @@ class OpenAIPool:
 
     async def chat(self, request: ChatRequest) -> ChatReply:
         """One turn over /chat/completions: the conversation's messages in, the reply's text out."""
-        async def attempt(ep: _Endpoint) -> ChatReply:
+        async def attempt(ep: Endpoint) -> ChatReply:
             tools = request.tools if ep.cfg.tool_calls else None
             body = chat_body(ep.cfg.model, to_chat_messages(list(request.messages), ep.cfg.tool_calls), tools,
                              request.sampling)
@@ -349,8 +329,6 @@ class OpenAIPool:
     async def update_weights(self, path: str, version: int, timeout_s: float | None = None) -> WeightsUpdate:
         """Load a weights folder on every endpoint (t1.inference.openai_weights); refused where an endpoint
         has `weight_updates: none`."""
-        from t1.inference.openai_weights import reload_endpoint
-
         refused = [e.cfg.base_url for e in self._eps if e.cfg.weight_updates == "none"]
         if refused:
             raise EndpointRefused(f"weights v{version}: {', '.join(refused)} cannot load new weights "

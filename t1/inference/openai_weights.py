@@ -19,12 +19,11 @@ with the fix in the error.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
-if TYPE_CHECKING:
-    from t1.inference.openai_pool import _Endpoint
+from t1.inference.openai_endpoint import Endpoint, EndpointRefused
 
 _DRAIN_POLL_S = 0.01
 
@@ -34,10 +33,8 @@ def server_root(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
-async def _admin(ep: _Endpoint, path: str, timeout_s: float, *, body: dict[str, Any] | None = None,
+async def _admin(ep: Endpoint, path: str, timeout_s: float, *, body: dict[str, Any] | None = None,
                  params: dict[str, str] | None = None) -> None:
-    from t1.inference.openai_pool import EndpointRefused
-
     url = server_root(ep.cfg.base_url) + path
     try:
         reply = await ep.client.post(url, json=body, params=params, timeout=timeout_s)
@@ -50,7 +47,7 @@ async def _admin(ep: _Endpoint, path: str, timeout_s: float, *, body: dict[str, 
         raise EndpointRefused(f"{url}: {reply.status_code}: {reply.text[:300]}")
 
 
-async def reload_endpoint(ep: _Endpoint, path: str, version: int, timeout_s: float) -> None:
+async def reload_endpoint(ep: Endpoint, path: str, version: int, timeout_s: float) -> None:
     """Drain the endpoint's requests, reload `path` on it, and mark it as serving `version`."""
     async with ep.sync_lock:
         if ep.version >= version:

@@ -22,8 +22,8 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from t1.sandbox.needs import NeedsImageError
 from t1.sandbox.run_lease import run_live
-from t1.tasks.needs import NeedsImageError
 
 log = logging.getLogger(__name__)
 

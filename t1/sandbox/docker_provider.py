@@ -1,7 +1,7 @@
 """DockerProvider: a container per sandbox from the task's image, shells through T1's own SSH path.
 
 `create` starts a container (`t1.sandbox.docker_engine`) from the task's image (or the one its
-Dockerfile builds, `t1.sandbox.docker_build`) with the task's limits and no network
+Dockerfile builds: the `ImageBuilder` it is given, `t1.tasks.docker_build` in T1) with the task's limits and no network
 unless the task allows the internet, then registers it with an embedded SSH server like the
 local provider's (`t1.sandbox.local_server`). Every session enters the container's namespaces
 from the host with `nsenter -t <container pid>` and joins its cgroups first, so the container's
@@ -26,32 +26,53 @@ import logging
 import os
 import posixpath
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
+import docker
 from docker.models.containers import Container
 
 from t1.config.sandbox import DockerProviderConfig, ShellConfig
 from t1.sandbox.bwrap import NamespaceTarget, SandboxTree
 from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
-from t1.sandbox.docker_build import EnvironmentBuilder
 from t1.sandbox.docker_engine import LABEL_SANDBOX, ContainerSpec, Engine, cgroup_procs
 from t1.sandbox.docker_pristine import OVERLAY2, ContainerPristine, container_layers
 from t1.sandbox.framing import SUPERVISOR_BASH
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.mountns import mount_thread
+from t1.sandbox.needs import NeedsImageError, NeedsNetworkError
 from t1.sandbox.pristine import PristineState
 from t1.sandbox.remote import check_record
 from t1.sandbox.run_lease import RunLease
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord, SandboxRequest, ShellRole
 from t1.sandbox.verifier_role import ETC_DIR, PRISTINE_DIR, VERIFIER_DIRS, VERIFIER_UID
-from t1.tasks.needs import NeedsNetworkError
 
 log = logging.getLogger(__name__)
 
 ENTERED_NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup")
 MOUNT_POINT_TMPFS = "mode=755,size=1m"
+
+
+class EnvironmentImage(Protocol):
+    """An image built from a task's environment: its tag, and the marker tar telling provisioning what it sets."""
+
+    @property
+    def tag(self) -> str: ...
+
+    def marker(self) -> bytes: ...
+
+
+class EnvironmentImages(Protocol):
+    """Builds (or finds cached) the image of a task's environment folder on the provider's engine."""
+
+    async def image(self, context: Path, network: str) -> EnvironmentImage: ...
+
+
+ImageBuilder = Callable[[docker.DockerClient, float], EnvironmentImages]
+"""Makes the environment builder for an engine's client and a build timeout (`t1.tasks.docker_build.EnvironmentBuilder`)."""
 
 
 def close_verifier_dirs(pid: int) -> None:
@@ -168,10 +189,13 @@ class DockerProvider:
 
     survives_coordinator = True
 
-    def __init__(self, cfg: DockerProviderConfig, shell_cfg: ShellConfig, run_dir: Path | None = None) -> None:
+    def __init__(self, cfg: DockerProviderConfig, shell_cfg: ShellConfig, run_dir: Path | None = None,
+                 images: ImageBuilder | None = None) -> None:
+        """`images` builds the images of tasks' Dockerfiles; without it such a task is refused (needs_image)."""
         self.run = RunLease.of(run_dir) if run_dir is not None else None
         """The run whose containers this provider makes and may reattach (none: it reattaches none)."""
         self.cfg = cfg
+        self._images = images
         self.shell_cfg = shell_cfg
         self.server = ContainerSshServer(cfg.host, cfg.port)
         self.engine: Engine | None = None
@@ -181,14 +205,14 @@ class DockerProvider:
         self.separates_verifier = False
         """Whether verifier shells get a user and a system of their own (overlay2 and T1 as root), set at start."""
         self.cgroups: SandboxCgroups | None = None
-        self.builder: EnvironmentBuilder | None = None
+        self.builder: EnvironmentImages | None = None
 
     async def start(self) -> None:
         async with self._start_lock:
             if self.engine is not None:
                 return
             engine = Engine(self.cfg.socket, self.cfg.pull)
-            self.builder = EnvironmentBuilder(engine.client, self.cfg.build_timeout_s)
+            self.builder = self._images(engine.client, self.cfg.build_timeout_s) if self._images else None
             await asyncio.to_thread(engine.ping)
             await asyncio.to_thread(engine.sweep)
             driver = await asyncio.to_thread(engine.storage_driver)
@@ -226,7 +250,9 @@ class DockerProvider:
         spec = self._spec(sandbox_id, request)
         built = None
         if self.cfg.build and request.build_context is not None and request.docker_image is None:
-            assert self.builder is not None
+            if self.builder is None:
+                raise NeedsImageError(f"the environment at {request.build_context} is built from its Dockerfile and "
+                                      "this docker provider was made without an image builder")
             built = await self.builder.image(request.build_context, spec.network)
             spec = replace(spec, image=built.tag)
         container = await asyncio.wait_for(asyncio.to_thread(self.engine.start, spec), self.cfg.start_timeout_s)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from t1.config.sandbox import SandboxConfig
 from t1.sandbox.types import SandboxProvider
 
+if TYPE_CHECKING:
+    from t1.sandbox.docker_provider import ImageBuilder
 
-def build_provider(cfg: SandboxConfig, run_dir: Path | None = None) -> SandboxProvider:
+
+def build_provider(cfg: SandboxConfig, run_dir: Path | None = None, images: ImageBuilder | None = None) -> SandboxProvider:
     """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create.
-    With `run_dir` (a coordinator's), docker sandboxes are labelled with its run and reattach into it."""
+    With `run_dir` (a coordinator's), docker sandboxes are labelled with its run and reattach into it.
+    `images` builds tasks' Dockerfile environments for the docker provider (`t1.tasks.docker_build`)."""
     if cfg.provider == "local":
         from t1.sandbox.local import LocalProvider
 
@@ -26,5 +31,5 @@ def build_provider(cfg: SandboxConfig, run_dir: Path | None = None) -> SandboxPr
     if cfg.provider == "docker":
         from t1.sandbox.docker_provider import DockerProvider
 
-        return DockerProvider(cfg.docker, cfg.shell, run_dir)
+        return DockerProvider(cfg.docker, cfg.shell, run_dir, images)
     raise ValueError(f"sandbox.provider: unknown provider {cfg.provider!r} (expected local, ssh, command or docker)")

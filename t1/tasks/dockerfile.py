@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from t1.tasks.needs import NeedsImageError
+from t1.sandbox.needs import NeedsImageError
 
 __all__ = ["DockerStep", "Heredoc", "NeedsImageError", "parse_dockerfile", "parse_dockerfile_text"]
 

@@ -31,9 +31,9 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from t1.sandbox.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.base_images import image_env, lookup, stand_in_refusal
 from t1.tasks.dockerfile import DockerStep, parse_dockerfile
-from t1.tasks.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.spec import Env
 
 DEFAULT_SHELL = ("/bin/sh", "-c")

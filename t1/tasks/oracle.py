@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from t1.sandbox.needs import NeedKind, NeedsError, NeedsNetworkError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell, ShellRole
-from t1.tasks.needs import NeedKind, NeedsError, NeedsNetworkError
 from t1.tasks.outcome import SANDBOX_FAULTS, attempt_failure
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
@@ -59,7 +59,7 @@ class RunStatus(StrEnum):
     PASSES_WITHOUT_WORK = "passes_without_work"  # verify: resolved on an untouched sandbox
     VERIFIER_ERROR = "verifier_error"
     SETUP_FAILED = "setup_failed"
-    NEEDS_IMAGE = "needs_image"  # the environment needs a container image (t1.tasks.needs names the line)
+    NEEDS_IMAGE = "needs_image"  # the environment needs a container image (t1.sandbox.needs names the line)
     NEEDS_NETWORK = "needs_network"  # setup needs packages or downloads this offline host lacks
     NEEDS_FEATURE = "needs_feature"  # a task.toml feature T1 does not provide (GPUs, MCP servers, ...)
     NO_SOLUTION = "no_solution"

@@ -15,9 +15,9 @@ bugs in T1's own code (a TypeError, KeyError, ...): infra errors, logged loudly,
 
 from __future__ import annotations
 
+from t1.sandbox.needs import NeedsError
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import SandboxLost
-from t1.tasks.needs import NeedsError
 from t1.tasks.report import FailureMode
 from t1.tasks.transfer import SetupError
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import yaml
 
+from t1.sandbox.needs import Need, NeedKind, NeedsError
 from t1.tasks import offline_pkgs
 from t1.tasks.context_files import host_copy
 from t1.tasks.dockerplan import DockerPlan, build_plan, plan_or_none
 from t1.tasks.entrypoint import entrypoint_need
 from t1.tasks.installers import RequirementFile, find_installs, missing_on_host
-from t1.tasks.needs import Need, NeedKind, NeedsError
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
 from t1.tasks.test_imports import missing_test_imports
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from t1.sandbox.needs import NeedsImageError, raise_need
 from t1.sandbox.types import BUILT_MARKER, SandboxRequest, Shell
 from t1.tasks.dockerplan import ReplayStep, build_plan
 from t1.tasks.entrypoint import start_entrypoint
-from t1.tasks.needs import NeedsImageError, raise_need
 from t1.tasks.predict import static_needs
 from t1.tasks.replay import as_user, exports, replay
 from t1.tasks.spec import Env, Healthcheck, StepSpec, TaskSpec

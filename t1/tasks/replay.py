@@ -15,9 +15,9 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+from t1.sandbox.needs import NeedsNetworkError
 from t1.sandbox.types import Shell
 from t1.tasks.dockerplan import DockerPlan, ReplayStep
-from t1.tasks.needs import NeedsNetworkError
 from t1.tasks.toolchain import STAND_INS_DIR, needs_network_lines, toolchain_prefix
 from t1.tasks.transfer import (
     SetupError,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from t1.sandbox.needs import Need
 from t1.tasks.dockerplan import plan_or_none
-from t1.tasks.needs import Need
 from t1.tasks.predict import package_needs, static_needs
 from t1.tasks.spec import TaskParseError, TaskSpec
 from t1.tasks.test_imports import uncollectable

@@ -18,11 +18,18 @@ from private_dockerd import BASE_IMAGE, PrivateDockerd, docker_config
 from test_docker_real_task import REAL, offline_copy, sets
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_build import BuiltImage, base_images, built_image, context_digest, env_tag
 from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.needs import NeedsImageError
 from t1.sandbox.types import SandboxRequest
 from t1.tasks.dataset import load_task
-from t1.tasks.needs import NeedsImageError
+from t1.tasks.docker_build import (
+    BuiltImage,
+    EnvironmentBuilder,
+    base_images,
+    built_image,
+    context_digest,
+    env_tag,
+)
 from t1.tasks.oracle import RunMode, RunStatus, run_task
 from t1.tasks.provision import sandbox_request
 
@@ -109,7 +116,7 @@ async def test_concurrent_sandboxes_of_one_task_build_once(dockerd: PrivateDocke
     context = tmp_path / "environment"
     context.mkdir()
     (context / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo built > /built.txt\nENV T1_MARK=from-image\nWORKDIR /srv\n")
-    provider = DockerProvider(docker_config(dockerd), ShellConfig())
+    provider = DockerProvider(docker_config(dockerd), ShellConfig(), images=EnvironmentBuilder)
     try:
         boxes = await asyncio.gather(*(provider.create(SandboxRequest(build_context=context)) for _ in range(2)))
         assert provider.builder is not None and provider.builder.builds == 1
@@ -125,7 +132,7 @@ async def test_missing_from_image_is_needs_image(dockerd: PrivateDockerd, tmp_pa
     context = tmp_path / "environment"
     context.mkdir()
     (context / "Dockerfile").write_text("FROM t1-absent-base:7\nRUN true\n")
-    provider = DockerProvider(docker_config(dockerd), ShellConfig())
+    provider = DockerProvider(docker_config(dockerd), ShellConfig(), images=EnvironmentBuilder)
     try:
         with pytest.raises(NeedsImageError, match=r"FROM t1-absent-base:7, which is not on the Docker engine"):
             await provider.create(SandboxRequest(build_context=context))
@@ -137,7 +144,7 @@ async def test_failed_build_is_a_setup_report_with_the_log_tail(dockerd: Private
                                                                 tmp_path: Path) -> None:
     task = offline_copy(REAL / "harbor" / "simple-task", tmp_path)
     (task / "environment" / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo t1-broken-step && exit 3\n")
-    provider = DockerProvider(docker_config(dockerd), ShellConfig())
+    provider = DockerProvider(docker_config(dockerd), ShellConfig(), images=EnvironmentBuilder)
     try:
         run = await run_task(provider, load_task(task), RunMode.ORACLE, local=False)
     finally:

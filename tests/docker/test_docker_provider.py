@@ -13,9 +13,9 @@ from private_dockerd import PrivateDockerd, docker_config
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_engine import LABEL_SANDBOX
 from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.needs import NeedsImageError
 from t1.sandbox.ssh_sandbox import SshSandbox
 from t1.sandbox.types import SandboxRequest
-from t1.tasks.needs import NeedsImageError
 
 FORKS = b"""
 import os, signal, time

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from t1.sandbox.local import LocalProvider
+from t1.sandbox.needs import NeedKind
 from t1.tasks.dataset import load_task
-from t1.tasks.needs import NeedKind
 from t1.tasks.oracle import RunMode, RunStatus, run_task
 from t1.tasks.predict import static_needs
 from t1.tasks.spec import TaskParseError

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from t1.config.tasks import TasksConfig
+from t1.sandbox.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.base_images import SYSTEM_PATH, image_env
 from t1.tasks.dataset import load_dataset, load_named_set, load_task
 from t1.tasks.dockerfile import parse_dockerfile
 from t1.tasks.dockerplan import build_plan
-from t1.tasks.needs import NeedsImageError, NeedsNetworkError
 from t1.tasks.spec import MultiStepStrategy, TaskFormat, TaskParseError, VerifierKind
 from t1.tasks.validate import check_task
 
