@@ -30,47 +30,28 @@ from __future__ import annotations
 
 import random
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from t1.tasks.synth.base import SynthTask, write_task
+from t1.tasks.synth.curriculum_kit import (
+    CONFS,
+    DIRS,
+    EXTS,
+    FILES,
+    FOLDERS,
+    TARGETS,
+    TOOLS,
+    WORDS,
+    CurriculumFamily,
+    checks_script,
+    code_word,
+)
+from t1.tasks.synth.long_tier import LONG_TIER
 
-# Every role has its own small vocabulary of whole words (one token each with the learn tokenizer), and
-# files sit in the shell's working directory (/app): what a policy must carry is a token of a known kind
-# that only the instruction or the machine shows, which a model of this size can learn to copy.
-_FILES = ("alpha", "beta", "gamma", "delta", "omega", "cedar", "maple", "river", "stone", "ember")
-_TARGETS = ("red", "blue", "green", "pink", "gold", "gray", "black", "white", "brown", "cyan")
-_CODES = ("apple", "lemon", "mango", "olive", "pearl", "plum", "grape", "peach", "melon", "berry")
-_DIRS = ("data", "notes", "inbox", "store", "vault", "cache", "drop", "box")
-_FOLDERS = ("north", "south", "east", "west", "up", "down", "left", "right")
-_WORDS = ("cow", "dog", "fox", "owl", "bee", "ant", "elk", "yak", "emu", "bat")
-_TOOLS = ("build", "deploy", "sync", "check", "render", "index", "backup", "report")
-_CONFS = ("main", "base", "core", "site", "user", "net", "disk", "auth")
-_EXTS = ("txt", "log", "csv", "cfg", "dat")
 CONFIG_PRESENT_PERCENT = 40  # fix_error tasks whose script already has what it needs
 BUSY_PERCENT = 60  # how often retry_fetch's tool answers "busy"
-
-
-CHECKS_HEADER = """#!/bin/bash
-# Verifier: one entry per check in /logs/verifier/reward.json (1 passed, 0 failed).
-mkdir -p /logs/verifier
-R=""
-check() { local name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then v=1; else v=0; fi; R="$R${R:+, }\\"$name\\": $v"; }
-"""
-CHECKS_FOOTER = 'echo "{$R}" > /logs/verifier/reward.json\n'
-
-CurriculumFamily = Callable[[random.Random], SynthTask]
-
-
-def _code(rng: random.Random) -> str:
-    """A value that is only in the machine's state: one of the code words."""
-    return rng.choice(_CODES)
-
-
-def _checks(*lines: str) -> str:
-    return CHECKS_HEADER + "".join(f"check {line}\n" for line in lines) + CHECKS_FOOTER
-
 
 def _task(family: str, instruction: str, files: dict[str, str], checks: str, turns: list[str],
           setup: str = "", executable: tuple[str, ...] = (), shortcut: list[str] | None = None) -> SynthTask:
@@ -85,10 +66,10 @@ def read_copy(rng: random.Random) -> SynthTask:
     Half the files label their code (`code: apple`): the shortcut, a blind `cp`, is right for the others only,
     and a copied label passes only the first check (the file is there), as a failed shortcut does elsewhere.
     """
-    src, out, code = rng.choice(_FILES), rng.choice(_TARGETS), _code(rng)
+    src, out, code = rng.choice(FILES), rng.choice(TARGETS), code_word(rng)
     labelled = rng.randrange(2) == 0
     instruction = f"The file {src}.txt holds a code. Write that code to {out}.txt."
-    checks = _checks(f"target_exists test -f /app/{out}.txt",
+    checks = checks_script(f"target_exists test -f /app/{out}.txt",
                      f"code_written grep -qx {code} /app/{out}.txt",
                      f"code_alone test \"$(cat /app/{out}.txt)\" = {code}")
     return _task("read_copy", instruction, {f"{src}.txt": f"code: {code}\n" if labelled else code + "\n"}, checks,
@@ -97,15 +78,15 @@ def read_copy(rng: random.Random) -> SynthTask:
 
 def pick_file(rng: random.Random) -> SynthTask:
     """One file of a listing has the named extension: move it (list, then move the name seen)."""
-    box, dest = rng.choice(_DIRS), rng.choice(_FOLDERS)
-    ext, *others = rng.sample(_EXTS, 3)
-    stems = rng.sample(_FILES, 3)
+    box, dest = rng.choice(DIRS), rng.choice(FOLDERS)
+    ext, *others = rng.sample(EXTS, 3)
+    stems = rng.sample(FILES, 3)
     wanted = f"{stems[0]}.{ext}"
-    files = {f"{box}/{wanted}": _code(rng) + "\n"}
+    files = {f"{box}/{wanted}": code_word(rng) + "\n"}
     for stem, other in zip(stems[1:], others, strict=True):
-        files[f"{box}/{stem}.{other}"] = _code(rng) + "\n"
+        files[f"{box}/{stem}.{other}"] = code_word(rng) + "\n"
     instruction = f"One file in {box} ends in .{ext}. Move it into the folder {dest}."
-    checks = _checks(f"moved_in test -f /app/{dest}/{wanted}",
+    checks = checks_script(f"moved_in test -f /app/{dest}/{wanted}",
                      f"moved_out test ! -e /app/{box}/{wanted}",
                      f"others_stay test \"$(ls /app/{box} | wc -l)\" -eq {len(files) - 1}")
     return _task("pick_file", instruction, files, checks,
@@ -114,14 +95,14 @@ def pick_file(rng: random.Random) -> SynthTask:
 
 def count_match(rng: random.Random) -> SynthTask:
     """A number only a command's output tells (count matching lines), written where asked."""
-    log, out = rng.choice(_FILES), rng.choice(_TARGETS)
-    word, *noise = rng.sample(_WORDS, 3)
+    log, out = rng.choice(FILES), rng.choice(TARGETS)
+    word, *noise = rng.sample(WORDS, 3)
     n = rng.randint(1, 9)
     lines = [f"{word} {rng.randint(10, 99)}" for _ in range(n)] + [f"{rng.choice(noise)} {rng.randint(10, 99)}"
                                                           for _ in range(rng.randint(1, 6))]
     rng.shuffle(lines)
     instruction = f"Count the lines of {log}.log that contain {word}. Write the number to {out}.txt."
-    checks = _checks(f"target_exists test -f /app/{out}.txt",
+    checks = checks_script(f"target_exists test -f /app/{out}.txt",
                      f"count_written grep -qx {n} /app/{out}.txt")
     return _task("count_match", instruction, {f"{log}.log": "\n".join(lines) + "\n"}, checks,
                  [f"grep -c {word} {log}.log", f"echo {n} > {out}.txt"])
@@ -133,13 +114,13 @@ def fix_error(rng: random.Random) -> SynthTask:
     Some tasks already have the file (CONFIG_PRESENT_PERCENT): the shortcut, saving the first run's output
     without looking at it, is right for those only.
     """
-    tool, conf, out = rng.choice(_TOOLS), rng.choice(_CONFS), rng.choice(_TARGETS)
-    token = _code(rng)
+    tool, conf, out = rng.choice(TOOLS), rng.choice(CONFS), rng.choice(TARGETS)
+    token = code_word(rng)
     present = rng.randrange(100) < CONFIG_PRESENT_PERCENT
     script = (f"#!/bin/bash\nif [ ! -f /app/{conf}.cfg ]; then echo \"error: missing {conf}.cfg\"; "
               f"exit 1; fi\necho ok {token}\n")
     instruction = f"Run {tool}.sh and save its output in {out}.log. Fix what it needs first."
-    checks = _checks(f"config_made test -f /app/{conf}.cfg",
+    checks = checks_script(f"config_made test -f /app/{conf}.cfg",
                      f"output_saved test -f /app/{out}.log",
                      f"output_ok grep -qx {shlex.quote('ok ' + token)} /app/{out}.log")
     files = {f"{tool}.sh": script, **({f"{conf}.cfg": "ready=1\n"} if present else {})}
@@ -157,12 +138,12 @@ def retry_fetch(rng: random.Random) -> SynthTask:
     prints `code: X`, so the value the echo needs is the token it printed (` X`), not a line-initial `X`, a
     different token with the byte-level tokenizer that a model of this size did not learn to map for numbers.
     """
-    tool, out, code = rng.choice(_TOOLS), rng.choice(_TARGETS), _code(rng)
+    tool, out, code = rng.choice(TOOLS), rng.choice(TARGETS), code_word(rng)
     script = (f"#!/bin/bash\nwhile [ $((RANDOM % 100)) -lt {BUSY_PERCENT} ]; do\n"
               f"  if [ \"$1\" != --wait ]; then echo \"{tool} is busy (--wait waits for it)\"; exit 1; fi\n"
               f"  sleep 0.1\ndone\ntouch /app/.{tool}-answered\necho \"code: {code}\"\n")
     instruction = f"Get the code from {tool}.sh and write it to {out}.txt."
-    checks = _checks(f"answered test -f /app/.{tool}-answered",
+    checks = checks_script(f"answered test -f /app/.{tool}-answered",
                      f"code_written grep -qx {code} /app/{out}.txt",
                      f"one_line test \"$(wc -l < /app/{out}.txt)\" -eq 1")
     return _task("retry_fetch", instruction, {f"{tool}.sh": script}, checks,
@@ -190,8 +171,6 @@ def curriculum_plan(n: int, seed: int, split: str, families: Mapping[str, Curric
 
 def generate_curriculum(family: str, seed: int) -> SynthTask:
     """One task of a family of the curriculum or of its long tier."""
-    from t1.tasks.synth.long_tier import LONG_TIER
-
     make = CURRICULUM.get(family) or LONG_TIER.get(family)
     if make is None:
         raise KeyError(f"no curriculum family {family!r} (known: {', '.join(sorted({**CURRICULUM, **LONG_TIER}))})")

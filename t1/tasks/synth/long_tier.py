@@ -23,17 +23,17 @@ import random
 from itertools import pairwise
 
 from t1.tasks.synth.base import SynthTask
-from t1.tasks.synth.curriculum import (
-    _CODES,
-    _CONFS,
-    _DIRS,
-    _FILES,
-    _TARGETS,
-    _TOOLS,
-    _WORDS,
+from t1.tasks.synth.curriculum_kit import (
+    CODES,
+    CONFS,
+    DIRS,
+    FILES,
+    TARGETS,
+    TOOLS,
+    WORDS,
     CurriculumFamily,
-    _checks,
-    _code,
+    checks_script,
+    code_word,
 )
 
 STALE_INDEX_PERCENT = 50  # file_chain tasks whose index.txt names an old end of the chain
@@ -50,11 +50,11 @@ def _long(family: str, instruction: str, files: dict[str, str], checks: str, tur
 def file_chain(rng: random.Random) -> SynthTask:
     """Walk a chain of files to its end; write the end's code to the target the first file named."""
     length = rng.randint(11, 30)
-    paths = [f"{d}/{f}.txt" for d in _DIRS for f in _FILES]
+    paths = [f"{d}/{f}.txt" for d in DIRS for f in FILES]
     chain = rng.sample(paths, length + 1)  # + 1: the stale end, outside the chain
     *links, stale_end = chain
-    target, code = rng.choice(_TARGETS), _code(rng)
-    old_code = rng.choice([c for c in _CODES if c != code])
+    target, code = rng.choice(TARGETS), code_word(rng)
+    old_code = rng.choice([c for c in CODES if c != code])
     files = {links[0]: f"target: {target}\nnext: {links[1]}\n"}
     files |= {p: f"next: {n}\n" for p, n in pairwise(links[1:])}
     files[links[-1]] = f"code: {code}\n"
@@ -63,7 +63,7 @@ def file_chain(rng: random.Random) -> SynthTask:
     files["index.txt"] = f"end: {stale_end if stale else links[-1]}\n"
     instruction = (f"Start at {links[0]}. Each file names the next file; the first also names a target. "
                    "The last file holds a code. Write that code to the target file (its name plus .txt).")
-    checks = _checks(f"target_exists test -f /app/{target}.txt",
+    checks = checks_script(f"target_exists test -f /app/{target}.txt",
                      f"code_written grep -qx {code} /app/{target}.txt",
                      f"code_alone test \"$(cat /app/{target}.txt)\" = {code}")
     turns = [f"cat {p}" for p in links] + [f"echo {code} > {target}.txt"]
@@ -76,9 +76,9 @@ def file_chain(rng: random.Random) -> SynthTask:
 def job_queue(rng: random.Random) -> SynthTask:
     """Do every job of a queue shown one at a time, then write the ticket the first call printed."""
     n = rng.randint(6, 10)
-    jobs = rng.sample(_WORDS, n)
-    values = [_code(rng) for _ in jobs]
-    ticket, done = _code(rng), rng.choice(_TARGETS)
+    jobs = rng.sample(WORDS, n)
+    values = [code_word(rng) for _ in jobs]
+    ticket, done = code_word(rng), rng.choice(TARGETS)
     queue = "".join(f"{j} {v}\n" for j, v in zip(jobs, values, strict=True))
     # next.sh: the first pending job (its output file missing or wrong); the ticket only on the first call
     next_sh = ("#!/bin/bash\ncd /app\n"
@@ -93,7 +93,7 @@ def job_queue(rng: random.Random) -> SynthTask:
                "done < .queue\n")
     instruction = ("Work through the job queue: `bash next.sh` shows the next job. Do each job. "
                    "When the queue is empty, write the ticket to the file it names.")
-    checks = _checks(*(f"job_{j} grep -qx {v} /app/out/{j}.txt" for j, v in zip(jobs, values, strict=True)),
+    checks = checks_script(*(f"job_{j} grep -qx {v} /app/out/{j}.txt" for j, v in zip(jobs, values, strict=True)),
                      f"ticket_written grep -qx {ticket} /app/{done}.txt")
     turns: list[str] = []
     for j, v in zip(jobs, values, strict=True):
@@ -108,10 +108,10 @@ def staged_start(rng: random.Random) -> SynthTask:
 
     A stage called bare prints its confirmation word; called with that word it is done. Some stages first
     fail naming a config file they need."""
-    stages = rng.sample(_TOOLS, rng.randint(5, 8))
-    key = _code(rng)
-    confirm = {s: rng.choice(_WORDS) for s in stages}
-    needs = {s: rng.choice(_CONFS) for s in stages if rng.randrange(100) < NEEDS_CONFIG_PERCENT}
+    stages = rng.sample(TOOLS, rng.randint(5, 8))
+    key = code_word(rng)
+    confirm = {s: rng.choice(WORDS) for s in stages}
+    needs = {s: rng.choice(CONFS) for s in stages if rng.randrange(100) < NEEDS_CONFIG_PERCENT}
     order = " ".join(stages)
     word_case = "".join(f"  {s}) word={w} ;;\n" for s, w in confirm.items())
     conf_case = "".join(f"  {s}) need={c} ;;\n" for s, c in needs.items())
@@ -135,7 +135,7 @@ def staged_start(rng: random.Random) -> SynthTask:
            "    if [ -n \"$n\" ]; then echo \"$1 done, next stage: $n\"; else echo \"$1 done, ready to start\"; fi ;;\n"
            "esac\n")
     instruction = "Bring the service up with svc.sh: run `bash svc.sh init`, then each stage it names, then start it."
-    checks = _checks(*(f"stage_{s} test -f /app/state/{s}" for s in stages), "running test -f /app/state/running")
+    checks = checks_script(*(f"stage_{s} test -f /app/state/{s}" for s in stages), "running test -f /app/state/running")
     turns = ["bash svc.sh init"]
     for s in stages:
         if s in needs:
