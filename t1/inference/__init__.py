@@ -11,8 +11,17 @@ Modules, from the seam outwards:
 - server.py: the InferenceService servicer; factory.py builds the configured backend;
   `t1-inference` (t1/cli/inference.py) serves it.
 - pool_common.py: what both pools share: PoolMetrics (and `observe`), WeightsUpdate, InferenceUnavailable
-- pool.py: `InferencePool`, affinity, least-outstanding placement, retries, failover, metrics, weight
-  updates that skip dead replicas and catch recovered ones up before routing to them.
+- pool.py: `InferencePool`, affinity (affinity.py), least-outstanding placement, retries, failover,
+  metrics, weight updates that skip dead replicas and catch recovered ones up before routing to them;
+  many requests over one stream (multiplex.py), prompt deltas (prompt_delta.py), KV-headroom admission
+  (kv_admission.py), stalled replicas (stall.py).
+- convert.py: proto <-> dataclass for InferenceService messages; validate.py: a request checked against
+  the model; model_config.py: what a model folder says about itself, read without torch.
+- slot_batch.py: the cache of one batched decode forward over KV slots; follow.py: a server that loads
+  each new weight version itself; vllm_worker.py: the vLLM worker extension called after a reload.
+- openai_pool.py: `OpenAIPool`, the same contract over OpenAI-compatible HTTP servers: an endpoint's
+  state (openai_endpoint.py), request bodies and reply checks (openai_wire.py), bounded reply reading
+  (openai_reply.py), chat messages (openai_messages.py), weight reloads on vLLM (openai_weights.py).
 
 In-process use (the same code path as the server; e.g. for fidelity benches)::
 

@@ -1,5 +1,41 @@
 """The sandbox plane: where episodes run their shells.
 
+Modules:
+- types.py: the seams: CommandResult, Shell, Sandbox, SandboxProvider, SandboxRequest, SandboxRecord,
+  SandboxLost
+- factory.py: build_provider(cfg): local, ssh, command or docker
+- pool.py: SandboxPool: bounded, fault-tolerant acquisition from any provider; reattach
+- needs.py: the needs_* reports: what a task needs that this host or provider cannot give
+- ssh_sandbox.py: SshSandbox: one SSH connection per sandbox, its shells and SFTP transfers
+- ssh_shell.py: SshShell: a persistent framed bash with timeouts, output caps and restarts
+- framing.py: the framed-shell protocol as pure functions: sentinels, supervisor script, frame scan, caps
+- terminal.py: TerminalShell: an interactive bash on a PTY rendered by pyte
+- local.py: LocalProvider: sandboxes as fresh trees served by the embedded SSH server
+- local_server.py: the embedded SSH server: loopback only, key auth, every session in bubblewrap
+- bwrap.py: local sandbox trees, the bubblewrap init, how sessions enter
+- rootfs.py: the copy-on-write root of a local sandbox
+- mountns.py: mount syscalls and the thread that builds each sandbox's mount namespace
+- nsinit.py: the per-sandbox namespace init, spawning off the event loop, pidfd waits
+- holders.py: namespace holders end with the T1 process that started them; leftovers killed
+- forker.py: process starts from a thread with a nearly empty file table, signals blocked
+- agent_userns.py: the agent's inner user namespace (overlay root, T1 as root)
+- make_agent_userns.py: the helper that makes it: `python -I -S make_agent_userns.py PID`
+- netns.py: a network namespace per sandbox; user-mode internet when allowed
+- loopback_port.py: a listening socket on a sandbox's own loopback, held by T1
+- cgroups.py: memory, process and CPU limits per sandbox through cgroups
+- pristine.py: the pristine system a local verifier runs, out of the agent's reach
+- verifier_role.py: the verifier's uid, the directories only it may use, how it enters
+- verifier_env.py: the verifier's environment: from system and test dirs only
+- enter_verifier.py: enter a sandbox as its verifier without passing through the agent's uid
+- supervisor_bin.py: an execute-only bash for the shells' supervisors
+- docker_provider.py: DockerProvider: a container per sandbox, shells through T1's own SSH path; images built
+  by the builder it is given (t1/tasks/docker_build.py)
+- docker_engine.py: the Docker Engine side: containers, limits, labels, sweep
+- docker_pristine.py: the pristine system of a docker sandbox for its verifier
+- remote.py: providers for machines T1 does not run: an SSH inventory, create/destroy commands
+- run_lease.py: which run a sandbox belongs to, and whether that run is live
+- sshd.py: a throwaway OpenSSH server on loopback, for tests and benchmarks
+
 Use it like this::
 
     from t1.sandbox import SandboxPool, SandboxRequest, build_provider

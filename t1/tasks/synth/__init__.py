@@ -1,5 +1,16 @@
 """The OOD training corpus: Harbor-format tasks synthesized from parameterised families of terminal work.
 
+Modules:
+- base.py: SynthTask, and how it is written as a Harbor task folder
+- families_build.py, families_dev.py, families_ops.py, families_text.py: the OOD families (builds and fixes,
+  developer work, operations and long projects, files and text and data)
+- words.py: the fixed vocabulary of synthesized names
+- curriculum.py: the learnable curriculum: short multi-turn shell tasks with bash verifiers, its plan and
+  teachers
+- long_tier.py: the curriculum's long tier: 12-40 commands, a value shown early needed late
+- curriculum_kit.py: what the curriculum and its long tier share: vocabularies, the verifier frame, the family
+  type
+
 `synthesize(out, n, seed, split)` writes n tasks, cycling through the families so
 every family is represented, with difficulties mixed. Each task's own seed is
 derived from (seed, index, split) with the split in its lowest bit, so seeds of
