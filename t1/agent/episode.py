@@ -25,18 +25,28 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 
 import numpy as np
 
 from t1.agent.baseline import SharedBaselines
 from t1.agent.compaction import RecentCommands, compact_messages
 from t1.agent.episode_limits import LOCAL_SANDBOXES, EpisodeLimits, SandboxTraits
-from t1.agent.formats import AgentFormat, format_output
+from t1.agent.episode_types import (
+    INFRA_ERRORS,
+    EpisodeEnd,
+    EpisodeResult,
+    EpisodeSpec,
+    InferenceFailed,
+    SandboxAcquire,
+    _End,
+    acquire_from,
+)
+from t1.agent.formats import format_output
 from t1.agent.pacing import pace
 from t1.agent.policy_call import call_policy, is_text_level
+from t1.agent.resume_point import ResumePoint, provisioned_record
+from t1.agent.shell_state import ShellState, probe, restore
 from t1.agent.transcript import Transcript
 from t1.agent.turn_journal import TurnJournal
 from t1.inference.types import (
@@ -47,104 +57,30 @@ from t1.inference.types import (
     SessionGenerateFn,
 )
 from t1.metrics import registry as m
-from t1.sandbox.needs import NeedsError
-from t1.sandbox.remote import SandboxCreateError
-from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest, Shell, ShellRole
-from t1.tasks.outcome import T1Fault, attempt_failure
+from t1.sandbox.types import Sandbox, SandboxLost, Shell, ShellRole
+from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
 from t1.tasks.rewards import (
-    RewardMode,
     checkpoint_turns,
     combine_steps,
     episode_reward,
     passes_gate,
     process_rewards,
 )
-from t1.tasks.separate import VerifierEnvironmentError, pack_artifacts, run_separate_verifier
-from t1.tasks.spec import StepSpec, TaskSpec
-from t1.tasks.transfer import SetupError
+from t1.tasks.separate import pack_artifacts, run_separate_verifier
+from t1.tasks.spec import StepSpec
 from t1.tasks.verifier import run_verifier
 from t1.tito import ChatRenderer, TokenBuffer
-from t1.tito.diagnostics import retokenize_mismatch, segment_drift
+from t1.tito.diagnostics import trajectory_checks
 from t1.tito.replay import replay
 from t1.trajectory.offload import offload
 from t1.trajectory.types import EpisodeStatus, Trajectory, VerifierSummary
 
+__all__ = ["LOCAL_SANDBOXES", "Episode", "EpisodeEnd", "EpisodeLimits", "EpisodeResult", "EpisodeSpec",
+           "InferenceFailed", "SandboxAcquire", "SandboxTraits", "acquire_from"]
+
 log = logging.getLogger(__name__)
-
-
-class InferenceFailed(T1Fault):
-    """Generation failed on every try: the episode ends as infra_error."""
-
-
-SandboxAcquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
-# Failures of the machinery around the policy: never a reward.
-INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsError, InferenceFailed, OSError, TimeoutError,
-                VerifierEnvironmentError)
-
-
-def acquire_from(provider: SandboxProvider) -> SandboxAcquire:
-    """A sandbox per episode straight from a provider (the SandboxPool's `acquire` adds limits and retries)."""
-
-    @contextlib.asynccontextmanager
-    async def acquire(request: SandboxRequest) -> AsyncIterator[Sandbox]:
-        sandbox = await provider.create(request)
-        try:
-            yield sandbox
-        finally:
-            with contextlib.suppress(SandboxLost, OSError):
-                await provider.destroy(sandbox)
-
-    return acquire
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeSpec:
-    """Everything that identifies one attempt."""
-
-    episode_id: str
-    task: TaskSpec
-    group_id: str
-    attempt: int
-    fmt: AgentFormat
-    sampling: SamplingParams
-    limits: EpisodeLimits
-    reward_mode: RewardMode = RewardMode.COUNT
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeResult:
-    trajectory: Trajectory
-    report: VerifierReport
-    turns: int
-    duration_s: float
-    failure_mode: str = ""
-    transcript: str = ""
-    drift_tokens: int = 0          # loss-region ids that differ from the sampler's own record (must be 0)
-    retokenize_changed: int = 0    # sampled ids a decode-then-re-tokenize pipeline would change
-    retokenize_total: int = 0
-    text_level: bool = False       # the policy answered with text (a chat endpoint): no exact tokens
-
-    @property
-    def status(self) -> EpisodeStatus:
-        return self.trajectory.status
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeEnd:
-    """How an episode ended, before its trajectory is exported."""
-
-    status: EpisodeStatus
-    why: str
-    report: VerifierReport
-    duration_s: float
-
-
-class _End(Exception):
-    def __init__(self, status: EpisodeStatus, why: str) -> None:
-        super().__init__(why)
-        self.status, self.why = status, why
 
 
 class Episode:
@@ -152,7 +88,10 @@ class Episode:
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
                  transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES,
-                 baselines: SharedBaselines | None = None, journal: TurnJournal | None = None) -> None:
+                 baselines: SharedBaselines | None = None, journal: TurnJournal | None = None,
+                 resume: tuple[ResumePoint, Sandbox] | None = None) -> None:
+        """`resume`: continue a journaled episode a dead coordinator left at this point, in this (reattached)
+        sandbox; `journal` is its journal, already cut at the point (t1/coordinator/journal_recovery.py)."""
         self.spec = spec
         self._journal = journal
         self._baselines = baselines
@@ -163,10 +102,6 @@ class Episode:
         self.tx = transcript
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
         self._num_opening = len(opening)
-        if journal is not None:
-            journal.begin(task_id=spec.task.id, group_id=spec.group_id, attempt=spec.attempt,
-                          agent_format=spec.fmt.name.value)
-        self.buf = TokenBuffer(renderer, opening, sink=journal)
         self.turns = 0
         self._segments = 1
         self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
@@ -174,12 +109,38 @@ class Episode:
         self._commands = RecentCommands()
         self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
+        self._shell_state: ShellState | None = None  # the last one journaled
+        self._resume = resume
+        self._phase = 0  # the task step being played
+        self._t0 = 0.0
+        if resume is None:
+            if journal is not None:
+                journal.begin(task_id=spec.task.id, group_id=spec.group_id, attempt=spec.attempt,
+                              agent_format=spec.fmt.name.value)
+            self.buf = TokenBuffer(renderer, opening, sink=journal)
+        else:
+            self._restore(resume[0])
         # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids); a
         # journaled episode's is its journal's generations.
         self._sampled: list[tuple[int, int, np.ndarray]] = []
         # Labelled children looked up once, not per turn.
         self._generate_latency = m.TURN_LATENCY.labels(part="generate")
         self._commands_latency = m.TURN_LATENCY.labels(part="commands")
+
+    def _restore(self, point: ResumePoint) -> None:
+        if self._journal is None:
+            raise ValueError("only a journaled episode resumes")
+        self.buf = TokenBuffer.restore(self._renderer, point.buffer_events, point.tito, sink=self._journal)
+        self.turns, self._segments, self._baseline = point.turns, point.segments, point.baseline
+        self._checkpoints, self._bad_turns = dict(point.checkpoints), list(point.bad_turns)
+        for command, exit_code in point.commands:
+            self._commands.append(command, exit_code)
+        self._pending_obs, self._shell_state = [dict(o) for o in point.pending_obs], point.shell
+        self._journal.resumed(turns=point.turns, turn_lost=point.turn_lost)
+
+    @property
+    def resumed(self) -> bool:
+        return self._resume is not None
 
     async def run(self) -> EpisodeResult:
         """The whole episode: play, then export."""
@@ -198,7 +159,8 @@ class Episode:
     @property
     def session_id(self) -> str:
         """The generate session of the current segment (one per segment: compaction starts a new one)."""
-        return f"{self.spec.episode_id}/s{self._segments}"
+        resumes = "" if self._resume is None else f"/r{self._resume[0].resumes + 1}"  # a session no server has
+        return f"{self.spec.episode_id}/s{self._segments}{resumes}"
 
     def _end_session(self) -> None:
         if isinstance(self._generate, SessionGenerateFn):
@@ -209,11 +171,16 @@ class Episode:
         self.tx.close()
 
     async def _play(self) -> EpisodeEnd:
-        t0 = time.monotonic()
+        t0 = self._t0 = time.monotonic() - (0.0 if self._resume is None else self._resume[0].elapsed_s)
         spec, task = self.spec, self.spec.task
         deadline = t0 + task.agent_timeout_sec * spec.limits.timeout_multiplier
-        self.tx.header(task.id, spec.episode_id, spec.fmt.name.value, task.phases()[0].instruction,
-                       len(self.buf.prompt_ids()))
+        if self._resume is None:
+            self.tx.header(task.id, spec.episode_id, spec.fmt.name.value, task.phases()[0].instruction,
+                           len(self.buf.prompt_ids()))
+        else:
+            self.tx.note(f"the coordinator restarted: the episode resumes after turn {self.turns} in the same "
+                         f"sandbox, in a new shell" + (" (the turn in flight was lost)" if self._resume[0].turn_lost
+                                                       else ""))
         if self.text_level:
             self.tx.note("text-level: the endpoint answers with text; the ids here are T1's tokenization of it")
         status, why, report = EpisodeStatus.OK, "", VerifierReport()
@@ -225,7 +192,7 @@ class Episode:
                     break
                 except SandboxLost as exc:
                     # Lost before the agent acted: a fresh sandbox changes nothing the policy saw.
-                    if self.turns > 0 or setup_try == spec.limits.setup_retries:
+                    if self.turns > 0 or setup_try == spec.limits.setup_retries or self._resume is not None:
                         raise
                     m.INFRA_FAILURES.labels(kind="sandbox_setup_retried").inc()
                     log.warning("episode %s: sandbox lost during setup (%s); retrying on a fresh one",
@@ -252,11 +219,27 @@ class Episode:
         return EpisodeStatus.INFRA_ERROR, f"{kind}: {exc}", VerifierReport(failure_mode=FailureMode.INFRA_ERROR,
                                                                           detail=str(exc))
 
+    def _sandbox(self) -> AbstractAsyncContextManager[Sandbox]:
+        if self._resume is not None:
+            return contextlib.nullcontext(self._resume[1])  # the caller reattached it and destroys it
+        return self._acquire(sandbox_request(self.spec.task))
+
     async def _in_sandbox(self, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
-        async with self._acquire(sandbox_request(task)) as sandbox:
+        async with self._sandbox() as sandbox:
             shell = await sandbox.open_shell()
             try:
+                if self._resume is not None:
+                    provisioned = self._resume[0].provisioned
+                    await shell.run(provisioned.prefix(), 30)
+                    if self._shell_state is not None:
+                        await shell.run(restore(self._shell_state), 30)
+                    return await self._phases(sandbox, shell, provisioned, deadline)
+                if self._journal is not None:
+                    record = sandbox.record() if hasattr(sandbox, "record") else None
+                    self._journal.sandbox(id=sandbox.id, record=None if record is None else
+                                          {"provider": record.provider, "sandbox_id": record.sandbox_id,
+                                           "data": dict(record.data)})
                 provisioned = await provision(shell, task, local=self._sandboxes.no_images)
                 await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the agent writes
                 await shell.run(provisioned.prefix(), 30)
@@ -268,11 +251,16 @@ class Episode:
     async def _phases(self, sandbox: Sandbox, shell: Shell, provisioned: Provisioned, deadline: float
                       ) -> tuple[EpisodeStatus, str, VerifierReport]:
         task = self.spec.task
-        if self.spec.limits.process_every_k:
-            self._baseline = await self._measure_baseline(sandbox, task.phases()[0], provisioned)
+        if self._resume is None:
+            if self.spec.limits.process_every_k:
+                self._baseline = await self._measure_baseline(sandbox, task.phases()[0], provisioned)
+            if self._journal is not None:
+                self._journal.ready(provisioned=provisioned_record(provisioned), baseline=self._baseline,
+                                    tito=self.buf.resume_state())
         done: list[tuple[StepSpec, VerifierReport]] = []
         status, why = EpisodeStatus.OK, ""
         for i, phase in enumerate(task.phases()):
+            self._phase = i
             if i > 0:
                 await enter_step(shell, phase, provisioned)
                 self._pending_obs.append({"role": "user", "content": phase.instruction})
@@ -295,6 +283,10 @@ class Episode:
                     deadline: float) -> None:
         limits = self.spec.limits
         bad_in_a_row = 0
+        if self._resume is not None and self.turns == self._resume[0].turns:  # the first turns after a resume
+            if self._resume[0].done:
+                return
+            bad_in_a_row = self._resume[0].bad_in_a_row
         while True:
             if self.turns >= limits.max_turns:
                 self.tx.note(f"turn limit {limits.max_turns} reached")
@@ -358,9 +350,19 @@ class Episode:
             self._pending_obs = [] if done else self.spec.fmt.observation(outputs, parsed.error)
             if self._journal is not None:
                 self._journal.turn(turn=self.turns - 1, commands=ran, bad=bool(bad_in_a_row), done=done,
-                                   checkpoint=self._checkpoints.get(self.turns - 1), observation=self._pending_obs)
+                                   checkpoint=self._checkpoints.get(self.turns - 1), observation=self._pending_obs,
+                                   phase=self._phase, elapsed=round(time.monotonic() - self._t0, 3),
+                                   tito=self.buf.resume_state(), shell=await self._probe(shell) if ran else None)
             if done:
                 return
+
+    async def _probe(self, shell: Shell) -> list[str] | None:
+        """The shell's directory and exports for a resume, when they changed since the last journaled ones."""
+        state = await probe(shell)
+        if state is None or state == self._shell_state:
+            return None
+        self._shell_state = state
+        return state.as_record()
 
     def _fit_context(self) -> None:
         """Compact (new segment) when the next turn might not fit; context_limit when it cannot."""
@@ -499,13 +501,4 @@ class Episode:
                                attempt=spec.attempt, reward=reward, status=status, verifier=verifier,
                                timings=(("episode_s", duration),), turn_rewards=turn_rewards,
                                replayed=None if replayed is None else replayed.builders)
-        return traj, self._tito_checks(traj, self._sampled if replayed is None else replayed.sampled)
-
-    def _tito_checks(self, traj: Trajectory, sampled: list[tuple[int, int, np.ndarray]]) -> tuple[int, int, int]:
-        """Drift of the exported segments against the sampler's record, and the re-tokenization diagnostic."""
-        drift = changed = total = 0
-        for i, seg in enumerate(traj.segments):
-            drift += segment_drift(seg, [(start, ids) for s, start, ids in sampled if s == i])
-            c, t = retokenize_mismatch(seg, self._renderer.encode, self._renderer.decode)
-            changed, total = changed + c, total + t
-        return drift, changed, total
+        return traj, trajectory_checks(traj, self._sampled if replayed is None else replayed.sampled, self._renderer)

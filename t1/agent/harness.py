@@ -21,8 +21,9 @@ import shlex
 import time
 from collections import Counter
 
-from t1.agent.episode import Episode, EpisodeSpec, InferenceFailed, SandboxAcquire, _End
+from t1.agent.episode import Episode
 from t1.agent.episode_limits import LOCAL_SANDBOXES, SandboxTraits
+from t1.agent.episode_types import EpisodeSpec, InferenceFailed, SandboxAcquire, _End
 from t1.agent.transcript import Transcript
 from t1.config.rollout import HarnessConfig
 from t1.gateway.renderers import ToolRenderers

@@ -59,7 +59,8 @@ class Transcript:
     written stays, the rest is dropped, and `faults` (when given) hears of it."""
 
     def __init__(self, directory: Path | None, task_id: str, episode_id: str,
-                 faults: WriteFaults | None = None) -> None:
+                 faults: WriteFaults | None = None, append: bool = False) -> None:
+        """`append`: continue the file (a resumed episode's) instead of starting it."""
         self.path: Path | None = None
         self._file: BinaryIO | None = None
         self._pending: list[str] = []
@@ -68,7 +69,7 @@ class Transcript:
             self.path = directory / task_id.replace("/", "__") / f"{episode_id}.md"
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.path.open("wb", buffering=0)
+                self._file = self.path.open("ab" if append else "wb", buffering=0)
             except OSError as exc:
                 self._failed(exc)
         self._t0 = self._flushed = time.monotonic()

@@ -17,7 +17,17 @@ class TurnJournal(BufferSink, Protocol):
         """The episode's identity (task, group, attempt, agent format), before its first segment."""
 
     def turn(self, **fields: Any) -> None:
-        """A turn ended: its index, commands with exit codes, bad reply, checkpoint, the next observation."""
+        """A turn ended: its index, commands with exit codes, bad reply, checkpoint, the next observation, the
+        shell's state, the buffer's counters (what a resume needs: t1/agent/resume_point.py)."""
+
+    def sandbox(self, **fields: Any) -> None:
+        """The sandbox the episode got: its id and its provider's record (how a restarted coordinator reattaches)."""
+
+    def ready(self, **fields: Any) -> None:
+        """The sandbox is provisioned (how shells start) and the verifier baseline measured: turns follow."""
+
+    def resumed(self, **fields: Any) -> None:
+        """A restarted coordinator continues the episode from here."""
 
     async def room(self) -> None:
         """Until the journal can take another turn (its writer keeps up with the disk): awaited before each turn."""

@@ -4,11 +4,15 @@ One file per live episode, `<run_dir>/journal/<quoted episode id>.journal`, a se
 spool's frames (`u32 length | u32 crc32(body) | body`, t1/trajectory/spool_files.py) whose body is
 msgpack `[kind, fields]`, arrays as the trajectory codec's ndarray extension. Kinds, in order:
 
-    begin    who the episode is (task, group, attempt, agent format, sandbox)
+    begin    who the episode is (task, group, attempt, agent format)
+    sandbox  the sandbox it got (its provider's SandboxRecord: how a restarted coordinator reattaches it)
+    ready    the sandbox is provisioned: how shells start (workdir, env, user), the verifier baseline
     segment  a TokenBuffer segment starts       } the buffer's own changes (t1/tito/buffer.BufferSink):
     gen      a generation with its arrays       } replayed at export into the trajectory
     ctx      an observation's ids and messages  } (t1/tito/replay.py), byte-identical
-    turn     a turn ended: its index, commands with exit codes, a bad reply, a verifier checkpoint
+    turn     a turn ended: its index, commands with exit codes, a bad reply, a verifier checkpoint, the
+             next observation, the shell's directory and exports when they changed, the buffer's counters
+    resumed  a restarted coordinator continues the episode from its last turn (t1/agent/resume_point.py)
 
 Writes run on one writer thread in submission order: the loop packs a frame body and queues it;
 every WRITE_EVERY_S (at once when an export or the back-pressure waits) the thread takes what is
@@ -327,7 +331,25 @@ def read_events(path: Path) -> tuple[list[Event], int]:
     return _decode_frames(path.read_bytes())
 
 
-def _decode_frames(data: bytes) -> tuple[list[Event], int]:
+def read_frames(path: Path) -> list[tuple[Event, int]]:
+    """Every intact frame of a journal file with the offset just after it (where a file cut there ends)."""
+    ends: list[int] = []
+    events, _ = _decode_frames(path.read_bytes(), ends)
+    return list(zip(events, ends, strict=True))
+
+
+def cut(path: Path, size: int) -> None:
+    """Truncate a journal to its first `size` bytes (frames after a resume point: the turn that was in flight,
+    a torn tail) and sync it, so the frames a resumed episode appends follow its last kept one."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _decode_frames(data: bytes, ends: list[int] | None = None) -> tuple[list[Event], int]:
     events: list[Event] = []
     pos = 0
     while pos + sf.HEADER.size <= len(data):
@@ -346,6 +368,8 @@ def _decode_frames(data: bytes) -> tuple[list[Event], int]:
             break
         events.append((kind, fields))
         pos = end
+        if ends is not None:
+            ends.append(end)
     return events, len(data) - pos
 
 
@@ -369,6 +393,15 @@ class EpisodeJournal:
 
     def turn(self, **fields: Any) -> None:
         self._emit("turn", fields)
+
+    def sandbox(self, **fields: Any) -> None:
+        self._emit("sandbox", fields)
+
+    def ready(self, **fields: Any) -> None:
+        self._emit("ready", fields)
+
+    def resumed(self, **fields: Any) -> None:
+        self._emit("resumed", fields)
 
     # BufferSink
     def segment(self, ids: np.ndarray, messages: Sequence[Message], shared_prefix: int) -> None:

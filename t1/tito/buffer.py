@@ -27,13 +27,15 @@ Journaled (a `sink`): every change is handed to the sink as it happens (segment 
 generations, observations) and the buffer keeps only the ids, the messages and the counters; the
 logprobs, versions, loss mask and routing live in the sink (the episode's journal on disk), and the
 trajectory is built by replaying it (t1/tito/replay.py), byte-identical to an unjournaled export.
+`restore` rebuilds such a buffer from its journal's events and `resume_state()` (what the events do
+not hold: the template checks' counts), as it was live: a restarted coordinator continues the episode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -115,6 +117,59 @@ class TokenBuffer:
             self.sink.segment(opening, self._messages, shared)
             if previous is not None:
                 previous.drop_ids()  # a closed lean segment is in the journal: memory stays bounded by one segment
+
+    @classmethod
+    def restore(cls, renderer: ChatRenderer, events: Iterable[tuple[str, Mapping[str, Any]]],
+                state: Mapping[str, Any], *, sink: BufferSink, on_mismatch: MismatchPolicy = MismatchPolicy.REPAIR,
+                full_check_every: int = 32) -> TokenBuffer:
+        """The journaled buffer whose sink received `events` (its segment, gen and ctx records, in order) and
+        whose `resume_state()` was `state` after the last of them, as it was then: ids, messages, decoded text,
+        counters. Nothing is sent to `sink` for the replayed events; later appends go to it."""
+        buf = cls.__new__(cls)
+        buf.full_check_every, buf.renderer, buf.on_mismatch, buf.sink = full_check_every, renderer, on_mismatch, sink
+        buf._closed = []
+        seg: SegmentBuilder | None = None
+        for kind, f in events:
+            if kind == "segment":
+                if seg is not None:
+                    seg.drop_ids()
+                    buf._closed.append(seg)
+                seg = buf._seg = SegmentBuilder(keep_arrays=False)
+                ids = np.asarray(f["ids"], np.int32)
+                seg.append_context(ids)
+                buf._messages, buf._text, buf._turn_text = list(f["messages"]), [renderer.decode(ids.tolist())], ""
+                buf._since_check = 0
+            elif seg is None:
+                raise ValueError(f"a {kind!r} record before the buffer's first segment")
+            elif kind == "gen":
+                ids, repair = np.asarray(f["ids"], np.int32), np.asarray(f["repair"], np.int32)
+                seg.append_sampled(ids, f["logprobs"], f["versions"])
+                buf._turn_text = renderer.decode(ids.tolist())
+                if len(repair):
+                    seg.append_context(repair)
+                    buf._turn_text += renderer.decode(repair.tolist())
+                buf._messages.append(f["message"])
+                buf._text.append(buf._turn_text)
+            elif kind == "ctx":
+                ids = np.asarray(f["ids"], np.int32)
+                seg.append_context(ids)
+                buf._text.append(renderer.decode(ids.tolist()))
+                buf._messages.extend(f["messages"])
+                buf._since_check += 1
+                if full_check_every > 0 and buf._since_check >= full_check_every:
+                    buf._since_check = 0
+        if seg is None:
+            raise ValueError("a journal without a segment: no buffer to restore")
+        buf._repaired, buf._masked, buf._mismatches = int(state["repaired"]), int(state["masked"]), \
+            int(state["mismatches"])
+        buf._causes = {MismatchCause(c): int(n) for c, n in dict(state["causes"]).items()}
+        buf._synced = bool(state["synced"])
+        return buf
+
+    def resume_state(self) -> dict[str, Any]:
+        """What `restore` cannot recompute from the events (the template checks' counts); JSON-able."""
+        return {"repaired": self._repaired, "masked": self._masked, "mismatches": self._mismatches,
+                "causes": {c.value: n for c, n in self._causes.items()}, "synced": self._synced}
 
     def prompt_ids(self) -> np.ndarray:
         """The current segment's full exact context: a read-only int32 view (no copy), the next

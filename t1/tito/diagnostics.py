@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client import Counter
 
-from t1.trajectory.types import Segment
+from t1.trajectory.types import Segment, Trajectory
+
+if TYPE_CHECKING:
+    from t1.tito.render import ChatRenderer
 
 REPAIRED_TURNS = Counter("t1_tito_repaired_turns", "Turns whose end-of-turn tokens were appended by TITO repair")
 TEMPLATE_MISMATCHES = Counter(
@@ -89,3 +93,15 @@ def retokenize_mismatch(segment: Segment, encode: Callable[[str], list[int]],
 
 def rate(changed: int, total: int) -> float:
     return 0.0 if total == 0 else changed / total
+
+
+def trajectory_checks(traj: Trajectory, sampled: Sequence[tuple[int, int, np.ndarray]], renderer: ChatRenderer
+                      ) -> tuple[int, int, int]:
+    """Drift of a trajectory's segments against the sampler's record ((segment, start, ids) per generation) and
+    the re-tokenization diagnostic: (drift tokens, re-tokenized ids changed, ids checked)."""
+    drift = changed = total = 0
+    for i, seg in enumerate(traj.segments):
+        drift += segment_drift(seg, [(start, ids) for s, start, ids in sampled if s == i])
+        c, t = retokenize_mismatch(seg, renderer.encode, renderer.decode)
+        changed, total = changed + c, total + t
+    return drift, changed, total

@@ -44,7 +44,7 @@ async def test_a_journaled_episode_exports_the_trajectory_an_in_memory_one_does(
             payloads.append(encode_trajectory(replace(result.trajectory, timings=())))
         assert payloads[0] == payloads[1]  # byte for byte (the wall times aside)
         kinds = [k for k, _ in read_events(journal.path_of("ep-1"))[0]]
-        assert kinds == ["begin", "segment", "gen", "turn", "ctx", "gen", "turn"]
+        assert kinds == ["begin", "segment", "sandbox", "ready", "gen", "turn", "ctx", "gen", "turn"]
         turns = [f for k, f in read_events(journal.path_of("ep-1"))[0] if k == "turn"]
         assert turns[-1]["done"] and turns[0]["commands"] and turns[0]["checkpoint"] is not None
     finally:
