@@ -3,6 +3,10 @@
 Modules:
 - episode.py: the episode: one task attempt from sandbox to trajectory (turns, limits, verifiers, rewards,
   infra errors)
+- episode_types.py: the values around an episode (spec, end, result, sandbox source) and which failures are
+  infrastructure's
+- resume_point.py: where an unfinished episode's journal lets a restarted coordinator continue it
+- shell_state.py: the agent shell's directory and exported variables, probed per turn and restored in a new shell
 - episode_limits.py: what one episode may do (rollout and reward limits) and its sandboxes' traits
 - formats.py: agent formats: how the policy writes actions (tool calls, Terminus-2 JSON) and how outputs go
   back

@@ -236,10 +236,7 @@ class Episode:
                         await shell.run(restore(self._shell_state), 30)
                     return await self._phases(sandbox, shell, provisioned, deadline)
                 if self._journal is not None:
-                    record = sandbox.record() if hasattr(sandbox, "record") else None
-                    self._journal.sandbox(id=sandbox.id, record=None if record is None else
-                                          {"provider": record.provider, "sandbox_id": record.sandbox_id,
-                                           "data": dict(record.data)})
+                    self._journal.sandbox(id=sandbox.id, record=sandbox.record().to_json())
                 provisioned = await provision(shell, task, local=self._sandboxes.no_images)
                 await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the agent writes
                 await shell.run(provisioned.prefix(), 30)
