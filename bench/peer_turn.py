@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -160,9 +161,12 @@ async def gateway_round(args: argparse.Namespace, workdir: Path, tokenizer: Any)
             if driver.returncode is not None:
                 raise RuntimeError(f"gateway: the harness driver exited with {driver.returncode}")
             await asyncio.sleep(0.1)
-        n0, cpu0, t0 = sum(s.calls for s in sessions), time.process_time(), time.monotonic()
+        harnesses = psutil.Process(driver.pid)
+        starts0 = sum(sum(s.causes.values()) for s in sessions)
+        n0, cpu0, t0, d0 = sum(s.calls for s in sessions), time.process_time(), time.monotonic(), _cpu(harnesses)
         await asyncio.sleep(args.round_s)
-        n1, cpu1, t1 = sum(s.calls for s in sessions), time.process_time(), time.monotonic()
+        n1, cpu1, t1, d1 = sum(s.calls for s in sessions), time.process_time(), time.monotonic(), _cpu(harnesses)
+        starts = sum(sum(s.causes.values()) for s in sessions) - starts0
     finally:
         if driver is not None and driver.returncode is None:
             driver.terminate()
@@ -174,7 +178,13 @@ async def gateway_round(args: argparse.Namespace, workdir: Path, tokenizer: Any)
         await sim.wait()
     n = max(n1 - n0, 1)
     return {"turns": n1 - n0, "turns_per_s": round((n1 - n0) / (t1 - t0), 1),
-            "cpu_ms_per_turn": round((cpu1 - cpu0) * 1e3 / n, 4)}
+            "cpu_ms_per_turn": round((cpu1 - cpu0) * 1e3 / n, 4),
+            "harness_cpu_ms_per_turn": round((d1 - d0) * 1e3 / n, 4), "segment_starts": starts}
+
+
+def _cpu(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 async def one_round(args: argparse.Namespace, variant: str, workdir: Path, tokenizer: Any,

@@ -3,7 +3,9 @@
 Replies are made once at start-up from the policy's own tokenizer (tokenizer.json of a T1 model
 folder), so the agent format decodes and parses them exactly as it would a real model's output:
 some analysis prose, then `<tool_call>{"name": "bash", "arguments": {"command": ...}}</tool_call>`
-and `<|im_end|>`. Reply lengths are drawn per turn; the prose is cut to fit. Routing rows come from
+and `<|im_end|>`. Reply lengths are drawn per turn; the prose is cut to fit, after a token that does not
+end in whitespace (a model trained on its template writes none before a tool call, and a template that trims
+content would render such a turn otherwise: a harness gateway would count a template rewrite). Routing rows come from
 a pre-drawn pool of distinct top-k expert ids, so a turn costs a slice, not a sampling pass.
 """
 
@@ -103,6 +105,7 @@ class ReplyBook:
             prose += PROSE
             ids = tok.encode(prose).ids
         self._prose = np.asarray(ids, dtype=np.int32)
+        self._spaced = np.asarray([tok.decode([i]).rstrip() != tok.decode([i]) for i in ids], dtype=bool)
         self.min_tokens = max(settings.min_tokens, longest_call)
         self.max_tokens = max(settings.max_tokens, self.min_tokens)
 
@@ -115,7 +118,12 @@ class ReplyBook:
         which = int(rng.integers(len(self._calls)))
         call = self._calls[which]
         total = int(rng.integers(self.min_tokens, self.max_tokens + 1))
-        return np.concatenate([self._prose[: max(0, total - len(call))], call]), which
+        cut, least = max(0, total - len(call)), max(0, self.min_tokens - len(call))
+        while cut > least and self._spaced[cut - 1]:
+            cut -= 1
+        while cut and self._spaced[cut - 1]:  # at the shortest: longer instead
+            cut += 1
+        return np.concatenate([self._prose[:cut], call]), which
 
 
 class RoutingPool:

@@ -143,8 +143,13 @@ class GatewayServer:
         headers = list(reply.headers)
         if isinstance(reply.body, bytes):
             headers.append(("content-length", str(len(reply.body))))
-        writer.write(conn.send(h11.Response(status_code=reply.status, headers=headers)) or b"")
-        for chunk in [reply.body] if isinstance(reply.body, bytes) else reply.body:
+        head = conn.send(h11.Response(status_code=reply.status, headers=headers)) or b""
+        if isinstance(reply.body, bytes):  # one write: head, body and end together
+            writer.write(head + (conn.send(h11.Data(data=reply.body)) or b"") + (conn.send(h11.EndOfMessage()) or b""))
+            await writer.drain()
+            return
+        writer.write(head)
+        for chunk in reply.body:
             writer.write(conn.send(h11.Data(data=chunk)) or b"")
             await writer.drain()
         writer.write(conn.send(h11.EndOfMessage()) or b"")

@@ -2,9 +2,10 @@
 
     call 1:   messages --template (with the call's tools)--> ids: the buffer's opening (segment 1)
     call k:   messages == the last call's messages + the reply as given + new messages (tool results,
-              user text)?  continue: only the new messages' delta is tokenized and appended, and the
-              template's rendering of the whole is checked against the buffer (the buffer's full-history
-              check, every call): what the sampler sees is what the template renders
+              user text)?  continue: only the new messages' delta is tokenized and appended (its anchor
+              checks the last turn renders as sampled, every call; the buffer's full-history check runs
+              every 32 calls, when a segment ends and at export, as in T1's own loop: O(context) per
+              call would make an episode quadratic): what the sampler sees is what the template renders
               otherwise: a new segment from the call's messages, counted by cause (SegmentCause)
     each:     generate on the buffer's ids (session affinity, exact ids, logprobs, routing) -> the
               reply parsed into content, reasoning and tool calls -> appended to the buffer
@@ -175,8 +176,7 @@ class GatewaySession:
         if buf is None or key != self._tools_key:
             if buf is not None:
                 self._end_segment_session()
-            self._buffers.append(TokenBuffer(renderer, messages, on_mismatch=MismatchPolicy(self._cfg.on_template_rewrite),
-                                             full_check_every=1))
+            self._buffers.append(TokenBuffer(renderer, messages, on_mismatch=MismatchPolicy(self._cfg.on_template_rewrite)))
             self._tools_key = key
             return SegmentCause.FIRST if buf is None else SegmentCause.TOOLS_CHANGED
         held = buf.messages
