@@ -16,6 +16,8 @@ run the system as the task's setup left it (`t1.sandbox.docker_pristine`), never
 Containers outlive their coordinator: given the run dir, they carry the run's labels
 (`t1.sandbox.run_lease`), and a restarted coordinator's provider `reattach`es one by its container
 id once it checks that the container runs, is the sandbox the record names and belongs to this run.
+`listen_inside` opens a harness's gateway port on the loopback of the container's own network namespace
+(`t1.sandbox.loopback_port`, as the local provider does): only that container reaches it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import logging
 import os
 import posixpath
 import secrets
+import socket
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +44,7 @@ from t1.sandbox.docker_engine import LABEL_SANDBOX, ContainerSpec, Engine, cgrou
 from t1.sandbox.docker_pristine import OVERLAY2, ContainerPristine, container_layers
 from t1.sandbox.framing import SUPERVISOR_BASH
 from t1.sandbox.local_server import LocalSshServer, verifier_user
+from t1.sandbox.loopback_port import LoopbackPortError, listen_in_namespace
 from t1.sandbox.mountns import mount_thread
 from t1.sandbox.needs import NeedsImageError, NeedsNetworkError
 from t1.sandbox.pristine import PristineState
@@ -352,6 +356,17 @@ class DockerProvider:
         return await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
                                         verifier=replace(endpoint, user=verifier_user(sandbox_id)),
                                         on_end_setup=lambda: self.server.end_setup(sandbox_id), record=record)
+
+    async def listen_inside(self, sandbox_id: str, port: int) -> socket.socket:
+        """A socket listening on 127.0.0.1:`port` in the container's own network namespace, held by T1
+        (`t1.sandbox.loopback_port`): a harness's gateway that only this container reaches."""
+        target = self.server.targets.get(sandbox_id)
+        if target is None:
+            raise LoopbackPortError(f"sandbox {sandbox_id} is not live")
+        if "net" not in target.namespaces:
+            raise LoopbackPortError(f"the container of sandbox {sandbox_id} shares T1's network namespace: "
+                                    "a gateway there would be reachable from outside it")
+        return await asyncio.to_thread(listen_in_namespace, target.pid, port)
 
     def container_id(self, sandbox_id: str) -> str:
         """The engine's id of a live sandbox's container."""

@@ -64,11 +64,9 @@ print(json.dumps(out))
 '''
 
 
-async def test_hostile_harness_reaches_only_its_own_generation(tmp_path: Path, provider, renderers, backend) -> None:
-    async def generate(req: GenerateRequest) -> GenerateResult:
-        return await collect(backend.stream(req))
-
-    renderer = next(iter(renderers.values()))
+async def probe_from_sandbox(provider, renderer, generate) -> tuple[dict, list[GatewaySession], list[GatewayServer]]:
+    """Two episodes' gateways in two sandboxes of `provider`; PROBE run from the first: what it got, the
+    sessions and the servers (closed)."""
     cfg = HarnessConfig(command="x")
     sessions, servers, keys, boxes = [], [], [], []
     # T1's own listeners on the host's loopback: a service port and the metrics endpoint.
@@ -78,17 +76,23 @@ async def test_hostile_harness_reaches_only_its_own_generation(tmp_path: Path, p
     try:
         for name in ("ep-a", "ep-b"):
             box = await provider.create(SandboxRequest())
+            boxes.append(box)
             session = GatewaySession(name, generate, renderer, SamplingParams(max_tokens=4), cfg, 2048, 0)
             key = f"{name}-key-" + "k" * 32
             server = GatewayServer(session, key, "t1")
             await server.serve(await provider.listen_inside(box.id, cfg.port))
-            boxes.append(box), sessions.append(session), servers.append(server), keys.append(key)
+            sessions.append(session), servers.append(server), keys.append(key)
+        # Nothing on the host's own loopback answers at the gateway's port.
+        with socket.socket() as s:
+            s.settimeout(3)
+            host_side = s.connect_ex(("127.0.0.1", cfg.port))
         shell = await boxes[0].open_shell()
         await shell.write_file("/tmp/probe.py", PROBE.encode())
         res = await shell.run(f"python3 /tmp/probe.py {cfg.port} {keys[0]} {keys[1]} "
                               f"{','.join(map(str, host_ports))}", 200)
         await shell.close()
         out = json.loads(res.output.strip().splitlines()[-1])
+        out["host_side"] = host_side
     finally:
         service.close()
         metrics.shutdown()
@@ -96,10 +100,22 @@ async def test_hostile_harness_reaches_only_its_own_generation(tmp_path: Path, p
             await server.close()
         for box in boxes:
             await provider.destroy(box)
+    return out, sessions, servers
+
+
+def assert_only_own_generation(out: dict, sessions: list[GatewaySession], servers: list[GatewayServer]) -> None:
     assert out["no_key"] == out["wrong_key"] == out["other_episode_key"] == out["other_key_anthropic"] == 401, out
     assert all(code == 404 for k, code in out.items() if k.startswith("path ")), out
     assert out["get_models"] == 200 and out["own_generation"] == 200
     assert all(v != "connected" for v in out["host_ports"].values()), out["host_ports"]
+    assert out["host_side"] != 0, "the gateway's port answers on the host's loopback"
     # Only A's own call was generated, and only in A's session; B's saw nothing.
     assert sessions[0].calls == 1 and sessions[1].calls == 0
     assert servers[0].refused == {"key": 4, "path": 8}
+
+
+async def test_hostile_harness_reaches_only_its_own_generation(tmp_path: Path, provider, renderers, backend) -> None:
+    async def generate(req: GenerateRequest) -> GenerateResult:
+        return await collect(backend.stream(req))
+
+    assert_only_own_generation(*await probe_from_sandbox(provider, next(iter(renderers.values())), generate))
