@@ -9,7 +9,6 @@ are owned by `Background` and cancelled at close. `close(timeout_s)` bounds the 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from t1.coordinator.evals import EvalJobs
 from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
 from t1.coordinator.journal import Journal
-from t1.coordinator.journal_recovery import end_unfinished
+from t1.coordinator.journal_recovery import Recovered, recover
 from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.progress import EvalProgress, ProgressView
 from t1.coordinator.rollout import RolloutRunner, new_group_id
@@ -158,6 +157,7 @@ class Parts:
     server: GrpcServer
     background: Background
     crash_watch: CrashWatch
+    recovered: Recovered  # what start-up found in the journal; its `unfinished` episodes the training stage resumes
 
     @classmethod
     async def build(cls, cfg: T1Config, run_dir: Path, endpoints: list[str], state: RunState,
@@ -183,10 +183,12 @@ class Parts:
                                ports=provider if isinstance(provider, SandboxPorts) else None)
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         spool = open_spool(cfg, run_dir)
-        if journal is not None:  # episodes an earlier coordinator left unfinished: ended before new ones start
-            recovered = await end_unfinished(journal, spool)
+        recovered = Recovered()
+        if journal is not None:  # episodes an earlier coordinator left unfinished: resumable, or ended now
+            resume = cfg.coordinator.train and provider.survives_coordinator
+            recovered = await recover(journal, spool, resume)
             if recovered.episodes:
-                runlog.write("journal_recovered", **dataclasses.asdict(recovered))
+                runlog.write("journal_recovered", **recovered.summary())
         store = JobStore(run_dir / "jobs.db")
         evals = EvalJobs(store, make_resolver(cfg.tasks), runner.as_attempt_runner(), cfg.coordinator.eval.concurrency,
                          limiter, cfg.limits, faults)
@@ -195,7 +197,8 @@ class Parts:
         status = RunStatusReader(cfg.name, state, runner.stats, spool, router.num_healthy_servers, turn_rate, faults)
         server = GrpcServer([CoordinatorServicer(evals, status).binding()], cfg.coordinator.server, cfg.auth)
         return cls(cfg, run_dir, state, runlog, metrics, provider, sandboxes, router, runner, limiter, spool, journal,
-                   store, evals, scheduler, turn_rate, status, server, Background(on_failure), CrashWatch(run_dir))
+                   store, evals, scheduler, turn_rate, status, server, Background(on_failure), CrashWatch(run_dir),
+                   recovered)
 
     async def start_services(self) -> str:
         """gRPC server up, unfinished eval jobs resumed, then the address written to

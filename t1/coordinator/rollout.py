@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,11 +29,13 @@ from t1.agent.episode import (
 )
 from t1.agent.formats import AgentFormat, FormatName, get_format
 from t1.agent.harness import HarnessEpisode
+from t1.agent.resume_point import NotResumable, ResumePoint, resume_point
 from t1.agent.transcript import Transcript
 from t1.config.coordinator import ShardConfig
 from t1.config.schema import T1Config
 from t1.coordinator.evals import EvalAttempt
-from t1.coordinator.journal import Journal
+from t1.coordinator.journal import EpisodeJournal, Journal, cut, read_frames
+from t1.coordinator.journal_recovery import Unfinished, end_unfinished
 from t1.coordinator.spool import Spool
 from t1.evals.results import AttemptOutcome
 from t1.gateway.renderers import ToolRenderers
@@ -40,6 +43,7 @@ from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m
 from t1.metrics.write_faults import WriteFaults
 from t1.sandbox.loopback_port import SandboxPorts
+from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
@@ -50,6 +54,8 @@ from t1.trajectory.types import EpisodeStatus, Trajectory
 log = logging.getLogger(__name__)
 # Picks an episode's generate function: (its eval job or None for training, its task, its format).
 GenerateFor = Callable[[EvalAttempt | None, TaskSpec, AgentFormat], GenerateFn]
+# Reattaches a dead coordinator's sandbox for the block (SandboxPool.reattach; SandboxGone when it cannot).
+Reattach = Callable[[SandboxRecord], AbstractAsyncContextManager[Sandbox]]
 ENDING_SLOTS = 4  # episodes between their export and the end of persisting, at once
 
 
@@ -73,6 +79,9 @@ class RolloutStats:
     train_resolved: int = 0
     train_reward_sum: float = 0.0
     gateway_segments: Counter[str] = field(default_factory=Counter)  # harness episodes' segment starts by cause
+    resumed: int = 0             # episodes a dead coordinator left that continued from their last turn
+    resume_turns_lost: int = 0   # turns in flight when it died (at most one per resumed episode)
+    resume_failed: int = 0       # episodes it left that could not continue (sandbox gone): infra_error
 
     def training_tallies(self) -> dict[str, float]:
         """Cumulative counts of scored training episodes (the run log's trainer records carry them: curves)."""
@@ -142,6 +151,12 @@ class RolloutRunner:
             journal = None if self.journal is None else self.journal.episode(episode_id, training=job is None)
             episode = Episode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,
                               sandboxes=self._sandboxes, baselines=self._baselines, journal=journal)
+        return await self._played(episode, journal, persist)
+
+    async def _played(self, episode: Episode, journal: EpisodeJournal | None,
+                      persist: Callable[[Trajectory], Awaitable[None]] | None) -> EpisodeResult:
+        """Play the episode, export it, persist its trajectory, count it."""
+        episode_id, task = episode.spec.episode_id, episode.spec.task
         self.stats.active += 1
         try:
             end = await episode.play()
@@ -177,20 +192,73 @@ class RolloutRunner:
                  result.trajectory.reward, result.turns, result.duration_s)
         return result
 
-    async def train_episode(self, task: TaskSpec, group_id: str, attempt: int, spool: Spool) -> EpisodeResult:
-        """One training attempt; its trajectory (infra errors too, so the group completes) is spooled."""
+    def _spooler(self, spool: Spool) -> Callable[[Trajectory], Awaitable[None]]:
         async def persist(traj: Trajectory) -> None:
             # Encoding tens of MB of routing is pure work: off the event loop, like the export before it.
             payload, versions = await offload(_encode, traj)
             self.stats.versions.update(versions)
             await spool.append(traj.id, payload)
 
-        result = await self.run_episode(task, group_id, attempt, persist=persist, process_rewards=True)
+        return persist
+
+    async def train_episode(self, task: TaskSpec, group_id: str, attempt: int, spool: Spool) -> EpisodeResult:
+        """One training attempt; its trajectory (infra errors too, so the group completes) is spooled."""
+        result = await self.run_episode(task, group_id, attempt, persist=self._spooler(spool), process_rewards=True)
+        self._tally_training(result)
+        return result
+
+    async def resume_episode(self, unfinished: Unfinished, task: TaskSpec | None, spool: Spool,
+                             reattach: Reattach) -> EpisodeResult | None:
+        """Continue a training episode a dead coordinator left (its journal, its sandbox) from its last turn; its
+        trajectory is spooled like any training episode's. When it cannot continue (its sandbox is gone, its task
+        is no longer in the task sets) it ends as infra_error from its journal (spooled, counted) and None is
+        returned."""
+        assert self.journal is not None
+        path, episode_id = unfinished.path, unfinished.episode_id
+        why = "its task is not in this run's task sets" if task is None else ""
+        point = None if task is None else await offload(_resume_point, path)
+        if point is None and task is not None:
+            why = "its journal has no resume point any more"
+        if task is not None and point is not None:
+            try:
+                async with reattach(unfinished.record) as sandbox:
+                    result = await self._resumed(task, point, sandbox, spool)
+                self._tally_training(result)
+                return result
+            except SandboxGone as exc:  # at the reattach: the episode never started here
+                why = f"its sandbox is gone: {exc}"
+        log.warning("episode %s cannot resume (%s): it ends as infra_error", episode_id, why)
+        self.stats.resume_failed += 1
+        await end_unfinished(self.journal, spool, path, kind="resume_failed")
+        self.stats.finished += 1
+        self.stats.infra_errors += 1
+        m.INFRA_FAILURE_RATE.set(self.stats.infra_errors / self.stats.finished)
+        return None
+
+    async def _resumed(self, task: TaskSpec, point: ResumePoint, sandbox: Sandbox, spool: Spool) -> EpisodeResult:
+        assert self.journal is not None
+        fmt = get_format(point.agent_format)
+        limits = EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward)
+        spec = EpisodeSpec(point.episode_id, task, point.group_id, point.attempt, fmt, sampling_from_config(self.cfg),
+                           limits, self._reward_mode)
+        journal = self.journal.episode(point.episode_id)
+        tx_dir = self._transcripts / "train" if self._transcripts is not None else None
+        episode = Episode(spec, self._generate_for(None, task, fmt), self._acquire, self.renderers[fmt.name],
+                          Transcript(tx_dir, task.id, point.episode_id, self.faults, append=True),
+                          sandboxes=self._sandboxes, baselines=self._baselines, journal=journal,
+                          resume=(point, sandbox))
+        self.stats.resumed += 1
+        self.stats.resume_turns_lost += point.turn_lost
+        m.EPISODES_RESUMED.inc()
+        log.info("episode %s resumes after turn %d in sandbox %s%s", point.episode_id, point.turns, sandbox.id,
+                 " (the turn in flight is lost)" if point.turn_lost else "")
+        return await self._played(episode, journal, self._spooler(spool))
+
+    def _tally_training(self, result: EpisodeResult) -> None:
         if result.status is not EpisodeStatus.INFRA_ERROR:
             self.stats.train_scored += 1
             self.stats.train_resolved += result.report.resolved
             self.stats.train_reward_sum += result.trajectory.reward
-        return result
 
     def as_attempt_runner(self):  # -> AttemptRunner
         async def run(a: EvalAttempt) -> AttemptOutcome:
@@ -202,6 +270,16 @@ class RolloutRunner:
             return outcome_of(a.task.id, a.attempt, r)
 
         return run
+
+
+def _resume_point(path: Path) -> ResumePoint | None:
+    """The journal's resume point, the journal cut there (blocking file I/O: off the loop); None if it has none."""
+    try:
+        point = resume_point(read_frames(path))
+    except NotResumable:
+        return None
+    cut(path, point.keep_bytes)
+    return point
 
 
 def _encode(traj: Trajectory) -> tuple[bytes, set[int]]:

@@ -35,6 +35,8 @@ class RunStatusReader:
             spool_bytes=self.spool.pending_bytes, trainer_connected=trainer is not None and trainer.link.connected,
             healthy_inference_servers=self.healthy_servers(),
             infra_failure_rate=stats.infra_errors / stats.finished if stats.finished else 0.0,
+            resumed_episodes=stats.resumed, resume_turns_lost=stats.resume_turns_lost,
+            resume_failed=stats.resume_failed,
             turns_per_second=self.turn_rate.sample(), stage=self.state.phase.value,
             spool_write_error=self.spool.write_error, spool_held=self.spool.held_count,
             write_errors=self.faults.errors() if self.faults is not None else [])

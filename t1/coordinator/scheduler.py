@@ -11,6 +11,11 @@ A group is admitted only when
     takes groups without moving it.
 Each attempt then waits for a slot of the global concurrency limit (shared with eval jobs).
 
+Groups a dead coordinator left (`resumed`: their unfinished members, continued from their
+journals) start first, each counted as an admitted group: the staleness bound holds them as it
+holds new ones, and each group completes at the trainer once its resumed members end (its
+members that had ended are in the spool already).
+
 The scheduler owns the episode tasks it starts: `stop()` ends admission (and wakes whoever waits on
 `stopped`), `drain(grace_s)` gives running episodes the grace period, cancels the rest and waits for
 them. An episode task that fails (an error the episode could not turn into a result) stops
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from t1.coordinator.spool import Spool
@@ -31,6 +36,7 @@ from t1.tasks.spec import TaskSpec
 log = logging.getLogger(__name__)
 
 AttemptFn = Callable[[TaskSpec, str, int], Coroutine[Any, Any, object]]
+ResumeFn = Callable[[], Coroutine[Any, Any, object]]  # continues one member of a resumed group
 
 
 class TrainerProgress(Protocol):
@@ -72,9 +78,18 @@ class Scheduler:
         """Episode tasks started and not yet ended."""
         return len(self._episodes)
 
-    async def run(self, tasks: Iterator[TaskSpec], progress: TrainerProgress | None, attempt: AttemptFn) -> None:
-        """Admit groups of `tasks` until stop(); returns without waiting for running episodes. Without
-        `progress` (no trainer) admission ends at the staleness bound."""
+    async def run(self, tasks: Iterator[TaskSpec], progress: TrainerProgress | None, attempt: AttemptFn,
+                  resumed: Mapping[str, Sequence[ResumeFn]] | None = None) -> None:
+        """Start the `resumed` groups' members (by group id), then admit groups of `tasks` until stop(); returns
+        without waiting for running episodes. Without `progress` (no trainer) admission ends at the staleness
+        bound."""
+        for group_id, members in (resumed or {}).items():
+            self.admitted_groups += 1
+            log.info("group %s: %d unfinished attempts resume", group_id, len(members))
+            for i, member in enumerate(members):
+                if not await self._acquire_slot():
+                    return  # their journals stay: the next start resumes them
+                self._start(self._resume_one(member), f"resume-{group_id}-{i}")
         while not self.stopping:
             if not await self._until_admissible(progress):
                 return
@@ -122,6 +137,12 @@ class Scheduler:
     async def _one(self, attempt: AttemptFn, task: TaskSpec, group_id: str, i: int) -> None:
         try:
             await attempt(task, group_id, i)
+        finally:
+            self._limiter.release()
+
+    async def _resume_one(self, member: ResumeFn) -> None:
+        try:
+            await member()
         finally:
             self._limiter.release()
 

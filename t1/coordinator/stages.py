@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.coordinator.jobs import JobRecord
+from t1.coordinator.journal_recovery import Unfinished
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import new_group_id
 from t1.coordinator.run_state import TrainerSide
+from t1.coordinator.scheduler import ResumeFn
 from t1.coordinator.tasksource import shard_tasks, training_stream
 from t1.evals.stats import CI_METHOD, by_family, family_lookup, rate_summary
 from t1.metrics import registry as m
@@ -101,7 +104,7 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
 
     progress = trainer.poller.progress(parts.cfg.trainer.rl.groups_per_step)
     stream = training_stream(shard_tasks(tasks, parts.cfg.coordinator.shard), parts.cfg.seed)
-    admit = asyncio.ensure_future(sched.run(stream, progress, attempt))
+    admit = asyncio.ensure_future(sched.run(stream, progress, attempt, resumed_groups(parts, tasks)))
     try:
         trainer_done = await wait_or_stop(trainer.poller.done.wait(), sched.stopped)
     finally:
@@ -113,6 +116,18 @@ async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpe
         await parts.journal.drained()
         await asyncio.to_thread(parts.journal.discard_training)
     return TrainingEnd(trainer_done, abandoned)
+
+
+def resumed_groups(parts: Parts, tasks: list[TaskSpec]) -> dict[str, list[ResumeFn]]:
+    """The episodes a dead coordinator left to resume, by group: each continues in its reattached sandbox."""
+    by_id = {t.id: t for t in tasks}
+    groups: dict[str, list[ResumeFn]] = {}
+    for u in parts.recovered.unfinished:
+        def member(u: Unfinished = u) -> Coroutine[Any, Any, object]:
+            return parts.runner.resume_episode(u, by_id.get(u.task_id), parts.spool, parts.sandboxes.reattach)
+
+        groups.setdefault(u.group_id, []).append(member)
+    return groups
 
 
 def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]],
@@ -136,6 +151,8 @@ def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, 
     report["fidelity"]["t1_retokenize_mismatch_rate"] = stats.retokenize_mismatch_rate
     report["fidelity"]["t1_tito_template_mismatches"] = stats.template_mismatches
     report["rollouts"] = {"episodes": stats.finished, "turns": stats.turns, "infra_errors": stats.infra_errors,
+                          "resumed": stats.resumed, "resume_turns_lost": stats.resume_turns_lost,
+                          "resume_failed": stats.resume_failed, "journal_recovered": parts.recovered.summary(),
                           "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions),
                           "training": stats.training_tallies()}
     if stats.gateway_segments:  # harness episodes: the segments their gateway calls started, by cause

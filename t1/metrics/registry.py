@@ -96,6 +96,8 @@ SPOOL_DAMAGED_BYTES = Counter("t1_spool_damaged_bytes", "Spool bytes found damag
                               registry=REGISTRY)
 SPOOL_DAMAGED_RANGES = Counter("t1_spool_damaged_ranges", "Damaged byte ranges found on spool recovery.",
                                registry=REGISTRY)
+EPISODES_RESUMED = Counter("t1_episodes_resumed", "Episodes a dead coordinator left, continued from their last turn.",
+                           registry=REGISTRY)
 JOURNAL_BYTES = Counter("t1_journal_bytes", "Bytes appended to live episodes' journals.", registry=REGISTRY)
 JOURNAL_SYNCS = Counter("t1_journal_syncs", "Syncs of the journal to disk (one per window covers every episode).",
                         registry=REGISTRY)

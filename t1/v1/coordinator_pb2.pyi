@@ -226,7 +226,7 @@ class GetRunStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RunStatus(_message.Message):
-    __slots__ = ("run_name", "policy_version", "trainer_step", "active_episodes", "finished_episodes", "spool_pending", "spool_bytes", "trainer_connected", "healthy_inference_servers", "infra_failure_rate", "turns_per_second", "stage", "spool_write_error", "spool_held", "write_errors")
+    __slots__ = ("run_name", "policy_version", "trainer_step", "active_episodes", "finished_episodes", "spool_pending", "spool_bytes", "trainer_connected", "healthy_inference_servers", "infra_failure_rate", "turns_per_second", "stage", "spool_write_error", "spool_held", "write_errors", "resumed_episodes", "resume_turns_lost", "resume_failed")
     RUN_NAME_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRAINER_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +242,9 @@ class RunStatus(_message.Message):
     SPOOL_WRITE_ERROR_FIELD_NUMBER: _ClassVar[int]
     SPOOL_HELD_FIELD_NUMBER: _ClassVar[int]
     WRITE_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_EPISODES_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TURNS_LOST_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FAILED_FIELD_NUMBER: _ClassVar[int]
     run_name: str
     policy_version: int
     trainer_step: int
@@ -257,4 +260,7 @@ class RunStatus(_message.Message):
     spool_write_error: str
     spool_held: int
     write_errors: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_name: _Optional[str] = ..., policy_version: _Optional[int] = ..., trainer_step: _Optional[int] = ..., active_episodes: _Optional[int] = ..., finished_episodes: _Optional[int] = ..., spool_pending: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., trainer_connected: _Optional[bool] = ..., healthy_inference_servers: _Optional[int] = ..., infra_failure_rate: _Optional[float] = ..., turns_per_second: _Optional[float] = ..., stage: _Optional[str] = ..., spool_write_error: _Optional[str] = ..., spool_held: _Optional[int] = ..., write_errors: _Optional[_Iterable[str]] = ...) -> None: ...
+    resumed_episodes: int
+    resume_turns_lost: int
+    resume_failed: int
+    def __init__(self, run_name: _Optional[str] = ..., policy_version: _Optional[int] = ..., trainer_step: _Optional[int] = ..., active_episodes: _Optional[int] = ..., finished_episodes: _Optional[int] = ..., spool_pending: _Optional[int] = ..., spool_bytes: _Optional[int] = ..., trainer_connected: _Optional[bool] = ..., healthy_inference_servers: _Optional[int] = ..., infra_failure_rate: _Optional[float] = ..., turns_per_second: _Optional[float] = ..., stage: _Optional[str] = ..., spool_write_error: _Optional[str] = ..., spool_held: _Optional[int] = ..., write_errors: _Optional[_Iterable[str]] = ..., resumed_episodes: _Optional[int] = ..., resume_turns_lost: _Optional[int] = ..., resume_failed: _Optional[int] = ...) -> None: ...

@@ -16,7 +16,7 @@ from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.agent.transcript import Transcript
 from t1.coordinator.journal import Journal, read_events
-from t1.coordinator.journal_recovery import end_unfinished
+from t1.coordinator.journal_recovery import recover
 from t1.coordinator.spool import Spool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.tasks.dataset import load_task
@@ -81,7 +81,7 @@ async def test_an_episode_its_coordinator_left_unfinished_is_spooled_as_infra_er
             await run
         with ep.path.open("ab") as f:  # the frame being written when the process died
             f.write(b"\x00\x10\x00\x00torn")
-        recovered = await end_unfinished(journal, spool)
+        recovered = await recover(journal, spool, resume=False)
         assert (recovered.episodes, recovered.infra_errors, recovered.turns_lost, recovered.damaged) == (1, 1, 2, 0)
         assert journal.files() == []
         with spool.cursor() as cursor:
@@ -91,7 +91,7 @@ async def test_an_episode_its_coordinator_left_unfinished_is_spooled_as_infra_er
         seg = traj.segments[0]
         assert renderer.decode(seg.token_ids[seg.loss_mask].tolist()).count("ls /") == 2
         # A second restart finds nothing left to do.
-        assert (await end_unfinished(journal, spool)).episodes == 0
+        assert (await recover(journal, spool, resume=False)).episodes == 0
     finally:
         journal.close()
         spool.close()
@@ -110,7 +110,7 @@ async def test_a_journal_that_does_not_replay_is_set_aside_and_an_eval_attempts_
         ev.begin(task_id="t", group_id="eval-j-t", attempt=0, agent_format="tool_calls")
         ev.segment(np.arange(5, dtype=np.int32), [{"role": "user", "content": "hi"}], 0)
         await ev.written()
-        recovered = await end_unfinished(journal, spool)
+        recovered = await recover(journal, spool, resume=False)
         assert (recovered.episodes, recovered.damaged, recovered.infra_errors) == (2, 1, 0)
         assert spool.pending_count == 0
         assert journal.files() == [] and (tmp_path / "journal" / "e.journal.corrupt").exists()

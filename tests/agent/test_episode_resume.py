@@ -14,17 +14,22 @@ import numpy as np
 import pytest
 from test_episode import _task, limits
 
-from t1.agent.episode import Episode, EpisodeSpec
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.resume_point import NotResumable, resume_point
 from t1.agent.transcript import Transcript
+from t1.config.loader import load_config
 from t1.coordinator.journal import Journal, cut, read_frames
+from t1.coordinator.journal_recovery import recover
+from t1.coordinator.rollout import RolloutRunner
+from t1.coordinator.spool import Spool
 from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, SamplingParams
 from t1.routing.block import RoutingBlock
+from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import Sandbox, SandboxRequest
 from t1.tasks.dataset import load_task
 from t1.tito import TokenBuffer
-from t1.trajectory.serialization import encode_trajectory
+from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 
 LAYERS, TOP_K = 3, 2
@@ -193,3 +198,81 @@ def test_a_journal_without_a_finished_setup_does_not_resume() -> None:
         resume_point([begin, (("segment", {}), 20), (("sandbox", {"id": "s", "record": None}), 30)])
     with pytest.raises(NotResumable, match="eval"):
         resume_point([(("begin", {**begin[0][1], "training": False}), 10)])
+
+
+async def test_a_training_episode_its_coordinator_left_resumes_and_is_spooled_once(tmp_path: Path, provider,
+                                                                                   renderers) -> None:
+    """The rollout side: the dead coordinator's journal is found resumable (its sandbox's record), the restarted
+    runner continues it in the reattached sandbox, spools its trajectory once, counts it and removes the journal."""
+    task = load_task(_task(tmp_path, "echo-task", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    cfg = load_config(None, ["reward.process_every_k_turns=2"])
+    sandbox = await provider.create(SandboxRequest())
+    spool = Spool.open(tmp_path / "spool", 1 << 30, 1 << 26)
+    journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
+    try:
+        stalling = Policy(renderer, stall_at=2)
+        dead = RolloutRunner(cfg, renderers, _kept(sandbox), lambda job, t, f: stalling, None, journal=journal)
+        run = asyncio.create_task(dead.train_episode(task, "g-1", 0, spool))
+        await asyncio.wait_for(stalling.stalled.wait(), 120)
+        await journal.drained()
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        journal.close()
+        journal = Journal.open(tmp_path / "journal", fsync_window_s=0)  # the restarted coordinator's
+        recovered = await recover(journal, spool, resume=True)
+        assert (recovered.episodes, recovered.resumable, recovered.infra_errors) == (1, 1, 0)
+        unfinished = recovered.unfinished[0]
+        assert unfinished.record == sandbox.record() and unfinished.group_id == "g-1"
+        runner = RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, t, f: Policy(renderer), None,
+                               journal=journal)
+        result = await runner.resume_episode(unfinished, task, spool, lambda record: _kept(sandbox)(SandboxRequest()))
+        assert result is not None and result.status is EpisodeStatus.OK and result.report.resolved
+        assert result.turns == 5 and result.drift_tokens == 0
+        assert (runner.stats.resumed, runner.stats.resume_turns_lost, runner.stats.resume_failed) == (1, 0, 0)
+        assert runner.stats.train_scored == 1
+        with spool.cursor() as cursor:
+            records = [cursor.next_nowait(), cursor.next_nowait()]
+        assert records[1] is None and records[0] is not None
+        traj = decode_trajectory(records[0].payload)
+        assert traj.id == "g-1-a0" and len(traj.segments[0].turns) == 5 and traj.reward == 1.0
+        await journal.drained()
+        assert journal.files() == []
+    finally:
+        journal.close()
+        spool.close()
+        await provider.destroy(sandbox)
+
+
+async def test_an_episode_whose_sandbox_is_gone_ends_as_infra_error(tmp_path: Path, provider, renderers) -> None:
+    """A sandbox that did not survive (the local provider's die with their coordinator): the episode's completed
+    turns are spooled as infra_error (kept out of training), counted, and its journal goes."""
+    task = load_task(_task(tmp_path, "echo-task", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    cfg = load_config(None)
+    sandbox = await provider.create(SandboxRequest())
+    spool = Spool.open(tmp_path / "spool", 1 << 30, 1 << 26)
+    journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
+    try:
+        stalling = Policy(renderer, stall_at=2)
+        dead = RolloutRunner(cfg, renderers, _kept(sandbox), lambda job, t, f: stalling, None, journal=journal)
+        run = asyncio.create_task(dead.train_episode(task, "g-1", 0, spool))
+        await asyncio.wait_for(stalling.stalled.wait(), 120)
+        await journal.drained()
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        await provider.destroy(sandbox)
+        unfinished = (await recover(journal, spool, resume=True)).unfinished[0]
+        pool = SandboxPool(provider, load_config(None).sandbox.pool)
+        runner = RolloutRunner(cfg, renderers, pool.acquire, lambda job, t, f: Policy(renderer), None, journal=journal)
+        assert await runner.resume_episode(unfinished, task, spool, pool.reattach) is None
+        assert (runner.stats.resumed, runner.stats.resume_failed, runner.stats.infra_errors) == (0, 1, 1)
+        with spool.cursor() as cursor:
+            traj = decode_trajectory(cursor.next_nowait().payload)
+        assert traj.status is EpisodeStatus.INFRA_ERROR and traj.reward == 0.0 and len(traj.segments[0].turns) == 2
+        assert journal.files() == []
+    finally:
+        journal.close()
+        spool.close()
