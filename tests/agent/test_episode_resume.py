@@ -200,6 +200,18 @@ def test_a_journal_without_a_finished_setup_does_not_resume() -> None:
         resume_point([(("begin", {**begin[0][1], "training": False}), 10)])
 
 
+async def _dies_at_turn_2(cfg, renderers, sandbox: Sandbox, journal: Journal, task, spool: Spool) -> None:
+    """A training episode whose coordinator dies while its turn 2 generates (its sandbox lives on)."""
+    stalling = Policy(renderers[FormatName.TOOL_CALLS], stall_at=2)
+    dead = RolloutRunner(cfg, renderers, _kept(sandbox), lambda job, t, f: stalling, None, journal=journal)
+    run = asyncio.create_task(dead.train_episode(task, "g-1", 0, spool))
+    await asyncio.wait_for(stalling.stalled.wait(), 120)
+    await journal.drained()
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await run
+
+
 async def test_a_training_episode_its_coordinator_left_resumes_and_is_spooled_once(tmp_path: Path, provider,
                                                                                    renderers) -> None:
     """The rollout side: the dead coordinator's journal is found resumable (its sandbox's record), the restarted
@@ -211,14 +223,7 @@ async def test_a_training_episode_its_coordinator_left_resumes_and_is_spooled_on
     spool = Spool.open(tmp_path / "spool", 1 << 30, 1 << 26)
     journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
     try:
-        stalling = Policy(renderer, stall_at=2)
-        dead = RolloutRunner(cfg, renderers, _kept(sandbox), lambda job, t, f: stalling, None, journal=journal)
-        run = asyncio.create_task(dead.train_episode(task, "g-1", 0, spool))
-        await asyncio.wait_for(stalling.stalled.wait(), 120)
-        await journal.drained()
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
+        await _dies_at_turn_2(cfg, renderers, sandbox, journal, task, spool)
         journal.close()
         journal = Journal.open(tmp_path / "journal", fsync_window_s=0)  # the restarted coordinator's
         recovered = await recover(journal, spool, resume=True)
@@ -255,14 +260,7 @@ async def test_an_episode_whose_sandbox_is_gone_ends_as_infra_error(tmp_path: Pa
     spool = Spool.open(tmp_path / "spool", 1 << 30, 1 << 26)
     journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
     try:
-        stalling = Policy(renderer, stall_at=2)
-        dead = RolloutRunner(cfg, renderers, _kept(sandbox), lambda job, t, f: stalling, None, journal=journal)
-        run = asyncio.create_task(dead.train_episode(task, "g-1", 0, spool))
-        await asyncio.wait_for(stalling.stalled.wait(), 120)
-        await journal.drained()
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
+        await _dies_at_turn_2(cfg, renderers, sandbox, journal, task, spool)
         await provider.destroy(sandbox)
         unfinished = (await recover(journal, spool, resume=True)).unfinished[0]
         pool = SandboxPool(provider, load_config(None).sandbox.pool)
