@@ -2,8 +2,8 @@
 
 Packages, lowest layer first (an import only points down a layer or stays in its own;
 tests/test_import_graph.py checks it, docs/design.md explains it):
-- v1/ (generated gRPC code), config/ (the typed config schema), workdir.py (one owner per directory,
-  StorageError), logsetup.py (process logging)
+- v1/ (generated gRPC code), config/ (the typed config schema), workdir.py (one owner per directory),
+  logsetup.py (process logging), errors.py (the exception tree: T1Error, InfraError, BadRequest, ...)
 - metrics/ (Prometheus registry, run log, trackers), trajectory/ (the trajectory record, its codec,
   the spool's files), evals/ (eval statistics)
 - model/ (model files and presets), routing/ (MoE routing records, R3)

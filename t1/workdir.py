@@ -20,15 +20,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from t1.errors import StorageError
+
 LOCK_FILE = ".lock"
 log = logging.getLogger(__name__)
 
 
-class StorageError(RuntimeError):
-    """A file of a process's state cannot be opened or read; str(self) names the file and what to do."""
-
-
-class DirectoryBusy(RuntimeError):
+class DirectoryBusy(StorageError):
     """Another live process owns the directory; str(self) names it and the directory."""
 
 

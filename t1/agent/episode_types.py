@@ -10,16 +10,13 @@ from dataclasses import dataclass
 
 from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.formats import AgentFormat
+from t1.errors import InfraError
 from t1.inference.types import SamplingParams
-from t1.sandbox.needs import NeedsError
-from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest
 from t1.tasks.outcome import T1Fault
 from t1.tasks.report import VerifierReport
 from t1.tasks.rewards import RewardMode
-from t1.tasks.separate import VerifierEnvironmentError
 from t1.tasks.spec import TaskSpec
-from t1.tasks.transfer import SetupError
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 
@@ -28,9 +25,8 @@ class InferenceFailed(T1Fault):
 
 
 SandboxAcquire = Callable[[SandboxRequest], AbstractAsyncContextManager[Sandbox]]
-# Failures of the machinery around the policy: never a reward.
-INFRA_ERRORS = (SandboxLost, SandboxCreateError, SetupError, NeedsError, InferenceFailed, OSError, TimeoutError,
-                VerifierEnvironmentError)
+# Failures of the machinery around the policy (t1.errors.InfraError: sandbox, setup, needs, inference): never a reward.
+INFRA_ERRORS = (InfraError, OSError, TimeoutError)
 
 
 def acquire_from(provider: SandboxProvider) -> SandboxAcquire:

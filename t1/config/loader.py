@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from t1.config.schema import T1Config
+from t1.errors import BadRequest
 
 _PYDANTIC_MESSAGES = {
     "extra_forbidden": "unknown key",
@@ -17,7 +18,7 @@ _PYDANTIC_MESSAGES = {
 }
 
 
-class ConfigError(Exception):
+class ConfigError(BadRequest):
     """A config that cannot be used; `problems` holds one 'key.path: reason' line per problem."""
 
     def __init__(self, source: str, problems: list[str]) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from t1.coordinator.lifeline import lifeline_argv
+from t1.errors import T1Error
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def torch_extensions_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")
 
 
-class ChildFailed(RuntimeError):
+class ChildFailed(T1Error, RuntimeError):
     """A child service exited or never said where it listens."""
 
 

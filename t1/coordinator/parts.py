@@ -37,6 +37,7 @@ from t1.coordinator.status import TrainerStatusPoller, TurnRate
 from t1.coordinator.tasksource import make_resolver
 from t1.coordinator.trainer_link import TrainerLink
 from t1.coordinator.weights import WeightSync
+from t1.errors import T1Error
 from t1.metrics.http import MetricsServer, start_metrics_server
 from t1.metrics.runlog import RunLog
 from t1.metrics.trackers import open_trackers
@@ -56,7 +57,7 @@ STATUS_EVERY_S = 5.0
 STAGE_CHECK_S = 0.5
 
 
-class BackgroundFailed(RuntimeError):
+class BackgroundFailed(T1Error, RuntimeError):
     """A background loop ended with an error: the run cannot go on without it."""
 
     def __init__(self, name: str, error: BaseException) -> None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from t1.errors import BadRequest
+
 REPORT = "report.json"
 TRAINER_SUBDIR = "trainer"
 
@@ -37,7 +39,7 @@ class RunMode(StrEnum):
     RESUME = "resume"
 
 
-class RunDirError(ValueError):
+class RunDirError(BadRequest, ValueError):
     """The run-again rule cannot be followed; str(self) says why and what to do."""
 
 

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from t1.errors import BadRequest
+
 Message = dict[str, Any]
 ROLES = ("system", "user", "assistant", "tool")
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _THINK_END = "</think>"
 
 
-class BadCall(ValueError):
+class BadCall(BadRequest, ValueError):
     """A request the gateway refuses (HTTP 400), with what was wrong in it."""
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from t1.agent.policy_call import call_policy
 from t1.config.rollout import HarnessConfig
+from t1.errors import InfraError
 from t1.gateway.call import BadCall, ChatCall, Completion, Message, StopWhy, new_id, parse_reply
 from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import (
@@ -60,7 +61,7 @@ class SegmentCause(StrEnum):
                                              # otherwise (recorded as template_rewrote:<the buffer's MismatchCause>)
 
 
-class GatewayInferenceFailed(Exception):
+class GatewayInferenceFailed(InfraError):
     """Generation failed on every try: the episode ends as infra_error."""
 
 

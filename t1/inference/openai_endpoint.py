@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import httpx
 
 from t1.config.inference import OpenAIEndpointConfig
+from t1.errors import InfraError
 
 
-class EndpointRefused(RuntimeError):
+class EndpointRefused(InfraError, RuntimeError):
     """The endpoint refused the request for a reason a retry does not change (auth, a 4xx, no token ids)."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from t1.errors import InfraError
 from t1.inference.openai_messages import tool_calls_text
 from t1.inference.routing_capture import MoeShape
 from t1.inference.routing_check import RouteDefects, check_routed_experts
@@ -40,11 +41,11 @@ _FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": Fi
 _TOKEN_ID_PREFIX = "token_id:"
 
 
-class MalformedReply(RuntimeError):
+class MalformedReply(InfraError, RuntimeError):
     """A 200 reply whose body does not follow the API (not JSON, a field missing or of the wrong type)."""
 
 
-class NoTokenIds(RuntimeError):
+class NoTokenIds(InfraError, RuntimeError):
     """The server answered with text only: exact-token training cannot use it."""
 
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from t1.errors import InfraError
 from t1.inference.types import GenerateResult
 
 
-class InferenceUnavailable(RuntimeError):
+class InferenceUnavailable(InfraError, RuntimeError):
     """Every attempt failed with a retryable error; the caller treats the turn as an infra failure."""
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from t1.errors import DataError
 from t1.routing.block import sentinel
 
 
-class RoutingError(ValueError):
+class RoutingError(DataError, ValueError):
     """A routing record that cannot be replayed: wrong shape, dtype, range or duplicate experts."""
 
 

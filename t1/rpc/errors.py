@@ -11,22 +11,24 @@ from typing import Any, TypeVar
 
 import grpc
 
+from t1.errors import BadRequest
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class RequestError(ValueError):
+class RequestError(BadRequest, ValueError):
     """A request field is missing or malformed; str(self) names the field."""
 
 
-class NotFound(LookupError):
+class NotFound(BadRequest, LookupError):
     """The request names something that does not exist."""
 
 
-class FailedPrecondition(Exception):
+class FailedPrecondition(BadRequest):
     """The request is well formed but needs state this server does not hold (the caller can resend)."""
 
 
-class ResourceExhausted(Exception):
+class ResourceExhausted(BadRequest):
     """A bound on what the server holds is reached (active jobs, stored bytes); str(self) names the bound."""
 
 

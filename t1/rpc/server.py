@@ -14,6 +14,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
 from t1.config.service import AuthConfig, ServerConfig
+from t1.errors import BadRequest
 from t1.rpc.auth import BearerTokenInterceptor, server_token
 from t1.rpc.guard import RequestGuard
 from t1.rpc.options import MB, server_options
@@ -43,7 +44,7 @@ def _credentials(auth: AuthConfig) -> grpc.ServerCredentials | None:
     )
 
 
-class UnprotectedServer(ValueError):
+class UnprotectedServer(BadRequest, ValueError):
     """A server without auth asked to listen beyond loopback."""
 
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from t1.errors import BadRequest
 from t1.routing.block import RoutingBlock
 from t1.v1 import common_pb2
 
@@ -18,7 +19,7 @@ def _little_endian(name: str) -> np.dtype:
     return np.dtype(name).newbyteorder("<")
 
 
-class TensorError(ValueError):
+class TensorError(BadRequest, ValueError):
     """A Tensor message that does not describe a valid array; the message names the field."""
 
 

@@ -17,13 +17,14 @@ import socket
 import threading
 from typing import Protocol, runtime_checkable
 
+from t1.errors import InfraError
 from t1.sandbox.mountns import setns
 
 CLONE_NEWNET = 0x40000000
 LOOPBACK = "127.0.0.1"
 
 
-class LoopbackPortError(RuntimeError):
+class LoopbackPortError(InfraError, RuntimeError):
     """No port could be opened inside the sandbox (no network namespace of its own, no privilege, port taken)."""
 
 

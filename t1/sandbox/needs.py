@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from t1.errors import InfraError
+
 
 class NeedKind(StrEnum):
     """What kind of thing is missing."""
@@ -33,7 +35,7 @@ class Need:
         return f"{self.kind}: {self.what}"
 
 
-class NeedsError(ValueError):
+class NeedsError(InfraError, ValueError):
     """The task cannot run on this host or provider; `need` says what is missing."""
 
     kind = NeedKind.IMAGE

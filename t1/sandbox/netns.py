@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from t1.errors import InfraError
 from t1.sandbox.forker import Child, popen
 from t1.sandbox.holders import lifeline_fd
 
@@ -32,7 +33,7 @@ RESOLV_FILE = "resolv.conf"
 """In the sandbox's tree: the resolv.conf bound over /etc/resolv.conf of a network-enabled sandbox."""
 
 
-class NetworkSetupError(RuntimeError):
+class NetworkSetupError(InfraError, RuntimeError):
     """User-mode networking could not be started for a sandbox that allows internet."""
 
 

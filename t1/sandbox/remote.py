@@ -24,17 +24,18 @@ from collections.abc import Callable
 from typing import Any
 
 from t1.config.sandbox import CommandProviderConfig, ShellConfig, SshHost, SshProviderConfig
+from t1.errors import InfraError
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxGone, SandboxLost, SandboxRecord, SandboxRequest
 
 log = logging.getLogger(__name__)
 
 
-class NoFreeHost(Exception):
+class NoFreeHost(InfraError):
     """Every host of the inventory is busy or quarantined."""
 
 
-class SandboxCreateError(Exception):
+class SandboxCreateError(InfraError):
     """A create failed; `host` names the machine when the provider knows it (for quarantine)."""
 
     def __init__(self, message: str, host: str | None = None) -> None:

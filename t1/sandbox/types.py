@@ -8,8 +8,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from t1.errors import InfraError
 
-class SandboxLost(Exception):
+
+class SandboxLost(InfraError):
     """The sandbox or its connection is gone; the episode cannot continue in it (an infra error)."""
 
 

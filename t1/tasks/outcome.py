@@ -15,6 +15,7 @@ bugs in T1's own code (a TypeError, KeyError, ...): infra errors, logged loudly,
 
 from __future__ import annotations
 
+from t1.errors import InfraError
 from t1.sandbox.needs import NeedsError
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import SandboxLost
@@ -26,7 +27,7 @@ LIMIT_HINTS = ("no space left on device", "disk quota exceeded", "resource tempo
 """Text of errors that mean the sandbox ran out of processes, memory or disk."""
 
 
-class T1Fault(Exception):
+class T1Fault(InfraError):
     """An error that is positively not the attempt's, even after it acted: T1's or its services' (inference past
     its retries), or the task's (a separate verifier environment that does not build)."""
 

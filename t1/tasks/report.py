@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from t1.errors import DataError
+
 
 class TestStatus(StrEnum):
     """How one test case ended."""
@@ -290,7 +292,7 @@ def parse_junit(text: str) -> tuple[TestResult, ...] | None:
     return tuple(results)
 
 
-class RewardFileError(ValueError):
+class RewardFileError(DataError, ValueError):
     """A reward file that exists but does not hold a number (reward.txt) or a table of numbers (reward.json)."""
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
+from t1.errors import BadRequest
+
 Env = tuple[tuple[str, str], ...]
 
 
@@ -38,7 +40,7 @@ class MultiStepStrategy(StrEnum):
     FINAL = "final"
 
 
-class TaskParseError(ValueError):
+class TaskParseError(BadRequest, ValueError):
     """A task folder that cannot be used: names the file, the field and the problem."""
 
     def __init__(self, file: Path | str, field_name: str, problem: str) -> None:

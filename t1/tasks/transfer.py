@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from t1.errors import InfraError
 from t1.sandbox.types import CommandResult, Shell
 
 INLINE_MAX_BYTES = 8192
@@ -26,7 +27,7 @@ INLINE_MAX_BYTES = 8192
 default output cap of 16,384 bytes); larger ones through Shell.write_file / read_file."""
 
 
-class SetupError(RuntimeError):
+class SetupError(InfraError, RuntimeError):
     """Preparing the sandbox failed: the message names the step and gives a one-line cause.
 
     `output_tail` keeps the end of the failing command's output for reports that show it in full.

@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from t1.errors import DataError
 from t1.routing.block import RoutingBlock
 from t1.tito.segment import SegmentBuilder
 
 BUFFER_EVENTS = frozenset({"segment", "gen", "ctx"})
 
 
-class JournalMismatch(ValueError):
+class JournalMismatch(DataError, ValueError):
     """An episode's record does not replay into a buffer: damaged, or not this buffer's."""
 
 

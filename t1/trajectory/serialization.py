@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import msgpack
 import numpy as np
 
+from t1.errors import DataError
 from t1.trajectory.types import (
     EpisodeStatus,
     Segment,
@@ -31,7 +32,7 @@ _ALLOWED_DTYPES = frozenset(np.dtype(d).str for d in ("<i4", "<f4", "|b1", "|u1"
 _HEADER = struct.Struct("<B B")  # dtype-string length, ndim
 
 
-class CodecError(ValueError):
+class CodecError(DataError, ValueError):
     """Bytes that are not a valid trajectory record; the message names the field."""
 
 

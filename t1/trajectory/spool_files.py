@@ -17,6 +17,8 @@ from pathlib import Path
 import msgpack
 from isal.isal_zlib import crc32
 
+from t1.errors import DataError
+
 HEADER = struct.Struct("<II")
 MAX_FRAME_BYTES = 1 << 31
 SEGMENT_PREFIX = "seg-"
@@ -24,7 +26,7 @@ SEGMENT_SUFFIX = ".spool"
 ACK_LOG = "acks.log"
 
 
-class SpoolCorrupt(Exception):
+class SpoolCorrupt(DataError):
     """A frame's body is not a spool record: the file was damaged on disk."""
 
 
