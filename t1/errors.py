@@ -46,6 +46,7 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   ├── CodecError               [trajectory.serialization] a trajectory record
     │   ├── SpoolCorrupt             [trajectory.spool_files] a damaged spool frame
     │   ├── JournalMismatch          [tito.replay] a journal that does not rebuild its buffer
+    │   ├── NotResumable             [agent.resume_point] a journal with no point to continue from
     │   ├── RoutingError             [routing.validation] a routing array
     │   └── RewardFileError          [tasks.report] a verifier's reward file
     ├── ChildFailed                  [coordinator.children] a child service of the local run exited

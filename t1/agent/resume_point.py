@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.agent.shell_state import ShellState
+from t1.errors import DataError
 from t1.tasks.dockerplan import ReplayStep
 from t1.tasks.provision import Provisioned
 
@@ -28,7 +29,7 @@ Event = tuple[str, dict[str, Any]]
 BUFFER_KINDS = frozenset({"segment", "gen", "ctx"})
 
 
-class NotResumable(ValueError):
+class NotResumable(DataError, ValueError):
     """The journal has no point to continue from (named why)."""
 
 
