@@ -68,7 +68,7 @@ from t1.tasks.rewards import (
     passes_gate,
     process_rewards,
 )
-from t1.tasks.separate import pack_artifacts, run_separate_verifier
+from t1.tasks.separate import packed_artifacts, run_separate_verifier
 from t1.tasks.spec import StepSpec
 from t1.tasks.verifier import run_verifier
 from t1.tito import ChatRenderer, TokenBuffer
@@ -438,9 +438,9 @@ class Episode:
         vshell = await sandbox.open_shell(role=ShellRole.VERIFIER)
         try:
             if phase.verifier.separate is not None:  # Harbor: the tests see only the declared artifacts
-                artifacts = await pack_artifacts(vshell, phase.verifier.separate, provisioned)
-                report = await run_separate_verifier(self._acquire, self.spec.task, phase.verifier, artifacts,
-                                                     local=self._sandboxes.no_images, offline=offline)
+                async with packed_artifacts(vshell, phase.verifier.separate, provisioned) as artifacts:
+                    report = await run_separate_verifier(self._acquire, self.spec.task, phase.verifier, artifacts,
+                                                         local=self._sandboxes.no_images, offline=offline)
             else:
                 report = await run_verifier(vshell, phase.verifier, provisioned, offline=offline)
         finally:

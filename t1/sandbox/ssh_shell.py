@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import asyncssh
@@ -83,6 +84,10 @@ def _expire(waiter: asyncio.Future[bool]) -> None:
         waiter.set_result(False)
 
 
+TRANSFER_CHUNK = 1 << 20
+"""Bytes per step of a streamed file transfer (`write_from`, `read_to`): what one holds in memory."""
+
+
 class SftpFiles:
     """`write_file`/`read_file` over one lazily started SFTP client on the shell's connection."""
 
@@ -116,6 +121,29 @@ class SftpFiles:
         async with sftp.open(path, "rb") as f:
             data: bytes = await f.read()
         return data
+
+    async def write_from(self, local: Path, path: str, mode: int = 0o644) -> None:
+        """Copy a host file to `path` over SFTP, TRANSFER_CHUNK bytes at a time (parent directories must exist)."""
+        sftp = await self._sftp_client()
+        with local.open("rb") as src:
+            async with sftp.open(path, "wb") as f:
+                while chunk := src.read(TRANSFER_CHUNK):
+                    await f.write(chunk)
+        await sftp.chmod(path, mode)
+
+    async def read_to(self, path: str, local: Path) -> int:
+        """Copy `path` to a host file over SFTP, TRANSFER_CHUNK bytes at a time; returns its bytes."""
+        sftp = await self._sftp_client()
+        size = 0
+        async with sftp.open(path, "rb") as f:
+            with local.open("wb") as out:
+                while True:
+                    chunk: bytes = await f.read(TRANSFER_CHUNK)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    size += len(chunk)
+        return size
 
 
 class SshShell(SftpFiles):

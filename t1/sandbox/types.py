@@ -88,6 +88,14 @@ class Shell(Protocol):
 
     async def read_file(self, path: str) -> bytes: ...
 
+    async def write_from(self, local: Path, path: str, mode: int = 0o644) -> None:
+        """Copy the host file `local` to `path` in the sandbox, streamed (memory bounded whatever its size)."""
+        ...
+
+    async def read_to(self, path: str, local: Path) -> int:
+        """Copy the sandbox file `path` to the host file `local`, streamed; returns its bytes."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -30,7 +30,7 @@ from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_g
 from t1.tasks.separate import (
     VerifierEnvironmentError,
     fresh_sandbox,
-    pack_artifacts,
+    packed_artifacts,
     run_separate_verifier,
 )
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
@@ -143,9 +143,9 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
 async def _verify(provider: SandboxProvider, sandbox: Sandbox, shell: Shell, spec: TaskSpec, phase: StepSpec,
                   provisioned: Provisioned, local: bool, offline: bool) -> VerifierReport:
     if phase.verifier.separate is not None:
-        artifacts = await pack_artifacts(shell, phase.verifier.separate, provisioned)
-        return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts, local=local,
-                                           offline=offline)
+        async with packed_artifacts(shell, phase.verifier.separate, provisioned) as artifacts:
+            return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts, local=local,
+                                               offline=offline)
     verifier_shell = await sandbox.open_shell(role=ShellRole.VERIFIER)
     try:
         return await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)

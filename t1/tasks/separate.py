@@ -2,7 +2,8 @@
 
 After the agent (or the oracle) is done, in the agent's sandbox: the
 `[[verifier.collect]]` commands run, then /logs/artifacts and every declared
-artifact are packed (their `exclude` patterns left out). A new sandbox is made
+artifact are packed (their `exclude` patterns left out) and streamed to a host file (never
+held in memory: a pack of any size costs T1 a constant). A new sandbox is made
 from the verifier's environment (its own table with tests/ as build context, or
 a fresh copy of the task's), the pack is unpacked there at the same absolute
 paths, tests/setup.sh runs if the task has one, and then the verifier. The
@@ -17,17 +18,19 @@ from __future__ import annotations
 
 import logging
 import shlex
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell, ShellRole
 from t1.tasks.outcome import T1Fault
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
 from t1.tasks.report import VerifierReport
 from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
-from t1.tasks.transfer import SetupError, check, upload_archive, upload_dir_contents
+from t1.tasks.transfer import SetupError, check, upload_archive_file, upload_dir_contents
 from t1.tasks.verifier import TESTS_DIR, run_verifier
 
 log = logging.getLogger(__name__)
@@ -35,8 +38,10 @@ ARTIFACTS_DIR = "/logs/artifacts"
 TESTS_SETUP = "setup.sh"
 
 
-async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provisioned) -> bytes:
-    """Run the collect commands, then pack /logs/artifacts and the declared artifacts (missing ones skipped)."""
+@asynccontextmanager
+async def packed_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provisioned) -> AsyncIterator[Path]:
+    """Run the collect commands, then pack /logs/artifacts and the declared artifacts (missing ones skipped) into a
+    host file, removed on exit. The pack streams (`Shell.read_to`): T1 never holds it in memory, whatever its size."""
     await check(shell, f"mkdir -p {ARTIFACTS_DIR}", f"create {ARTIFACTS_DIR}")
     for c in sep.collect:
         result = await shell.run(f"( {as_user(provisioned.prefix() + c.command, c.user)} ) < /dev/null 2>&1",
@@ -49,9 +54,13 @@ async def pack_artifacts(shell: Shell, sep: SeparateVerifier, provisioned: Provi
     excludes = " ".join(f"--exclude={shlex.quote(p)}" for a in sep.artifacts for p in a.exclude)
     await shell.run(f"cd / && list=''; for p in {rel}; do [ -e \"/$p\" ] && "
                     f"list=\"$list $p\"; done; tar -czf {pack} {excludes} $list 2>/dev/null; true", 300)
-    data = await shell.read_file(pack)
-    await shell.run(f"rm -f {pack}", 30)
-    return data
+    with tempfile.TemporaryDirectory(prefix="t1-artifacts-") as host_dir:
+        local = Path(host_dir) / "artifacts.tgz"
+        try:
+            await shell.read_to(pack, local)
+        finally:
+            await shell.run(f"rm -f {pack}", 30)
+        yield local
 
 
 class VerifierEnvironmentError(T1Fault):
@@ -78,9 +87,10 @@ def fresh_sandbox(provider: SandboxProvider) -> Acquire:
 
 
 async def run_separate_verifier(
-    acquire: Acquire, spec: TaskSpec, verifier: VerifierSpec, artifacts: bytes, *, local: bool, offline: bool,
+    acquire: Acquire, spec: TaskSpec, verifier: VerifierSpec, artifacts: Path, *, local: bool, offline: bool,
 ) -> VerifierReport:
-    """Build the verifier's own sandbox, hand it the artifacts, run tests/setup.sh and the verifier there."""
+    """Build the verifier's own sandbox, hand it the artifacts (the host's pack file, streamed), run
+    tests/setup.sh and the verifier there."""
     if verifier.separate is None:
         raise ValueError(f"task {spec.id}: the verifier is not separate")
     env = verifier.separate.environment
@@ -93,7 +103,7 @@ async def run_separate_verifier(
             except SetupError as exc:
                 raise VerifierEnvironmentError(f"the separate verifier's environment: {exc}", exc.output_tail) from exc
             await sandbox.end_setup()  # the artifacts are the agent's: data for the tests, never their system
-            await upload_archive(shell, artifacts, "/", "verifier artifacts")
+            await upload_archive_file(shell, artifacts, "/", "verifier artifacts")
         finally:
             await shell.close()
         # /tests and /logs/verifier belong to the verifier's uid, here as in the agent's sandbox.

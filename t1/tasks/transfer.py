@@ -1,6 +1,6 @@
 """Move files into a sandbox through the Shell protocol alone: one tar.gz write and one `tar -x` per upload.
 
-Only `Shell.write_file`, `Shell.read_file` and `Shell.run` are used, so this works over SSH/SFTP, on
+Only `Shell.write_file`, `Shell.read_file`, `Shell.write_from` and `Shell.run` are used, so this works over SSH/SFTP, on
 any provider, and keeps file modes (executable scripts stay executable). A small archive or file
 (`INLINE_MAX_BYTES`) goes through the shell itself, base64-encoded in the command or its output: a
 shell's file transfers start a session of their own (over SSH an SFTP subsystem; for a local
@@ -16,7 +16,7 @@ import io
 import shlex
 import tarfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from t1.errors import InfraError
@@ -77,20 +77,35 @@ def _clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return info
 
 
+def _unpack(remote_dir: str) -> str:
+    """The command that unpacks the tar.gz on its stdin into `remote_dir` (created if missing)."""
+    dest = shlex.quote(remote_dir)
+    return f"mkdir -p {dest} && tar -xzf - -C {dest} --no-same-owner"
+
+
 async def upload_archive(shell: Shell, archive: bytes, remote_dir: str, what: str) -> None:
     """Unpack a tar.gz into `remote_dir` (created if missing)."""
-    dest = shlex.quote(remote_dir)
-    unpack = f"mkdir -p {dest} && tar -xzf - -C {dest} --no-same-owner"  # the archive on its stdin
     if len(archive) <= INLINE_MAX_BYTES:
         encoded = base64.b64encode(archive).decode("ascii")
-        inline = await shell.run(f"( printf %s {encoded} | base64 -d | {{ {unpack}; }} )", timeout_s=120.0)
+        inline = await shell.run(f"( printf %s {encoded} | base64 -d | {{ {_unpack(remote_dir)}; }} )", timeout_s=120.0)
         if inline.exit_code == 0 and not inline.timed_out:
             return
-    # staged in the destination (unpredictable name): a verifier's upload lands on its own storage, not the agent's /tmp
+    await _unpack_staged(shell, remote_dir, what, lambda staged: shell.write_file(staged, archive, 0o600))
+
+
+async def upload_archive_file(shell: Shell, archive: Path, remote_dir: str, what: str) -> None:
+    """Unpack the host's tar.gz file `archive` into `remote_dir`, streamed: memory bounded whatever its size."""
+    await _unpack_staged(shell, remote_dir, what, lambda staged: shell.write_from(archive, staged, 0o600))
+
+
+async def _unpack_staged(shell: Shell, remote_dir: str, what: str, put: Callable[[str], Awaitable[None]]) -> None:
+    """`put` the archive at a staging path in the destination (unpredictable name: a verifier's upload lands on its
+    own storage, not the agent's /tmp), then unpack it there and remove it."""
+    dest = shlex.quote(remote_dir)
     staged = f"{remote_dir.rstrip('/')}/.t1-upload-{uuid.uuid4().hex}.tgz"
     await check(shell, f"mkdir -p {dest}", f"create {remote_dir}")
-    await shell.write_file(staged, archive, 0o600)
-    await check(shell, f"( {{ {unpack}; }} < {staged}; s=$?; rm -f {staged}; exit $s )", f"upload {what} to {remote_dir}")
+    await put(staged)
+    await check(shell, f"( {{ {_unpack(remote_dir)}; }} < {staged}; s=$?; rm -f {staged}; exit $s )", f"upload {what} to {remote_dir}")
 
 
 async def upload_dir_contents(shell: Shell, local_dir: Path, remote_dir: str, exclude: tuple[str, ...] = ()) -> None:
