@@ -41,6 +41,9 @@ class EvalConfig(Section):
     base_attempts: int | None = Field(
         None, ge=1, description="Attempts per task of the eval before training (the `base` row: a floor, not a "
         "comparison that needs the tightest interval); null: attempts.")
+    max_unclean_resumes: int = Field(
+        1, ge=0, description="Times an eval job is resumed after the coordinator died while it ran without a "
+        "traceback (kill -9, the OOM killer); the next such death marks it failed. A fatal signal's crash fails it at once.")
 
 
 class ShardConfig(Section):

@@ -25,6 +25,7 @@ from google.protobuf.message import DecodeError
 
 from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
+from t1.coordinator.crash import CLEAN_EXIT, ExitKind, PreviousExit
 from t1.coordinator.eval_request import (
     agent_format_of,
     check_job_size,
@@ -140,24 +141,29 @@ class EvalJobs:
         log.info("eval job %s: %d tasks x %d attempts from %s", record.job_id, len(tasks), req.attempts, req.tasks)
         return record
 
-    async def resume(self, crash: str | None = None) -> list[str]:
-        """Restart every job left queued or running by an earlier process; returns their ids. `crash`: the
-        earlier process died of a fatal signal (its traceback): the jobs it was running are marked FAILED
-        naming it, so that a job whose attempts crash the process cannot do it again on every restart."""
+    async def resume(self, previous: PreviousExit = CLEAN_EXIT, max_unclean_resumes: int = 1) -> list[str]:
+        """Restart every job left queued or running by an earlier process; returns their ids.
+
+        `previous`: how that process ended (`t1.coordinator.crash`). A job it was running when it died of a fatal
+        signal is marked FAILED naming the crash; one running when it died without a word (kill -9, the OOM
+        killer) is resumed, at most `max_unclean_resumes` times, then FAILED: a job whose attempts kill the
+        process cannot do it again on every restart, and an operator's kill -9 fails nothing the first time."""
         resumed = []
         for record in await asyncio.to_thread(self.store.unfinished):
-            if crash is not None and record.state is JobState.RUNNING:
-                reason = f"the coordinator crashed while this job ran; not resumed: {crash}"[:1000]
-                log.error("eval job %s: %s; marked failed", record.job_id, reason)
-                await asyncio.to_thread(self.store.set_state, record.job_id, JobState.FAILED, reason)
+            ran = record.state is JobState.RUNNING and previous.unclean
+            reason = _not_resumed(record, previous, max_unclean_resumes) if ran else ""
+            if not reason:
+                try:
+                    tasks = await asyncio.to_thread(self._reload, record)
+                except (DecodeError, KeyError, ValueError, OSError) as exc:
+                    reason = f"cannot resume: {exc}"
+            if reason:
+                log.error("eval job %s: %s; marked failed", record.job_id, reason[:1000])
+                await asyncio.to_thread(self.store.set_state, record.job_id, JobState.FAILED, reason[:1000])
                 continue
-            try:
-                tasks = await asyncio.to_thread(self._reload, record)
-            except (DecodeError, KeyError, ValueError, OSError) as exc:
-                reason = f"cannot resume: {exc}"[:1000]
-                log.error("eval job %s: %s; marked failed", record.job_id, reason)
-                await asyncio.to_thread(self.store.set_state, record.job_id, JobState.FAILED, reason)
-                continue
+            record = await asyncio.to_thread(self.store.count_resume, record.job_id, ran)
+            log.info("eval job %s: resume %d (%d after a coordinator that died while it ran)", record.job_id,
+                     record.resumes, record.unclean_resumes)
             self._start(record, tasks, await asyncio.to_thread(self.store.finished_count, record.job_id))
             resumed.append(record.job_id)
         if resumed:
@@ -350,3 +356,14 @@ class EvalJobs:
                 live.scored += not outcome.is_infra_error
                 live.resolved += outcome.resolved and not outcome.is_infra_error
             self._emit(live, outcome=outcome)
+
+
+def _not_resumed(record: JobRecord, previous: PreviousExit, max_unclean_resumes: int) -> str:
+    """Why a job that was running when the coordinator died is not resumed ("" when it is)."""
+    if previous.kind is ExitKind.CRASHED:
+        return f"the coordinator crashed while this job ran; not resumed: {previous.traceback}"
+    if record.unclean_resumes >= max_unclean_resumes:
+        return (f"the coordinator died without a traceback (SIGKILL: an operator or the OOM killer) while this job "
+                f"ran, {record.unclean_resumes + 1} times; a job is resumed after such a death at most "
+                f"{max_unclean_resumes} times (coordinator.eval.max_unclean_resumes); not resumed again")
+    return ""

@@ -35,7 +35,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     attempts_per_task INTEGER NOT NULL,
     created REAL NOT NULL,
     updated REAL NOT NULL,
-    error TEXT NOT NULL DEFAULT ''
+    error TEXT NOT NULL DEFAULT '',
+    resumes INTEGER NOT NULL DEFAULT 0,
+    unclean_resumes INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS attempts (
     job_id TEXT NOT NULL REFERENCES jobs(job_id),
@@ -57,7 +59,10 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
-_JOB_COLUMNS = "job_id, name, state, request, task_ids, attempts_per_task, created, updated, error"
+_JOB_COLUMNS = "job_id, name, state, request, task_ids, attempts_per_task, created, updated, error, resumes, unclean_resumes"
+_ADDED_COLUMNS = {"attempts": {"details": "TEXT NOT NULL DEFAULT '{}'"},
+                  "jobs": {"resumes": "INTEGER NOT NULL DEFAULT 0", "unclean_resumes": "INTEGER NOT NULL DEFAULT 0"}}
+"""Columns a store written by an earlier T1 lacks, added when it is opened."""
 
 
 class JobState(StrEnum):
@@ -85,6 +90,10 @@ class JobRecord:
     created: float
     updated: float
     error: str = ""
+    resumes: int = 0
+    """How many times a restarted coordinator resumed the job."""
+    unclean_resumes: int = 0
+    """Of those, how many followed a coordinator that died while the job ran (`t1.coordinator.crash`)."""
 
     @property
     def total_attempts(self) -> int:
@@ -122,9 +131,11 @@ class JobStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
-            if "details" not in columns:  # a store written before attempts said why
-                self._db.execute("ALTER TABLE attempts ADD COLUMN details TEXT NOT NULL DEFAULT '{}'")
+            for table, added in _ADDED_COLUMNS.items():
+                columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                for name, kind in added.items():
+                    if name not in columns:
+                        self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
             self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"eval job database {path}: {exc} (move the file aside to start with an empty "
@@ -164,14 +175,23 @@ class JobStore:
         now = time.time()
         job_id = f"job-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}-{uuid.uuid4().hex[:6]}"
         rec = JobRecord(job_id, name or job_id, JobState.QUEUED, request, tuple(task_ids), attempts_per_task, now, now)
-        self._write([(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self._write([(f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       (rec.job_id, rec.name, rec.state.value, rec.request, json.dumps(list(rec.task_ids)),
-                       rec.attempts_per_task, rec.created, rec.updated, ""))])
+                       rec.attempts_per_task, rec.created, rec.updated, "", 0, 0))])
         return rec
 
     def set_state(self, job_id: str, state: JobState, error: str = "") -> None:
         self._write([("UPDATE jobs SET state = ?, error = ?, updated = ? WHERE job_id = ?",
                       (state.value, error, time.time(), job_id))])
+
+    def count_resume(self, job_id: str, unclean: bool) -> JobRecord:
+        """One more resume of the job (`unclean`: after a coordinator that died while it ran); the job as now stored."""
+        self._write([("UPDATE jobs SET resumes = resumes + 1, unclean_resumes = unclean_resumes + ?, updated = ? "
+                      "WHERE job_id = ?", (int(unclean), time.time(), job_id))])
+        record = self.get(job_id)
+        if record is None:
+            raise KeyError(job_id)
+        return record
 
     def record_attempt(self, job_id: str, o: AttemptOutcome) -> bool:
         """Store a finished attempt; False when it was already stored (never overwritten)."""
@@ -261,4 +281,4 @@ def _from_details(text: str) -> dict:
 
 def _job(row: tuple) -> JobRecord:
     return JobRecord(row[0], row[1], JobState(row[2]), bytes(row[3]), tuple(json.loads(row[4])), int(row[5]),
-                     float(row[6]), float(row[7]), row[8])
+                     float(row[6]), float(row[7]), row[8], int(row[9]), int(row[10]))

@@ -19,7 +19,7 @@ from typing import Any
 
 from t1.agent.episode_limits import SandboxTraits
 from t1.config.schema import T1Config
-from t1.coordinator.crash import CrashWatch
+from t1.coordinator.crash import CrashWatch, ExitKind
 from t1.coordinator.evals import EvalJobs
 from t1.coordinator.generate_router import GenerateRouter
 from t1.coordinator.jobs import JobStore
@@ -211,11 +211,13 @@ class Parts:
             await self.provider.start()
         await self.server.start()
         address = self.server.address
-        crash = self.crash_watch.previous()
-        if crash is not None:
-            log.error("the previous coordinator on %s crashed: %s", self.run_dir, crash.splitlines()[0])
+        previous = self.crash_watch.previous()
+        if previous.kind is ExitKind.CRASHED:
+            log.error("the previous coordinator on %s crashed: %s", self.run_dir, previous.traceback.splitlines()[0])
+        elif previous.kind is ExitKind.KILLED:
+            log.warning("the previous coordinator on %s died without stopping (SIGKILL, the OOM killer?)", self.run_dir)
         self.crash_watch.arm()
-        await self.evals.resume(crash)
+        await self.evals.resume(previous, self.cfg.coordinator.eval.max_unclean_resumes)
         (self.run_dir / ADDRESS_FILE).write_text(json.dumps({"address": address, "pid": os.getpid()}) + "\n")
         self.runlog.write("start", address=address, name=self.cfg.name,
                           metrics_port=self.metrics.port if self.metrics else None)

@@ -1,4 +1,4 @@
-"""The t1-coordinator process from outside: eval jobs over the generated stubs, the CLI, SIGTERM, kill -9.
+"""The t1-coordinator process from outside: eval jobs over the generated stubs, the CLI, SIGTERM, kill -9, crashes.
 
 The policy is the scripted one (each task's reference solution typed as tool calls through the
 real episode path), so per-task results must equal the oracle runner's on the same tasks.
@@ -183,5 +183,69 @@ def test_a_job_that_crashed_the_process_is_failed_not_resumed(tmp_path: Path, ti
         assert events[-1].state == pb.JOB_STATE_SUCCEEDED
         assert coord.terminate() == 0
         assert not (coord.run_dir / "logs" / "crash.txt").exists(), "a clean stop leaves no crash report"
+    finally:
+        coord.cleanup()
+
+
+def _resumes(db: Path, job_id: str) -> tuple[int, int]:
+    with sqlite3.connect(db) as con:
+        row = con.execute("SELECT resumes, unclean_resumes FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def _job(address: str, job_id: str) -> pb.Job:
+    with grpc.insecure_channel(address) as channel:
+        return pb_grpc.CoordinatorServiceStub(channel).GetJob(pb.GetJobRequest(job_id=job_id), timeout=30)
+
+
+def _submit(address: str, tasks: Path) -> str:
+    with grpc.insecure_channel(address) as channel:
+        return pb_grpc.CoordinatorServiceStub(channel).SubmitEval(
+            pb.SubmitEvalRequest(tasks=str(tasks), attempts=1, concurrency=2), timeout=30).job_id
+
+
+@pytest.mark.slow
+def test_a_job_running_at_two_sigkills_is_failed_and_a_clean_stop_still_resumes(
+        tmp_path: Path, tiny_model_dir: Path, sandbox_root: Path) -> None:
+    """A job whose attempts kill the coordinator without a word (kill -9, the OOM killer): the first such death
+    resumes it (an operator's kill -9 fails nothing), the next marks it FAILED naming why; a job interrupted by a
+    clean stop (SIGTERM) still resumes and finishes."""
+    hangs, quick = tmp_path / "hangs", tmp_path / "quick"
+    for i in range(2):
+        write_harbor_task(hangs, f"hang-{i}", f"h{i}", solve_delay_s=120.0)
+    write_harbor_task(quick, "quick", "q", solve_delay_s=4.0)
+    coord = CoordinatorProcess(tmp_path, eval_config(tmp_path, tiny_model_dir, sandbox_root))
+    db, marker = coord.run_dir / "jobs.db", coord.run_dir / "logs" / "crash.txt"
+    live = lambda: bool(tree_processes(sandbox_root / "trees"))  # noqa: E731
+    try:
+        job = _submit(coord.start(), hangs)
+        wait_until(live, 60, "the job's attempts to run")
+        coord.kill9()  # an operator's kill -9, or the OOM killer: no traceback, the marker left empty
+        assert marker.read_text() == ""
+
+        address = coord.start()
+        assert _job(address, job).state == pb.JOB_STATE_RUNNING, coord.log_text()[-2000:]
+        assert _resumes(db, job) == (1, 1)
+        wait_until(live, 60, "the resumed job's attempts to run")
+        coord.kill9()
+
+        address = coord.start()
+        failed = _job(address, job)
+        assert failed.state == pb.JOB_STATE_FAILED, coord.log_text()[-2000:]
+        assert "died without a traceback" in failed.error and "2 times" in failed.error, failed.error
+        assert "coordinator.eval.max_unclean_resumes" in failed.error, failed.error
+        assert _resumes(db, job) == (1, 1)
+
+        again = _submit(address, quick)
+        wait_until(live, 60, "the second job's attempt to run")
+        assert coord.terminate() == 0  # a clean stop: the marker goes, the running job resumes
+        assert not marker.exists()
+        address = coord.start()
+        with grpc.insecure_channel(address) as channel:
+            events = list(pb_grpc.CoordinatorServiceStub(channel).WatchJob(pb.WatchJobRequest(job_id=again), timeout=300))
+        assert events[-1].state == pb.JOB_STATE_SUCCEEDED
+        assert _resumes(db, again) == (1, 0)
+        assert _job(address, job).state == pb.JOB_STATE_FAILED  # not resumed by a later start either
+        assert coord.terminate() == 0
     finally:
         coord.cleanup()
