@@ -1,4 +1,4 @@
-"""The reward-integrity attacks of tests/tasks/test_reward_integrity.py against docker sandboxes.
+"""The reward-integrity attacks of tests/tasks/reward_integrity/ against docker sandboxes.
 
 The suite's honest-attempt and attack tests (the TB1 ones: code planted in the system and the
 workdir, plugins registered there, git's configuration) are collected here a second time with
@@ -15,13 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tasks.test_reward_integrity import (  # the suite's tests, collected again with the fixtures below
-    ATTACKS,
-    TESTS,
-    _oracle,
-    test_attack_scores_as_an_honest_failure,  # noqa: F401
+from tasks.reward_integrity.attacks import ATTACKS, TESTS, oracle_run
+from tasks.reward_integrity.test_harbor_runners import (  # collected again with the fixture below
     test_git_runs_no_program_the_agents_repository_names,  # noqa: F401
-    test_honest_attempts,  # noqa: F401
+)
+from tasks.reward_integrity.test_planted_code import (  # noqa: F401
+    test_attack_scores_as_an_honest_failure,
+    test_honest_attempts,
 )
 
 from t1.sandbox.docker_provider import DockerProvider
@@ -43,7 +43,7 @@ async def test_the_provider_separates_the_verifier(provider: DockerProvider) -> 
 async def test_without_the_isolation_a_planted_python_forges_the_reward(provider: DockerProvider, tmp_path: Path) -> None:
     await provider.start()
     provider.separates_verifier = False  # what the provider did before: the verifier logs in as the agent
-    forged = await _oracle(provider, tmp_path / "forged", ATTACKS["plant_python3"])
+    forged = await oracle_run(provider, tmp_path / "forged", ATTACKS["plant_python3"])
     assert forged.resolved and forged.reward == 5.0, forged.as_json()
 
 
