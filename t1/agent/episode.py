@@ -30,7 +30,14 @@ from contextlib import AbstractAsyncContextManager
 import numpy as np
 
 from t1.agent.baseline import SharedBaselines
-from t1.agent.compaction import RecentCommands, compact_messages
+from t1.agent.compaction import (
+    SUMMARY_REQUEST,
+    Message,
+    RecentCommands,
+    compact_messages,
+    summary_compacted,
+    summary_of,
+)
 from t1.agent.episode_limits import LOCAL_SANDBOXES, EpisodeLimits, SandboxTraits
 from t1.agent.episode_types import (
     INFRA_ERRORS,
@@ -50,6 +57,7 @@ from t1.agent.shell_state import ShellState, probe, restore
 from t1.agent.transcript import Transcript
 from t1.agent.turn_journal import TurnJournal
 from t1.inference.types import (
+    FinishReason,
     GenerateFn,
     GenerateRequest,
     GenerateResult,
@@ -81,6 +89,7 @@ __all__ = ["LOCAL_SANDBOXES", "Episode", "EpisodeEnd", "EpisodeLimits", "Episode
            "InferenceFailed", "SandboxAcquire", "SandboxTraits", "acquire_from"]
 
 log = logging.getLogger(__name__)
+_SUMMARY_ASK: Message = {"role": "user", "content": SUMMARY_REQUEST}
 
 
 class Episode:
@@ -102,6 +111,7 @@ class Episode:
         self.tx = transcript
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
         self._num_opening = len(opening)
+        self._summary_ask_tokens = len(renderer.encode(SUMMARY_REQUEST)) + 16 if spec.limits.compaction_by_policy else 0
         self.turns = 0
         self._segments = 1
         self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
@@ -297,17 +307,18 @@ class Episode:
                 await self._journal.room()  # the journal's writer keeps up: memory stays bounded
             await pace(limits.steps_per_loop_tick)  # the observation, the request: this turn's CPU
             if self._pending_obs:
-                self.buf.append_observation(self._pending_obs)
+                ask = self._wants_summary(self._pending_obs)
+                self.buf.append_observation([*self._pending_obs, *([_SUMMARY_ASK] if ask else [])])
                 self._pending_obs = []
+                if ask:
+                    await self._compact_by_summary(deadline)
             self._fit_context()
             t_gen = time.monotonic()
             result, server_text = await self._generate_turn(deadline)
             self._generate_latency.observe(time.monotonic() - t_gen)
             await pace(limits.steps_per_loop_tick)  # decode, parse, the commands' start
             ids = result.token_ids.tolist()
-            eot = self._renderer.end_of_turn_ids
-            text = server_text if server_text is not None else \
-                self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
+            text = self._decoded(result, server_text)
             if self._journal is None:
                 self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
                                       np.array(result.token_ids, np.int64)))
@@ -362,34 +373,83 @@ class Episode:
         return state.as_record()
 
     def _fit_context(self) -> None:
-        """Compact (new segment) when the next turn might not fit; context_limit when it cannot."""
+        """Compact (new segment, the rule's note) when the next turn might not fit; context_limit when it cannot."""
         limits = self.spec.limits
         need = len(self.buf.prompt_ids()) + self.spec.sampling.max_tokens
         if need <= limits.max_context_tokens * limits.compaction_trigger:
             return
         if limits.compaction and self._segments < limits.max_segments:
-            compacted = compact_messages(self.buf.messages, self._num_opening, limits.keep_last_turns,
-                                         self._commands)
-            self.buf.compact(compacted)
-            self._end_session()
-            self._segments += 1
-            self.tx.note(f"context compacted: new segment {self._segments} starts with "
-                         f"{len(self.buf.prompt_ids())} tokens")
+            m.COMPACTIONS.labels(note="rule").inc()
+            self._compact(compact_messages(self.buf.messages, self._num_opening, limits.keep_last_turns,
+                                           self._commands))
             if len(self.buf.prompt_ids()) + self.spec.sampling.max_tokens <= limits.max_context_tokens:
                 return
         if need > limits.max_context_tokens:
             raise _End(EpisodeStatus.CONTEXT_LIMIT, f"context {need} tokens > {limits.max_context_tokens}")
+
+    def _compact(self, messages: list[Message]) -> None:
+        self.buf.compact(messages)
+        self._end_session()
+        self._segments += 1
+        self.tx.note(f"context compacted: new segment {self._segments} starts with {len(self.buf.prompt_ids())} tokens")
+
+    def _wants_summary(self, observation: list[Message]) -> bool:
+        """Policy compaction: whether the turn after this observation would pass the trigger (its tokens: its
+        contents' and the request's, plus a template allowance per message), so the observation carries the
+        summary request."""
+        limits = self.spec.limits
+        if not (limits.compaction_by_policy and limits.compaction and self._segments < limits.max_segments):
+            return False
+        texts = [str(msg.get("content") or "") for msg in observation]
+        tokens = sum(len(self._renderer.encode(t)) + 16 for t in texts) + self._summary_ask_tokens
+        need = len(self.buf.prompt_ids()) + tokens + self.spec.sampling.max_tokens
+        return need > limits.max_context_tokens * limits.compaction_trigger
+
+    async def _compact_by_summary(self, deadline: float) -> None:
+        """The policy writes the note: it answers the summary request that closes the observation just appended
+        (its tokens end this segment, trained with the episode's return); the next segment opens with the summary
+        and the last turns. A malformed summary, or no room for one, gives the rule's note (counted)."""
+        limits = self.spec.limits
+        before = self.buf.messages[:-1]  # up to the observation, without the request
+        budget = min(limits.summary_max_tokens, limits.max_context_tokens - len(self.buf.prompt_ids()))
+        summary = await self._summary(deadline, budget) if budget >= 8 else None
+        m.COMPACTIONS.labels(note="policy" if summary is not None else "fallback").inc()
+        self._compact(summary_compacted(before, self._num_opening, limits.keep_last_turns, summary)
+                      if summary is not None else
+                      compact_messages(before, self._num_opening, limits.keep_last_turns, self._commands))
+
+    async def _summary(self, deadline: float, budget: int) -> str | None:
+        """The policy's answer to the summary request, or None when it is malformed."""
+        result, server_text = await self._generate_turn(deadline, budget)
+        text = self._decoded(result, server_text)
+        if self._journal is None:
+            self._sampled.append((self.buf.num_segments - 1, len(self.buf.prompt_ids()),
+                                  np.array(result.token_ids, np.int64)))
+        self.buf.append_generation(result, {"role": "assistant", "content": text}, summary=True)
+        parsed = self.spec.fmt.parse(text)
+        summary = summary_of(text, result.finish_reason is FinishReason.LENGTH, bool(parsed.commands) or parsed.done)
+        self.tx.note(f"compaction summary ({len(result.token_ids)} tokens"
+                     f"{'' if summary is not None else ', malformed: the rule note instead'}): {text}")
+        return summary
+
+    def _decoded(self, result: GenerateResult, server_text: str | None) -> str:
+        """A generation's text: the server's (a chat endpoint) or its ids decoded without the end-of-turn ids."""
+        if server_text is not None:
+            return server_text
+        ids, eot = result.token_ids.tolist(), self._renderer.end_of_turn_ids
+        return self._renderer.decode(ids[: len(ids) - len(eot)] if tuple(ids[-len(eot):]) == eot else ids)
 
     @property
     def text_level(self) -> bool:
         """The policy answers with text (a chat endpoint): the episode's ids are T1's tokenization of it."""
         return is_text_level(self._generate)
 
-    async def _generate_turn(self, deadline: float) -> tuple[GenerateResult, str | None]:
+    async def _generate_turn(self, deadline: float, max_tokens: int | None = None
+                             ) -> tuple[GenerateResult, str | None]:
         """One generation (and the server's text when it answers with text); failures are retried (the pool
-        moves the session to a healthy replica)."""
+        moves the session to a healthy replica). `max_tokens`: a budget below the run's (a summary's)."""
         prompt = self.buf.prompt_ids()
-        budget = self.spec.limits.max_context_tokens - len(prompt)
+        budget = min(self.spec.limits.max_context_tokens - len(prompt), max_tokens or self.spec.sampling.max_tokens)
         sampling = self.spec.sampling
         if budget < sampling.max_tokens:
             sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed,
@@ -496,6 +556,6 @@ class Episode:
         replayed = None if self._journal is None else replay(self._journal.read())
         traj = self.buf.export(id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id,
                                attempt=spec.attempt, reward=reward, status=status, verifier=verifier,
-                               timings=(("episode_s", duration),), turn_rewards=turn_rewards,
+                               timings=(("episode_s", duration),), turn_rewards=self.buf.by_generation(turn_rewards),
                                replayed=None if replayed is None else replayed.builders)
         return traj, trajectory_checks(traj, self._sampled if replayed is None else replayed.sampled, self._renderer)

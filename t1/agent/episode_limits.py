@@ -20,6 +20,8 @@ class EpisodeLimits:
     compaction_trigger: float
     keep_last_turns: int
     max_segments: int
+    compaction_by_policy: bool
+    summary_max_tokens: int
     process_every_k: int | None
     turn_retries: int
     setup_retries: int
@@ -35,7 +37,8 @@ class EpisodeLimits:
                    max_context_tokens=rollout.max_context_tokens,
                    timeout_multiplier=timeout_multiplier or rollout.timeout_multiplier, compaction=c.enabled,
                    compaction_trigger=c.trigger_fraction, keep_last_turns=c.keep_last_turns,
-                   max_segments=c.max_segments, process_every_k=reward.process_every_k_turns,
+                   max_segments=c.max_segments, compaction_by_policy=c.mode == "policy",
+                   summary_max_tokens=c.summary_max_tokens, process_every_k=reward.process_every_k_turns,
                    turn_retries=rollout.turn_retries, setup_retries=rollout.setup_retries,
                    steps_per_loop_tick=rollout.steps_per_loop_tick, bad_reply_penalty=reward.bad_reply_penalty)
 

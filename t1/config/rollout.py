@@ -25,6 +25,11 @@ class CompactionConfig(Section):
     trigger_fraction: float = Field(0.85, gt=0, le=1, description="Compact when context use passes this share.")
     keep_last_turns: int = Field(2, ge=0, description="Recent turns kept verbatim.")
     max_segments: int = Field(8, ge=1, description="Most segments per episode.")
+    mode: Literal["rule", "policy"] = Field(
+        "rule", description="rule: the note lists the commands run and their exit codes; policy: the policy writes "
+        "the note (one more generation, asked in its own chat template), trained with the episode's return; a "
+        "summary that is empty, cut off, an action or over the note's length falls back to the rule (counted).")
+    summary_max_tokens: int = Field(128, ge=8, description="policy: the summary's token budget (within the context).")
 
 
 class HarnessSamplingConfig(Section):

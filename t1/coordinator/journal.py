@@ -408,11 +408,11 @@ class EpisodeJournal:
         self._emit("segment", {"ids": ids, "messages": list(messages), "shared": shared_prefix})
 
     def generation(self, start: int, ids: np.ndarray, logprobs: np.ndarray, versions: np.ndarray,
-                   routing: RoutingBlock | None, message: Message, repair: np.ndarray) -> None:
+                   routing: RoutingBlock | None, message: Message, repair: np.ndarray, summary: bool = False) -> None:
         self._emit("gen", {"start": start, "ids": ids, "logprobs": logprobs, "versions": versions,
                            "routing_start": None if routing is None else routing.start,
                            "routing": None if routing is None else routing.experts,
-                           "message": message, "repair": repair})
+                           "message": message, "repair": repair, **({"summary": True} if summary else {})})
 
     def context(self, ids: np.ndarray, messages: Sequence[Message]) -> None:
         self._emit("ctx", {"ids": ids, "messages": list(messages)})

@@ -53,6 +53,9 @@ GATEWAY_CALLS = Counter("t1_gateway_calls", "Generation calls a harness made thr
 GATEWAY_SEGMENTS = Counter("t1_gateway_segment_starts", "Segments a gateway call started, by cause.", ["cause"],
                            registry=REGISTRY)
 GATEWAY_REFUSED = Counter("t1_gateway_refused", "Gateway requests refused, by reason.", ["reason"], registry=REGISTRY)
+COMPACTIONS = Counter("t1_agent_compactions", "Context compactions by the note the next segment opens with: the "
+                      "rule's, the policy's summary, or the rule's after a malformed summary.", ["note"],
+                      registry=REGISTRY)
 BAD_REPLIES = Counter("t1_agent_bad_replies", "Model replies that did not parse as an action.", ["format"],
                       registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram("t1_event_loop_lag_seconds", "Lateness of the coordinator's event loop.",

@@ -66,8 +66,9 @@ class BufferSink(Protocol):
         """A segment starts with these ids; its first `shared_prefix` positions have the previous segment's routing."""
 
     def generation(self, start: int, ids: np.ndarray, logprobs: np.ndarray, versions: np.ndarray,
-                   routing: RoutingBlock | None, message: Message, repair: np.ndarray) -> None:
-        """Sampled ids appended at `start`, then `repair` (masked end-of-turn ids the sampler did not produce)."""
+                   routing: RoutingBlock | None, message: Message, repair: np.ndarray, summary: bool = False) -> None:
+        """Sampled ids appended at `start`, then `repair` (masked end-of-turn ids the sampler did not produce);
+        `summary`: the policy's compaction summary, a generation that is no turn of the episode's."""
 
     def context(self, ids: np.ndarray, messages: Sequence[Message]) -> None:
         """Observation ids appended (loss mask off), rendered from `messages`."""
@@ -91,6 +92,8 @@ class TokenBuffer:
         self._closed: list[SegmentBuilder] = []
         self._repaired = self._masked = self._mismatches = 0
         self._causes: dict[MismatchCause, int] = {}
+        self._generations = 0
+        self._summaries: list[int] = []  # the generation index of each compaction summary
         self._start_segment(messages, previous=None)
 
     def _start_segment(self, messages: Sequence[Message], previous: SegmentBuilder | None) -> None:
@@ -127,7 +130,7 @@ class TokenBuffer:
         counters. Nothing is sent to `sink` for the replayed events; later appends go to it."""
         buf = cls.__new__(cls)
         buf.full_check_every, buf.renderer, buf.on_mismatch, buf.sink = full_check_every, renderer, on_mismatch, sink
-        buf._closed = []
+        buf._closed, buf._generations, buf._summaries = [], 0, []
         seg: SegmentBuilder | None = None
         for kind, f in events:
             if kind == "segment":
@@ -144,6 +147,9 @@ class TokenBuffer:
             elif kind == "gen":
                 ids, repair = np.asarray(f["ids"], np.int32), np.asarray(f["repair"], np.int32)
                 seg.append_sampled(ids, f["logprobs"], f["versions"])
+                if f.get("summary"):
+                    buf._summaries.append(buf._generations)
+                buf._generations += 1
                 buf._turn_text = renderer.decode(ids.tolist())
                 if len(repair):
                     seg.append_context(repair)
@@ -201,12 +207,14 @@ class TokenBuffer:
         """Template mismatches counted so far, by cause (they sum to counters.template_mismatches)."""
         return dict(self._causes)
 
-    def append_generation(self, result: GenerateResult, message: Message | None = None) -> TurnSpan:
+    def append_generation(self, result: GenerateResult, message: Message | None = None, *, summary: bool = False
+                          ) -> TurnSpan:
         """Append the sampled ids of a generation made on prompt_ids(), with logprobs, versions and routing.
 
         message: the assistant message as the agent parsed it (tool calls, reasoning); default is the
         decoded text. A generation that did not end with the end-of-turn tokens gets them appended,
-        masked out and counted.
+        masked out and counted. `summary`: the policy's compaction summary, a generation (a TurnSpan of
+        its segment, trained with the episode's return) that is no turn of the episode's (`by_generation`).
         """
         prompt_len = len(self._seg)
         if result.prompt_tokens and result.prompt_tokens != prompt_len:
@@ -216,6 +224,9 @@ class TokenBuffer:
         versions = (np.asarray(result.token_versions, np.int32) if len(result.token_versions)
                     else np.full(len(ids), result.policy_version, np.int32))
         span = self._seg.append_sampled(ids, result.logprobs, versions)
+        if summary:
+            self._summaries.append(self._generations)
+        self._generations += 1
         if result.routing is not None and result.routing.num_tokens:
             self._seg.add_routing(result.routing)
         eot = self.renderer.end_of_turn_ids
@@ -237,8 +248,20 @@ class TokenBuffer:
         if self.sink is not None:
             self.sink.generation(span.start, ids, np.asarray(result.logprobs, np.float32), versions,
                                  result.routing if result.routing is not None and result.routing.num_tokens else None,
-                                 message, repair)
+                                 message, repair, summary=summary)
         return span
+
+    def by_generation(self, turn_rewards: Mapping[int, float]) -> dict[int, float]:
+        """Rewards keyed by the episode's turns, keyed instead by generation (the segments' TurnSpans, whose
+        index `export`'s turn_rewards takes): each compaction summary before a turn moves it one on."""
+        out = {}
+        for turn, reward in turn_rewards.items():
+            g = turn
+            for s in self._summaries:  # ascending
+                if s <= g:
+                    g += 1
+            out[g] = reward
+        return out
 
     def append_observation(self, messages: Sequence[Message]) -> np.ndarray:
         """Append messages that follow an assistant turn (tool results, user text) as a delta; returns its ids."""

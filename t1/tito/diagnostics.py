@@ -100,8 +100,11 @@ def trajectory_checks(traj: Trajectory, sampled: Sequence[tuple[int, int, np.nda
     """Drift of a trajectory's segments against the sampler's record ((segment, start, ids) per generation) and
     the re-tokenization diagnostic: (drift tokens, re-tokenized ids changed, ids checked)."""
     drift = changed = total = 0
+    # The trajectory keeps the segments with a generation (a compaction that left the context over its trigger
+    # starts one that gets none): the i-th of them is the i-th segment index the record names.
+    dense = {s: i for i, s in enumerate(sorted({s for s, _, _ in sampled}))}
     for i, seg in enumerate(traj.segments):
-        drift += segment_drift(seg, [(start, ids) for s, start, ids in sampled if s == i])
+        drift += segment_drift(seg, [(start, ids) for s, start, ids in sampled if dense[s] == i])
         c, t = retokenize_mismatch(seg, renderer.encode, renderer.decode)
         changed, total = changed + c, total + t
     return drift, changed, total

@@ -82,7 +82,7 @@ class Recorder:
     def segment(self, *args: object) -> None:
         self.out.append(("segment", args))
 
-    def generation(self, *args: object) -> None:
+    def generation(self, *args: object, **kwargs: object) -> None:
         self.out.append(("gen", args))
 
     def context(self, *args: object) -> None:

@@ -30,11 +30,11 @@ class ListSink:
     def segment(self, ids, messages, shared_prefix) -> None:
         self._keep("segment", {"ids": ids, "messages": list(messages), "shared": shared_prefix})
 
-    def generation(self, start, ids, logprobs, versions, routing, message, repair) -> None:
+    def generation(self, start, ids, logprobs, versions, routing, message, repair, summary=False) -> None:
         self._keep("gen", {"start": start, "ids": ids, "logprobs": logprobs, "versions": versions,
                            "routing_start": None if routing is None else routing.start,
                            "routing": None if routing is None else routing.experts, "message": message,
-                           "repair": repair})
+                           "repair": repair, **({"summary": True} if summary else {})})
 
     def context(self, ids, messages) -> None:
         self._keep("ctx", {"ids": ids, "messages": list(messages)})

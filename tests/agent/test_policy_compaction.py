@@ -1,0 +1,137 @@
+"""Compaction written by the policy (`rollout.compaction.mode: policy`) through real parts: a local sandbox over
+SSH, the tiny model's chat template, TITO. The summary's sampled tokens close their segment as a generation of
+their own (trained, no turn of the episode's: process rewards stay on the turns that earned them), the next
+segment opens with it, and a malformed summary falls back to the rule's note."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_episode import _says, _task, limits
+
+from t1.agent.compaction import NOTE_HEAD, SUMMARY_REQUEST
+from t1.agent.episode import Episode, EpisodeSpec, acquire_from
+from t1.agent.formats import FormatName, get_format
+from t1.agent.transcript import Transcript
+from t1.coordinator.journal import Journal, read_events
+from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
+from t1.metrics import registry as m
+from t1.tasks.dataset import load_task
+from t1.trajectory.serialization import encode_trajectory
+from t1.trajectory.types import EpisodeStatus
+
+SUMMARY = "I listed the folders and wrote the word hello to /app/answer.txt; the padding is all that remains."
+
+
+def _call(command: str) -> str:
+    return f'<tool_call>\n{{"name": "bash", "arguments": {{"command": "{command}"}}}}\n</tool_call>'
+
+
+def _policy(renderer, summary: str):
+    """Pads the context with long listings, writes the answer at its third command, and answers every summary
+    request with `summary`."""
+    asked: list[str] = []
+
+    async def policy(req: GenerateRequest) -> GenerateResult:
+        prompt = renderer.decode(req.prompt_ids.tolist())
+        if prompt.rstrip().endswith(SUMMARY_REQUEST) or SUMMARY_REQUEST in prompt[-len(SUMMARY_REQUEST) - 80:]:
+            asked.append("summary")
+            return _says(renderer, summary, req)
+        n = sum(1 for a in asked if a != "summary")
+        asked.append(f"turn {n}")
+        command = "echo hello > /app/answer.txt" if n == 2 else f"seq 1 {50 + 5 * n}"
+        return _says(renderer, _call(command), req)
+
+    return policy, asked
+
+
+def _spec(task, *overrides: str) -> EpisodeSpec:
+    return EpisodeSpec("ep-c", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=96),
+                       limits("rollout.max_turns=9", "rollout.max_context_tokens=1500",
+                              "rollout.compaction.keep_last_turns=1", "reward.process_every_k_turns=1",
+                              *overrides))
+
+
+async def test_policy_summary_closes_its_segment_and_opens_the_next(tmp_path: Path, provider, renderers) -> None:
+    task = load_task(_task(tmp_path, "t", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    policy, asked = _policy(renderer, SUMMARY)
+    before = m.COMPACTIONS.labels(note="policy")._value.get()
+    spec = _spec(task, "rollout.compaction.mode=policy")
+    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-c")).run()
+    assert result.status is EpisodeStatus.OK and result.report.resolved, result.failure_mode
+    segs = result.trajectory.segments
+    summaries = asked.count("summary")
+    assert summaries >= 2 and len(segs) == summaries + 1, (asked, len(segs))
+    assert m.COMPACTIONS.labels(note="policy")._value.get() - before == summaries
+    assert result.turns == 9 and sum(len(s.turns) for s in segs) == 9 + summaries
+    for seg, nxt in itertools.pairwise(segs):
+        last = seg.turns[-1]
+        # the summary is the closing generation: sampled (loss mask on), its own span, no reward of its own
+        assert renderer.decode(seg.token_ids[last.start:last.end].tolist()).startswith(SUMMARY)
+        assert seg.loss_mask[last.start:last.end].all() and last.reward == 0.0
+        opening = renderer.decode(nxt.token_ids[:nxt.turns[0].start].tolist())
+        assert f"Your summary of them:]\n{SUMMARY}" in opening and SUMMARY_REQUEST not in opening
+    # process rewards sit on the command turns that earned them: the answer at the third command (+1 check)
+    rewarded = [(i, j, t.reward) for i, s in enumerate(segs) for j, t in enumerate(s.turns) if t.reward]
+    assert len(rewarded) == 1 and rewarded[0][2] == pytest.approx(1.0), rewarded
+    i, j, _ = rewarded[0]
+    text = renderer.decode(segs[i].token_ids[segs[i].turns[j].start:segs[i].turns[j].end].tolist())
+    assert "echo hello" in text, text
+    assert result.drift_tokens == 0
+    loss = np.concatenate([s.token_ids[s.loss_mask] for s in segs])
+    assert len(loss) == sum(t.end - t.start for s in segs for t in s.turns)  # every sampled token, once
+
+
+async def test_a_malformed_summary_falls_back_to_the_rule(tmp_path: Path, provider, renderers) -> None:
+    task = load_task(_task(tmp_path, "t", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    policy, asked = _policy(renderer, _call("cat /app/answer.txt"))  # an action, not a summary
+    before = m.COMPACTIONS.labels(note="fallback")._value.get()
+    result = await Episode(_spec(task, "rollout.compaction.mode=policy"), policy, acquire_from(provider), renderer,
+                           Transcript(None, task.id, "ep-c")).run()
+    assert result.status is EpisodeStatus.OK and result.report.resolved
+    segs = result.trajectory.segments
+    assert asked.count("summary") >= 1 and len(segs) == asked.count("summary") + 1
+    assert m.COMPACTIONS.labels(note="fallback")._value.get() - before == asked.count("summary")
+    opening = renderer.decode(segs[1].token_ids[:segs[1].turns[0].start].tolist())
+    assert "Commands run so far:" in opening and "Your summary" not in opening
+
+
+async def test_rule_mode_asks_for_no_summary(tmp_path: Path, provider, renderers) -> None:
+    task = load_task(_task(tmp_path, "t", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    policy, asked = _policy(renderer, SUMMARY)
+    result = await Episode(_spec(task), policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-c")).run()
+    assert "summary" not in asked and len(result.trajectory.segments) >= 2 and result.drift_tokens == 0
+    last = result.trajectory.segments[-1]
+    assert renderer.decode(last.token_ids[:last.turns[0].start].tolist()).count(NOTE_HEAD) == 1  # not piled up
+    assert sum(len(s.turns) for s in result.trajectory.segments) == result.turns == 9
+
+
+@pytest.mark.slow
+async def test_journaled_policy_compaction_exports_what_memory_does(tmp_path: Path, provider, renderers) -> None:
+    """The summaries go through the journal as generations marked `summary`: the export from disk equals the
+    in-memory one byte for byte, process rewards included, and every note replaces the one before it."""
+    task = load_task(_task(tmp_path, "t", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    journal = Journal.open(tmp_path / "journal", fsync_window_s=0.05)
+    payloads = []
+    try:
+        for name, j in (("plain", None), ("journaled", journal.episode("ep-c"))):
+            policy, _ = _policy(renderer, SUMMARY)
+            result = await Episode(_spec(task, "rollout.compaction.mode=policy"), policy, acquire_from(provider),
+                                   renderer, Transcript(None, task.id, name), journal=j).run()
+            assert result.status is EpisodeStatus.OK and result.drift_tokens == 0
+            last = result.trajectory.segments[-1]
+            assert renderer.decode(last.token_ids[:last.turns[0].start].tolist()).count(NOTE_HEAD) == 1
+            payloads.append(encode_trajectory(replace(result.trajectory, timings=())))
+        assert payloads[0] == payloads[1]
+        gens = [f for k, f in read_events(journal.path_of("ep-c"))[0] if k == "gen"]
+        assert sum(bool(f.get("summary")) for f in gens) >= 2
+    finally:
+        journal.close()
