@@ -67,3 +67,7 @@ _.separates_verifier
 _.allowed_hosts, _.destination, _.same_shell
 # tokenizers.Tokenizer's normalizer, set on the Qwen tokenizer (t1/model/qwen_tokenizer.py) and read by the library.
 _.normalizer
+# vLLM's stat logger surface (t1/inference/vllm_backend.py KvGauge): vLLM calls these by name with these
+# arguments; the stand-in's SchedulerStats mirrors vLLM's fields.
+engine_index, iteration_stats, mm_cache_stats, engine_idx, _.log_engine_initialized, _.record_sleep_state, is_awake
+num_running_reqs, num_waiting_reqs

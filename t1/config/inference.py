@@ -73,6 +73,10 @@ class OpenAIEndpointConfig(Section):
                                    "chat: messages in, text out (eval only, results are text-level).")
     api_key_env: str = Field("", description="Environment variable holding the API key (a Bearer token); empty: none.")
     max_concurrency: int = Field(64, ge=1, description="Most requests in flight on this endpoint.")
+    kv_budget_tokens: int = Field(
+        0, ge=0, description="inference.pool.kv_admission: the KV cache, in tokens, T1's sessions may hold on this "
+                             "endpoint, counted by the pool from the prompts it sends and the replies it gets "
+                             "(completions; 0: no bound).")
     connect_timeout_s: float = Field(10.0, gt=0, description="Deadline of opening a connection.")
     request_timeout_s: float = Field(300.0, gt=0, description="Deadline of one request (reading the whole reply).")
     max_retry_after_s: float = Field(
@@ -116,12 +120,14 @@ class InferencePoolConfig(Section):
                                  "answer a probe while busy) is stalled: avoided, its requests retried on other "
                                  "replicas; a weight load running past weights_timeout_s is too (0: no stall watch).")
     kv_admission: bool = Field(
-        False, description="A turn starts only where its session's replica has room in the KV capacity the server "
-                           "reports for its prompt and max_tokens, else waits; a new session waits for a replica "
-                           "with room (docs/inference.md). Callers must end their sessions (end_session).")
+        False, description="A new episode starts only on a replica with room in the KV capacity it reports (gRPC "
+                           "servers) or is given (kv_budget_tokens of an OpenAI endpoint) for what it is expected "
+                           "to grow to, else waits; resident sessions' turns always start (docs/inference.md). "
+                           "Callers must end their sessions (end_session).")
     kv_expected_context_tokens: int = Field(
-        0, ge=0, description="kv_admission: the least KV room a session holds (its expected peak context), so an "
-                             "episode is admitted only where its growth fits (0: each turn's prompt and max_tokens).")
+        0, ge=0, description="kv_admission: the context an episode is expected to grow to until ended episodes have "
+                             "shown it (then learned from them); 0: the model's context limit (one episode at a "
+                             "time per replica until the first has ended).")
     stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their progress.")
     weights: WeightsMode = Field(
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "

@@ -19,6 +19,9 @@ The same contract as InferencePool (t1.inference.pool), over HTTP with httpx:
   positions after the session's last answered context (checked like T1's own routing blocks).
 - Text level (`api: chat`, a ChatGenerateFn): messages in, the reply's text out (tool calls where the
   endpoint takes tools); eval only.
+- KV admission (`kv_admission`, t1.inference.kv_admission): an endpoint's capacity is its configured
+  `kv_budget_tokens`, and the pool's ledger counts what each session holds there from the prompts it
+  sends and the replies it gets (completions; chat requests are not counted).
 - Weights: `weight_updates: vllm_dev` drains the endpoint's requests and reloads a weights folder
   through vLLM's dev-mode endpoints (t1.inference.openai_weights); `none` refuses with an error.
 """
@@ -43,6 +46,7 @@ from prometheus_client import CollectorRegistry
 
 from t1.config.inference import InferencePoolConfig, OpenAIEndpointConfig
 from t1.inference.affinity import MAX_AFFINITY_ENTRIES, Affinity
+from t1.inference.kv_admission import KvAdmission
 from t1.inference.model_config import moe_shape_from_config, read_json
 from t1.inference.openai_endpoint import Endpoint, EndpointRefused
 from t1.inference.openai_messages import to_chat_messages
@@ -137,6 +141,10 @@ class OpenAIPool:
         self._known: OrderedDict[str, np.ndarray] = OrderedDict()  # session -> ids whose routing came back
         self._weights: tuple[str, int] | None = None
         self._ids = itertools.count()
+        self._kv = KvAdmission(len(self._eps), cfg.kv_expected_context_tokens) if cfg.kv_admission else None
+        if self._kv is not None:
+            for i, ep in enumerate(self._eps):
+                self._kv.set_capacity(i, ep.cfg.kv_budget_tokens)
         self.metrics = PoolMetrics(registry)
         self.routing_defects: dict[str, int] = {}
         for ep in self._eps:
@@ -175,6 +183,14 @@ class OpenAIPool:
     def end_session(self, session_id: str) -> None:
         self._affinity.forget(session_id)
         self._known.pop(session_id, None)
+        if self._kv is not None:
+            self._kv.end(session_id)
+
+    def kv_usage(self) -> dict[str, tuple[int, int]]:
+        """Per endpoint (budget, held) in tokens by the pool's ledger; empty without KV admission."""
+        if self._kv is None:
+            return {}
+        return {e.cfg.base_url: self._kv.usage(i) for i, e in enumerate(self._eps)}
 
     def _pick(self, session_id: str) -> int:
         return self._affinity.pick(session_id, self._eps)
@@ -218,13 +234,25 @@ class OpenAIPool:
             raise EndpointRefused(f"{where}: {code}: {key} ({text[:_SNIPPET]})")
         raise EndpointRefused(f"{where}: {code}: {text[:_SNIPPET]}")
 
-    async def _request(self, session_id: str, path: str, attempt_fn: Callable[[Endpoint], Any]) -> Any:
-        """`attempt_fn(endpoint)` (a coroutine) on the session's endpoint, retried and failed over."""
+    async def _place(self, session_id: str, need: int | None) -> int:
+        """The session's endpoint (or the least loaded one); with KV admission and a `need` in tokens, one
+        with room for it, waited for (t1.inference.kv_admission)."""
+        if self._kv is None or need is None:
+            return self._pick(session_id)
+        idx, waited_s = await self._kv.admit(session_id, need, lambda: self._pick(session_id), self._eps)
+        self.metrics.kv_waited(waited_s)
+        return idx
+
+    async def _request(self, session_id: str, path: str, attempt_fn: Callable[[Endpoint], Any],
+                       need: int | None = None, context: Callable[[Any], int] | None = None) -> Any:
+        """`attempt_fn(endpoint)` (a coroutine) on the session's endpoint, retried and failed over; with KV
+        admission a turn needing `need` tokens waits for room, and the session then holds `context(result)`."""
         last = ""
         for attempt in range(self.retries + 1):
-            idx = self._pick(session_id)
+            idx = await self._place(session_id, need)
             ep = self._eps[idx]
             self._bind(session_id, idx)
+            result = None
             try:
                 await self._catch_up(ep)
                 result = await attempt_fn(ep)
@@ -238,6 +266,9 @@ class OpenAIPool:
                     others = [e for e in self._eps if e.healthy(time.monotonic())]
                     await asyncio.sleep(max(self.backoff_s * 2**attempt, 0.0 if others else wait))
                 continue
+            finally:
+                if self._kv is not None and need is not None:  # the session now holds its context there, or nothing
+                    self._kv.finish(idx, session_id, None if result is None or context is None else context(result))
             if ep.unhealthy_until:
                 ep.unhealthy_until = 0.0
                 self.metrics.healthy.labels(ep.cfg.base_url).set(1)
@@ -284,7 +315,9 @@ class OpenAIPool:
                 log.warning("routing from %s repaired (bad records marked missing): %s", ep.cfg.base_url, defects)
             return result
 
-        result: GenerateResult = await self._request(request.session_id, "/completions", attempt)
+        result: GenerateResult = await self._request(
+            request.session_id, "/completions", attempt, len(prompt) + request.sampling.max_tokens,
+            lambda res: len(prompt) + len(res.token_ids))
         if request.session_id and result.routing is not None:
             self._known[request.session_id] = np.concatenate([prompt, result.token_ids[:-1]])
             self._known.move_to_end(request.session_id)

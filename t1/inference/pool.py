@@ -25,8 +25,8 @@
 - Stalls (t1.inference.stall): a busy replica that makes no progress for `stall_s` (or loads weights
   past `weights_timeout_s`) is avoided and its in-flight requests fail with UNAVAILABLE, so they
   are retried elsewhere (a failover). `stalls` keeps the verdicts.
-- KV admission (`kv_admission`, t1.inference.kv_admission): a turn starts only on a replica with
-  room in its reported KV capacity for the turn's context; otherwise it waits.
+- KV admission (`kv_admission`, t1.inference.kv_admission): a new episode starts only on a replica
+  with room in its reported KV capacity for what it is expected to grow to; otherwise it waits.
 """
 
 from __future__ import annotations
@@ -228,21 +228,8 @@ class InferencePool:
         if unknown:
             await asyncio.gather(*(self._ask_capacity(i) for i in unknown))
         need = len(request.prompt_ids) + request.sampling.max_tokens
-
-        def place() -> int | None:
-            idx = self._pick(session)
-            if kv.fits(idx, session, need):
-                return idx
-            now = time.monotonic()
-            if self._affinity.get(session) == idx and self._replicas[idx].healthy(now):
-                return None  # its replica holds its prefix: wait for room there
-            room = [i for i, r in enumerate(self._replicas) if r.healthy(now) and kv.fits(i, session, need)]
-            return min(room, key=lambda i: (self._replicas[i].outstanding, i)) if room else None
-
-        idx, waited_s = await kv.admit(session, need, place)
-        if waited_s:
-            self.metrics.kv_waits.inc()
-            self.metrics.kv_wait_seconds.inc(waited_s)
+        idx, waited_s = await kv.admit(session, need, lambda: self._pick(session), self._replicas)
+        self.metrics.kv_waited(waited_s)
         return idx
 
     async def _ask_capacity(self, idx: int) -> None:
@@ -255,7 +242,7 @@ class InferencePool:
             log.warning("%s: no KV capacity (%s); admitted without a bound until it answers", replica.address,
                         err.code().name)
             return
-        self._kv.set_capacity(idx, int(info.kv_capacity_tokens))
+        self._kv.set_capacity(idx, int(info.kv_capacity_tokens), int(info.max_context_tokens))
 
     def kv_usage(self) -> dict[str, tuple[int, int]]:
         """Per replica (capacity, held) in tokens by the pool's ledger; empty without KV admission."""

@@ -56,6 +56,12 @@ class PoolMetrics:
         self.stalls = Counter("t1_inference_stalls", "Replicas found stalled (no tokens, no answer, or a weight "
                               "load that does not finish) while busy.", registry=r)
 
+    def kv_waited(self, seconds: float) -> None:
+        """A turn admitted by KV headroom after `seconds` of waiting (0: it did not wait)."""
+        if seconds:
+            self.kv_waits.inc()
+            self.kv_wait_seconds.inc(seconds)
+
     def observe(self, result: GenerateResult, seconds: float) -> None:
         """One finished request: its latency, tokens/s, sampled, prefilled and cached tokens."""
         n = len(result.token_ids)

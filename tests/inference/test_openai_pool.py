@@ -284,3 +284,31 @@ async def test_training_is_refused_up_front_by_a_server_without_token_ids() -> N
         finally:
             await pool.close()
     assert good.bodies[0][1]["max_tokens"] == 1
+
+
+async def test_kv_admission_counts_each_endpoints_budget_from_prompts_and_replies() -> None:
+    """Budgets of 1000 tokens, episodes expected to reach 600: "a" and "b" start on one endpoint each, "c"
+    waits for room on either and starts where "a" ended; the ledger holds prompt + reply per session."""
+    import asyncio
+
+    first, second = StandIn(sampler=lambda p: [11, 12, 0]), StandIn(sampler=lambda p: [13, 0])
+    async with serve(first) as url_a, serve(second) as url_b:
+        cfg = pool_cfg(url_a, url_b, kv_budget_tokens=1000).model_copy(
+            update={"kv_admission": True, "kv_expected_context_tokens": 600})
+        pool = OpenAIPool(cfg, vocab_size=100)
+        try:
+            await pool(request([5] * 100, session="a"))
+            await pool(request([6] * 200, session="b"))
+            assert pool.kv_usage() == {url_a: (1000, 103), url_b: (1000, 202)}
+            assert (pool.replica_of("a"), pool.replica_of("b")) == (url_a, url_b)
+            waiting = asyncio.create_task(pool(request([7] * 50, session="c")))
+            await asyncio.sleep(0.7)
+            assert not waiting.done() and len(first.bodies) + len(second.bodies) == 2  # 600 + 600 > 1000 on both
+            await pool(request([5] * 100 + [11, 12, 0] + [8] * 40, session="a"))  # resident: never held back
+            assert pool.kv_usage()[url_a] == (1000, 146)
+            pool.end_session("a")
+            await asyncio.wait_for(waiting, 10)
+            assert pool.replica_of("c") == url_a and pool.kv_usage() == {url_a: (1000, 53), url_b: (1000, 202)}
+            assert pool.metrics.registry.get_sample_value("t1_inference_kv_waits_total") == 1
+        finally:
+            await pool.close()

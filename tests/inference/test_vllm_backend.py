@@ -127,3 +127,46 @@ async def test_bad_request_is_rejected_before_the_engine(vllm, engine) -> None:
     with pytest.raises(RequestError, match="prompt_ids"):
         await collect(vllm.stream(req(np.zeros(0, np.int32))))
     assert engine.params == []
+
+
+async def test_the_kv_cache_in_tokens_comes_from_vllms_stat_logger_and_admits_episodes(tiny_model_dir) -> None:
+    """vLLM's cache (65 blocks of 16, one the null block: 1024 positions) through GetModelInfo over real
+    gRPC, and the pool's KV admission on it: a second 600-position episode waits until the first ends."""
+    from t1.config.inference import InferencePoolConfig
+    from t1.config.service import AuthConfig, ServerConfig
+    from t1.inference.pool import InferencePool
+    from t1.inference.server import inference_binding
+    from t1.inference.vllm_backend import KvGauge
+    from t1.rpc.client import make_channel
+    from t1.rpc.server import GrpcServer
+    from t1.v1 import inference_pb2 as pb
+    from t1.v1.inference_pb2_grpc import InferenceServiceStub
+
+    gauge = KvGauge()
+    engine = vs.StandInEngine(vocab=1024, layers=3, experts=8, top_k=2, eos=2, delay_s=0.002, kv_blocks=65,
+                              stat_loggers=[gauge.logger])
+    backend = VllmBackend(engine, tiny_model_dir, VllmApi(vs.SamplingParams, vs.TokensPrompt,
+                                                          vs.RequestOutputKind.DELTA), dtype="float32", kv=gauge)
+    server = GrpcServer([inference_binding(backend)], ServerConfig(port=0, grace_s=0.2), AuthConfig())
+    await server.start()
+    stub = InferenceServiceStub(make_channel(server.address, AuthConfig()))
+    info = await stub.GetModelInfo(pb.GetModelInfoRequest())
+    assert (info.kv_capacity_tokens, info.kv_used_tokens) == (1024, 0)
+
+    stream = backend.stream(req(prompt(100), session="x", max_tokens=400))
+    await anext(stream)  # 101 positions running: 7 blocks
+    info = await stub.GetModelInfo(pb.GetModelInfoRequest())
+    assert info.kv_used_tokens == round(7 / 64 * 1024)
+    await stream.aclose()
+    assert backend.kv_usage() == (1024, 0)
+
+    pool = InferencePool(InferencePoolConfig(kv_admission=True, kv_expected_context_tokens=600, backoff_s=0.01),
+                         [server.address])
+    await pool(req(prompt(100, seed=1), session="a", max_tokens=4))
+    second = asyncio.create_task(pool(req(prompt(100, seed=2), session="b", max_tokens=4)))
+    await asyncio.sleep(0.7)
+    assert not second.done() and pool.kv_usage()[server.address][0] == 1024  # 600 + 600 > 1024
+    pool.end_session("a")
+    assert len((await asyncio.wait_for(second, 30)).token_ids) >= 1
+    await pool.close()
+    await server.stop()

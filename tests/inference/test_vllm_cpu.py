@@ -11,6 +11,7 @@ capture needs vLLM's GPU model runner, so routing is off here (tested with a sta
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -125,3 +126,28 @@ def test_update_weights_gives_the_new_models_outputs(engine_backend) -> None:
     assert set(res.token_versions.tolist()) == {1}
     # Expert weights reloaded in the layout a fresh load gives: logprobs equal the new model's forward.
     _check_against_transformers(new_dir, p, res, 1.0)
+
+
+def test_kv_cache_in_tokens_comes_from_the_engine(engine_backend) -> None:
+    """Capacity: the engine's KV blocks (less the null block) times the block size; use: what a running
+    request's blocks hold, and nothing once it has ended (its cached prefix is free for vLLM)."""
+    backend, loop = engine_backend
+    cache = backend.engine.vllm_config.cache_config
+    capacity = (cache.num_gpu_blocks - 1) * cache.block_size
+    assert capacity > 0 and backend.kv_usage() == (capacity, 0)
+
+    async def during_and_after():
+        stream = backend.stream(GenerateRequest("kv", _prompt(100, 7), SamplingParams(seed=1, max_tokens=900)))
+        seen = []
+        async for _ in stream:
+            seen.append(backend.kv_usage()[1])
+            if len(seen) == 3:
+                break
+        await stream.aclose()
+        await asyncio.sleep(0.5)  # the abort's engine step
+        res = await collect(backend.stream(GenerateRequest("kv2", _prompt(20, 8), SamplingParams(seed=1, max_tokens=4))))
+        return seen, res
+
+    seen, res = loop.run_until_complete(during_and_after())
+    assert 100 <= max(seen) <= 100 + 900 + cache.block_size, seen
+    assert len(res.token_ids) >= 1 and backend.kv_usage() == (capacity, 0)
