@@ -1,6 +1,6 @@
 """Context compaction as pure functions: keep the opening, a note of what was done, and the last turns verbatim.
 
-The compacted conversation starts a new TITO segment (DESIGN.md). The note is the rule's
+The compacted conversation starts a new TITO segment (docs/design.md). The note is the rule's
 (`compact_messages`: older observations trimmed to a list of the commands that ran and their exit
 codes) or the policy's own summary (`summary_compacted`, `rollout.compaction.mode: policy`): asked
 with SUMMARY_REQUEST in the model's own chat template, its sampled tokens close the segment and are

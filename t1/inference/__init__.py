@@ -40,7 +40,7 @@ Semantics every backend keeps:
   distribution's logprob is returned.
 - Routing: a RoutingBlock for positions start .. prompt_len + n - 2, where start is the first
   position the request processed for the first time (cached_tokens for the torch backend). The
-  last sampled token has no row: it is first fed in the next request (DESIGN.md).
+  last sampled token has no row: it is first fed in the next request (docs/design.md).
 - cached_tokens: prompt tokens served from the session cache; the rest were prefilled.
 - A request runs to its end on the weights it started with; every TokenChunk carries the version.
 - EOS ids (generation_config.json) and stop_token_ids end a turn; the stop token is the last token.

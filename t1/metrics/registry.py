@@ -1,6 +1,6 @@
 """Every Prometheus metric of the coordinator, registered once on T1's own registry.
 
-Names follow DESIGN.md's Metrics section. Trainer-side values (logprob diff, KL, clip
+Names follow docs/design.md's Metrics section. Trainer-side values (logprob diff, KL, clip
 fraction, ...) arrive in the trainer's status and are mirrored here by `set_trainer_metrics`,
 so one /metrics endpoint and one run log show the whole run. Metrics other planes keep on
 prometheus_client's default registry (TITO repair counters, pools) are bridged into this one,

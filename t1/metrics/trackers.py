@@ -1,6 +1,6 @@
 """Trackers: every metric of the run, by trainer step and wall time, in TensorBoard and W&B.
 
-The coordinator's registry already holds every metric of DESIGN.md (trainer values mirrored from
+The coordinator's registry already holds every metric of docs/design.md (trainer values mirrored from
 the trainer's status), and the run log sees every moment worth a point: a `status` record every
 few seconds and a `trainer` record whenever the trainer's step moves. So `Trackers` is fed by the
 run log (`RunLog(path, trackers)`): at each such record it takes one snapshot of the registry

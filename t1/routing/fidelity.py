@@ -1,7 +1,7 @@
 """Trainer-side logprobs of a segment's sampled tokens, with or without routing replay.
 
 The fidelity check of TITO + R3: feed a segment's exact ids through the trainer's model in one full
-forward (inputs stop before the last token, DESIGN.md), optionally replaying the recorded routing,
+forward (inputs stop before the last token, docs/design.md), optionally replaying the recorded routing,
 and compare the logprobs of the loss tokens with the sampler's behaviour logprobs.
 `schedule_logprobs` is the control: the same scoring along the sampler's own KV-cache schedule.
 """

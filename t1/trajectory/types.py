@@ -1,4 +1,4 @@
-"""Trajectory, segment and turn records (DESIGN.md: Data that crosses boundaries)."""
+"""Trajectory, segment and turn records (docs/design.md: Data that crosses boundaries)."""
 
 from __future__ import annotations
 

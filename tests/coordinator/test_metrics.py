@@ -1,4 +1,4 @@
-"""Metrics: every DESIGN.md name on /metrics (real HTTP), the JSONL run log, and the loop-lag watchdog."""
+"""Metrics: every docs/design.md name on /metrics (real HTTP), the JSONL run log, and the loop-lag watchdog."""
 
 from __future__ import annotations
 

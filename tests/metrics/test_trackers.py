@@ -18,7 +18,7 @@ from t1.config.service import MetricsConfig
 from t1.metrics.runlog import RunLog
 from t1.metrics.trackers import Trackers, open_trackers, registry_scalars
 
-# DESIGN.md, "Metrics": every name must reach the trackers.
+# docs/design.md, "Metrics": every name must reach the trackers.
 DESIGN_NAMES = (
     "t1_train_infer_logprob_abs_diff", "t1_tito_drift_tokens", "t1_tito_repaired_turns",
     "t1_retokenize_mismatch_rate", "t1_routing_replay_coverage", "t1_router_disagreement_rate",
