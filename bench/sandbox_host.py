@@ -32,7 +32,7 @@ import asyncssh
 
 from t1.config.sandbox import LimitsConfig, ShellConfig
 from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
-from t1.sandbox.local import blocking_dir, new_sandbox_uid
+from t1.sandbox.local_host import blocking_dir, new_sandbox_uid
 from t1.sandbox.local_server import LocalSshServer
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest

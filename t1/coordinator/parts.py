@@ -47,7 +47,7 @@ from t1.sandbox.factory import build_provider
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.loopback_port import SandboxPorts
 from t1.sandbox.pool import SandboxPool
-from t1.sandbox.types import SandboxProvider
+from t1.sandbox.types import SandboxProvider, SweepsUnclaimed
 from t1.tasks.docker_build import EnvironmentBuilder
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,10 @@ class Parts:
         stream end while the job was still running."""
         if isinstance(self.provider, LocalProvider):
             await self.provider.start()
+        if isinstance(self.provider, SweepsUnclaimed):  # what a dead coordinator left that no resumed episode takes
+            swept = await self.provider.sweep_unclaimed({u.record.sandbox_id for u in self.recovered.unfinished})
+            if swept:
+                self.runlog.write("sandboxes_swept", count=swept)
         await self.server.start()
         address = self.server.address
         previous = self.crash_watch.previous()

@@ -29,7 +29,7 @@ import os
 import posixpath
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -57,6 +57,8 @@ from t1.sandbox.verifier_role import ETC_DIR, PRISTINE_DIR, VERIFIER_DIRS, VERIF
 log = logging.getLogger(__name__)
 
 ENTERED_NAMESPACES = ("mnt", "uts", "ipc", "net", "pid", "cgroup")
+LABEL_PROVIDER = "t1.provider"
+"""The provider object that made a container (a token): a restarted coordinator's sweep spares its own."""
 MOUNT_POINT_TMPFS = "mode=755,size=1m"
 
 
@@ -198,6 +200,8 @@ class DockerProvider:
         """`images` builds the images of tasks' Dockerfiles; without it such a task is refused (needs_image)."""
         self.run = RunLease.of(run_dir) if run_dir is not None else None
         """The run whose containers this provider makes and may reattach (none: it reattaches none)."""
+        self._token = secrets.token_hex(8)
+        """Labels this provider's own containers (`LABEL_PROVIDER`): `sweep_unclaimed` spares them, in flight or not."""
         self.cfg = cfg
         self._images = images
         self.shell_cfg = shell_cfg
@@ -244,7 +248,8 @@ class DockerProvider:
             memory_mb=request.memory_mb or self.cfg.memory_mb, cpus=request.cpus or self.cfg.cpus,
             pids=self.cfg.pids, network=self._network(request), env=request.env,
             tmpfs=verifier_tmpfs(self.cfg.verifier_tmpfs_mb) if self.separates_verifier else (),
-            storage_mb=request.storage_mb, labels=tuple(self.run.labels().items()) if self.run is not None else (),
+            storage_mb=request.storage_mb,
+            labels=((LABEL_PROVIDER, self._token), *(self.run.labels().items() if self.run is not None else ())),
         )
 
     async def create(self, request: SandboxRequest) -> Sandbox:
@@ -367,6 +372,25 @@ class DockerProvider:
             raise LoopbackPortError(f"the container of sandbox {sandbox_id} shares T1's network namespace: "
                                     "a gateway there would be reachable from outside it")
         return await asyncio.to_thread(listen_in_namespace, target.pid, port)
+
+    async def sweep_unclaimed(self, keep: Collection[str] = ()) -> int:
+        """Remove this run's containers that earlier coordinators made, this provider has not reattached and `keep`
+        does not name (`SweepsUnclaimed`); how many."""
+        if self.run is None:
+            return 0
+        await self.start()
+        assert self.engine is not None
+        mine = set(self._containers.values())
+        found = await asyncio.to_thread(self.engine.client.containers.list, all=True,
+                                        filters={"label": LABEL_SANDBOX})
+        stale = [c for c in found if self.run.matches(c.labels) and c.id not in mine
+                 and c.labels.get(LABEL_PROVIDER) != self._token and c.labels.get(LABEL_SANDBOX) not in keep]
+        for container in stale:
+            await asyncio.to_thread(self.engine.remove, container.id)
+        if stale:
+            log.info("removed %d containers of earlier coordinators of this run that this one did not reattach",
+                     len(stale))
+        return len(stale)
 
     def container_id(self, sandbox_id: str) -> str:
         """The engine's id of a live sandbox's container."""

@@ -14,12 +14,13 @@ if TYPE_CHECKING:
 
 def build_provider(cfg: SandboxConfig, run_dir: Path | None = None, images: ImageBuilder | None = None) -> SandboxProvider:
     """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create.
-    With `run_dir` (a coordinator's), docker sandboxes are labelled with its run and reattach into it.
+    With `run_dir` (a coordinator's) its sandboxes outlive the coordinator: local ones live in the run's sandbox
+    service (`t1.sandbox.service`), docker ones are labelled with the run; both reattach into it.
     `images` builds tasks' Dockerfile environments for the docker provider (`t1.tasks.docker_build`)."""
     if cfg.provider == "local":
         from t1.sandbox.local import LocalProvider
 
-        return LocalProvider(cfg.local, cfg.shell)
+        return LocalProvider(cfg.local, cfg.shell, run_dir)
     if cfg.provider == "ssh":
         from t1.sandbox.remote import SshProvider
 

@@ -1,213 +1,180 @@
 """LocalProvider: sandboxes as fresh directory trees served by the embedded SSH server.
 
-`create` makes a tree (with its own host uid when T1 runs as root), registers it with the
-embedded server (which starts the sandbox's namespace init), and connects to it over loopback
-SSH with the key T1 generated; `destroy` closes the connection, kills every session and the
-init (so every process of the sandbox) and deletes the tree.
+The machinery (the server, the trees, their namespace holders, cgroups, uids; `t1.sandbox.local_host`)
+runs in one of two places:
 
-Every provider on a sandbox root holds the root's lock shared; the first one to start while no
-other live provider holds it kills the processes and removes the `sb-*` trees that dead runs
-(kill -9) left behind. A sandbox's processes die with T1's process anyway (`t1.sandbox.holders`).
+- In a coordinator's run (a run dir, `sandbox.local.service` on): in the run's sandbox service
+  (`t1.sandbox.service`), a process of its own that outlives the coordinator, so
+  `survives_coordinator` is True and a restarted coordinator of the same run dir `reattach`es its
+  sandboxes; the service destroys them itself once no coordinator has attached for
+  `sandbox.local.service_grace_s`.
+- Otherwise (tests, the CLI): in this process, and the sandboxes die with it.
+
+Either way `create` asks for a tree and connects to it over loopback SSH with the key the server
+generated; `destroy` closes the connection, kills every session and the init (so every process of
+the sandbox) and deletes the tree.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import random
-import secrets
 import socket
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree, sweep_tree
-from t1.sandbox.cgroups import CgroupLimits, SandboxCgroups
-from t1.sandbox.holders import kill_leftovers
+from t1.sandbox.bwrap import NamespaceTarget, SandboxTree
+from t1.sandbox.cgroups import SandboxCgroups
+from t1.sandbox.local_host import LocalSandboxHost, SshAccess
 from t1.sandbox.local_server import LocalSshServer, verifier_user
 from t1.sandbox.loopback_port import LoopbackPortError, listen_in_namespace
-from t1.sandbox.rootfs import ID_COUNT, check_overlay_path, host_masks
+from t1.sandbox.remote import check_record
+from t1.sandbox.service_client import ServiceClient
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.supervisor_bin import install_private_bash
-from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord, SandboxRequest
-from t1.workdir import SharedDirLock
+from t1.sandbox.types import Sandbox, SandboxGone, SandboxLost, SandboxRecord, SandboxRequest
 
 log = logging.getLogger(__name__)
 
-_UID_SLOTS = (1_000_000 // ID_COUNT + 1, 2_000_000_000 // ID_COUNT)
-"""A sandbox's uids are slot * ID_COUNT and the ID_COUNT - 1 after it (its user namespace maps them all)."""
 
+class LocalBackend(Protocol):
+    """Where the local sandboxes live: this process (`LocalSandboxHost`) or the run's service (`ServiceClient`)."""
 
-def new_sandbox_uid(taken: set[int]) -> int:
-    """A base uid for a new sandbox, not in `taken` (which gets it): its ID_COUNT ids are its alone."""
-    while (uid := random.randrange(*_UID_SLOTS) * ID_COUNT) in taken:
-        pass
-    taken.add(uid)
-    return uid
+    async def start(self) -> SshAccess: ...
 
+    async def create(self, request: SandboxRequest) -> str: ...
 
-def blocking_dir(path: Path) -> Path | None:
-    """The directory on the way to `path` that other users cannot search, if any."""
-    return next((p for p in [path, *path.parents] if p.exists() and not os.stat(p).st_mode & 0o001), None)
+    async def destroy(self, sandbox_id: str) -> None: ...
 
+    async def end_setup(self, sandbox_id: str) -> None: ...
 
-def _check_traversable(path: Path) -> None:
-    """Sandbox uids must be able to reach their tree; name the directory that blocks them."""
-    if (parent := blocking_dir(path)) is not None:
-        raise PermissionError(
-            f"sandbox root {path}: directory {parent} is not searchable by other users (needs o+x), "
-            "so per-sandbox uids cannot reach their trees; choose another sandbox.local.root or chmod o+x"
-        )
+    async def target(self, sandbox_id: str) -> NamespaceTarget | None: ...
 
-
-def sweep_trees(root: Path) -> int:
-    """Kill the processes of, then remove, every sandbox tree under root (call only while no live provider
-    uses it); returns how many trees."""
-    kill_leftovers(root)  # first: a live holder keeps its tree's mounts busy
-    left = [d for d in root.iterdir() if d.name.startswith("sb-") and d.is_dir() and not d.is_symlink()]
-    for d in left:
-        sweep_tree(d)  # unmounts what a dead overlay run left in this namespace, then deletes
-    if left:
-        log.warning("removed %d sandbox trees left in %s by a run that did not stop cleanly", len(left), root)
-    return len(left)
+    async def close(self) -> None: ...
 
 
 class LocalProvider:
     """The default provider: bubblewrap trees behind an SSH server on 127.0.0.1."""
 
-    survives_coordinator = False
-    """The server and the namespace holders live in this process: its death ends every sandbox."""
-
-    def __init__(self, cfg: LocalProviderConfig, shell_cfg: ShellConfig) -> None:
+    def __init__(self, cfg: LocalProviderConfig, shell_cfg: ShellConfig, run_dir: Path | None = None) -> None:
         self.cfg = cfg
         self.shell_cfg = shell_cfg
         self.root = cfg.root.resolve()
-        self.server = LocalSshServer(cfg.host, cfg.port)
-        self._per_sandbox_uid = os.geteuid() == 0
-        self._overlay = cfg.overlay and cfg.bubblewrap and self._per_sandbox_uid
-        self._uids: set[int] = set()
+        self.backend: LocalBackend = (ServiceClient(cfg, run_dir) if run_dir is not None and cfg.service
+                                      else LocalSandboxHost(cfg))
+        self.survives_coordinator = isinstance(self.backend, ServiceClient)
+        """In a run with the sandbox service: its sandboxes outlive this process; otherwise they die with it."""
         self._sandboxes: dict[str, SshSandbox] = {}
-        self._start_lock = asyncio.Lock()
-        self._root_lock = SharedDirLock(self.root)
-        self._started = False
-        self.cgroups: SandboxCgroups | None = None
+
+    @property
+    def service(self) -> ServiceClient | None:
+        """The run's sandbox service, where this provider has one."""
+        return self.backend if isinstance(self.backend, ServiceClient) else None
+
+    def _host(self) -> LocalSandboxHost:
+        if not isinstance(self.backend, LocalSandboxHost):
+            raise RuntimeError("the local sandboxes of this provider live in the sandbox service process, "
+                               "not in this one")
+        return self.backend
+
+    @property
+    def server(self) -> LocalSshServer:
+        """The embedded server (only where the sandboxes live in this process)."""
+        return self._host().server
+
+    @property
+    def cgroups(self) -> SandboxCgroups | None:
+        """The sandboxes' cgroups (only where the sandboxes live in this process)."""
+        return self._host().cgroups
 
     async def start(self) -> None:
-        async with self._start_lock:
-            if self._started:
-                return
-            self.root.mkdir(parents=True, exist_ok=True)
-            await asyncio.to_thread(self._root_lock.acquire, lambda: sweep_trees(self.root))
-            if self._per_sandbox_uid:
-                _check_traversable(self.root)
-                await asyncio.to_thread(install_private_bash, self.root)
-                self.cgroups = await asyncio.to_thread(SandboxCgroups.create)
-            if self._overlay:
-                check_overlay_path(self.root)
-                await asyncio.to_thread(host_masks, str(self.root))  # the one scan of the host (a few seconds)
-            elif self.cfg.overlay and self.cfg.bubblewrap:
-                log.warning("sandbox.local.overlay needs T1 running as root; sandboxes get the host's system read-only")
-            await self.server.start()
-            self._started = True
+        """Serve (in this process, or by attaching to the run's service, started if needed); what dead runs
+        left on the root is swept first."""
+        await self.backend.start()
 
-    def _new_uid(self) -> int | None:
-        if not self._per_sandbox_uid:
-            return None
-        return new_sandbox_uid(self._uids)
-
-    def _storage_mb(self, request: SandboxRequest) -> int:
-        storage = self.cfg.storage_mb if request.storage_mb is None else request.storage_mb
-        if not 16 <= storage <= self.cfg.max_storage_mb:
-            raise ValueError(f"the task asks for storage_mb={storage}; this provider gives 16 to "
-                             f"{self.cfg.max_storage_mb} (sandbox.local.max_storage_mb)")
-        return storage
+    async def _connect(self, sandbox_id: str) -> SshSandbox:
+        access = await self.backend.start()
+        endpoint = SshEndpoint(host=access.host, port=access.port, user=sandbox_id,
+                               client_keys=(access.client_key,), host_keys=(access.host_key,))
+        return await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
+                                        verifier=replace(endpoint, user=verifier_user(sandbox_id)),
+                                        on_end_setup=lambda: self.backend.end_setup(sandbox_id),
+                                        record=("local", {"root": str(self.root)}))
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()
-        sandbox_id = "sb-" + secrets.token_hex(6)
-        procs, verifier_procs = await asyncio.to_thread(self._add_cgroups, sandbox_id, request)
-        tree = SandboxTree(
-            sandbox_id=sandbox_id, root=self.root / sandbox_id, uid=self._new_uid(),
-            allow_network=request.allow_network, limits=self.cfg.limits,
-            bubblewrap=self.cfg.bubblewrap, env=request.env, verifier_uid=self._new_uid(),
-            cgroup_procs=procs, verifier_cgroup_procs=verifier_procs,
-            overlay=self._overlay, storage_mb=self._storage_mb(request), verifier_storage_mb=self.cfg.verifier_storage_mb,
-        )
-        await asyncio.to_thread(make_tree, tree)
-        endpoint = SshEndpoint(
-            host=self.server.host, port=self.server.port, user=sandbox_id,
-            client_keys=(self.server.client_key,), host_keys=(self.server.host_key.convert_to_public(),),
-        )
+        sandbox_id = await self.backend.create(request)
         try:
-            await self.server.start_sandbox(tree)
-            sandbox = await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
-                                               verifier=replace(endpoint, user=verifier_user(sandbox_id)),
-                                               on_end_setup=lambda: self.server.end_setup(sandbox_id),
-                                               record=("local", {"root": str(self.root)}))
+            sandbox = await self._connect(sandbox_id)
         except BaseException:
-            await self._forget(tree)
+            await asyncio.shield(self.backend.destroy(sandbox_id))
             raise
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
 
     async def reattach(self, record: SandboxRecord) -> Sandbox:
-        """Never possible here: a local sandbox died with the coordinator that made it (`survives_coordinator`)."""
-        raise SandboxGone(f"sandbox {record.sandbox_id}: the local provider's sandboxes end with the coordinator "
-                          "that created them")
+        """A sandbox of this run's service (`survives_coordinator`), reconnected; SandboxGone when it is not live."""
+        service = self.service
+        if service is None:
+            raise SandboxGone(f"sandbox {record.sandbox_id}: the local provider's sandboxes end with the coordinator "
+                              "that created them (no sandbox service: no run dir, or sandbox.local.service off)")
+        check_record(record, "local", ("root",))
+        if record.data["root"] != str(self.root):
+            raise SandboxGone(f"sandbox {record.sandbox_id} lives under {record.data['root']}, not this provider's "
+                              f"root {self.root}")
+        if record.sandbox_id in self._sandboxes:
+            raise SandboxGone(f"sandbox {record.sandbox_id} is already attached by this coordinator")
+        await self.start()
+        if not await service.has(record.sandbox_id):
+            raise SandboxGone(f"sandbox {record.sandbox_id} is not live in the sandbox service (pid {service.pid}): "
+                              "destroyed, swept, or the service was restarted")
+        try:
+            sandbox = await self._connect(record.sandbox_id)
+        except SandboxLost as exc:
+            raise SandboxGone(f"sandbox {record.sandbox_id}: {exc}") from exc
+        self._sandboxes[record.sandbox_id] = sandbox
+        return sandbox
 
-    def _add_cgroups(self, sandbox_id: str, request: SandboxRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The sandbox's and its verifier's cgroups, limited by the task's request or the config's defaults."""
-        if self.cgroups is None:
-            return (), ()
-        limits = self.cfg.limits
-        cg = CgroupLimits(memory_mb=request.memory_mb or limits.sandbox_memory_mb, pids=limits.max_processes,
-                          cpus=request.cpus or limits.sandbox_cpus)
-        return self.cgroups.add(sandbox_id, cg), self.cgroups.add(sandbox_id + "-verifier", cg)
+    async def sweep_unclaimed(self, keep: Collection[str] = ()) -> int:
+        """Destroy the sandboxes earlier coordinators of this run left that this one has not reattached and `keep`
+        does not name (`SweepsUnclaimed`); how many."""
+        if self.service is None:
+            return 0
+        await self.start()
+        return len(await self.service.sweep([*self._sandboxes, *keep]))
 
     def tree(self, sandbox_id: str) -> SandboxTree:
-        """The tree of a live sandbox."""
-        return self.server.trees[sandbox_id]
+        """The tree of a live sandbox (only where the sandboxes live in this process)."""
+        return self._host().tree(sandbox_id)
 
     def host_path(self, sandbox_id: str, name: str) -> Path:
-        """Where T1 reaches tree dir `name` (`app`, `logs`, ...) of a live sandbox (tests and provisioning may read it)."""
-        return self.server.host_path(sandbox_id, name)
+        """Where T1 reaches tree dir `name` (`app`, `logs`, ...) of a live sandbox (only where the sandboxes live
+        in this process; tests and provisioning may read it)."""
+        return self._host().host_path(sandbox_id, name)
 
     async def listen_inside(self, sandbox_id: str, port: int) -> socket.socket:
-        """A socket listening on 127.0.0.1:`port` in the sandbox's own network namespace, held by T1
+        """A socket listening on 127.0.0.1:`port` in the sandbox's own network namespace, held by this process
         (`t1.sandbox.loopback_port`): a harness's gateway that only this sandbox reaches."""
-        tree = self.server.trees.get(sandbox_id)
-        if tree is None:
-            raise LoopbackPortError(f"sandbox {sandbox_id} is not live")
-        target = await self.server.ns_target(tree)
+        try:
+            target = await self.backend.target(sandbox_id)
+        except SandboxGone as exc:
+            raise LoopbackPortError(str(exc)) from None
         if target is None or "net" not in target.namespaces:
             raise LoopbackPortError(f"sandbox {sandbox_id} shares T1's network (sandbox.local.bubblewrap is off): "
                                      "a gateway there would be reachable from outside it")
         return await asyncio.to_thread(listen_in_namespace, target.pid, port)
 
-    async def _forget(self, tree: SandboxTree) -> None:
-        await self.server.end_sandbox(tree.sandbox_id)
-        self.server.trees.pop(tree.sandbox_id, None)
-        await asyncio.to_thread(remove_tree, tree)
-        self._uids.difference_update({tree.uid, tree.verifier_uid})
-        if self.cgroups is not None:  # rmdir of a v1 cgroup can take tens of ms: off the event loop
-            for name in (tree.sandbox_id, tree.sandbox_id + "-verifier"):
-                await asyncio.to_thread(self.cgroups.remove, name)
-
     async def destroy(self, sandbox: Sandbox) -> None:
         ssh_sandbox = self._sandboxes.pop(sandbox.id, None)
         if ssh_sandbox is not None:
             await ssh_sandbox.close()
-        tree = self.server.trees.get(sandbox.id)
-        if tree is not None:
-            await self._forget(tree)
+        await self.backend.destroy(sandbox.id)
 
     async def close(self) -> None:
+        """Destroy this provider's sandboxes and stop serving: in the service's case, shut it down (it destroys
+        what no coordinator reattached)."""
         for sandbox in list(self._sandboxes.values()):
             await self.destroy(sandbox)
-        await self.server.close()
-        self._root_lock.release()
-        if self.cgroups is not None:
-            self.cgroups.close()
-            self.cgroups = None
-        self._started = False
+        await self.backend.close()

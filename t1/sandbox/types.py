@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -182,3 +182,14 @@ class SandboxProvider(Protocol):
     async def destroy(self, sandbox: Sandbox) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SweepsUnclaimed(Protocol):
+    """A provider whose sandboxes outlive their coordinator and that can find those of its run (local with the
+    sandbox service, docker)."""
+
+    async def sweep_unclaimed(self, keep: Collection[str] = ()) -> int:
+        """Destroy the sandboxes of this run that earlier coordinators made, this provider has not reattached
+        and `keep` does not name (ids of sandboxes a restarted coordinator will still reattach); how many."""
+        ...

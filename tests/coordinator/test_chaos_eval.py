@@ -37,6 +37,17 @@ def _config(root: Path, model_dir: Path) -> dict:
     return cfg
 
 
+def _children(pid: int) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _trees(root: Path) -> list[str]:
     trees = root / "trees"
     return sorted(p.name for p in trees.iterdir() if p.name.startswith("sb-")) if trees.is_dir() else []
@@ -68,15 +79,15 @@ def test_coordinator_kill_9_mid_eval_loses_nothing_and_leaves_nothing(root: Path
         for point in kills:
             wait_until(lambda p=point: len(finished_attempts(db, job.job_id)) >= p, 240, f"{point} attempts")
             assert coord.proc is not None
-            children = [pid for pid, _ in processes_under(root) if pid != coord.proc.pid]
+            service = {pid for pid, cmd in processes_under(root) if "t1.sandbox.service" in cmd}
+            children = [pid for pid in _children(coord.proc.pid) if pid not in service]
             coord.kill9()
             survived = finished_attempts(db, job.job_id)
             left = _trees(root)
-            # All but a bubblewrap caught mid-start (waiting for uid maps from the dead coordinator): the restart's
-            # sweep kills that one.
-            wait_until(lambda: not [p for p, cmd in processes_under(root) if not cmd.startswith("bwrap ")], 30,
-                       "the killed coordinator's children and sandboxes to exit")
-            stuck = {p for p, _ in processes_under(root)}
+            # Its child services exit; its sandboxes outlive it in the run's sandbox service, which the restart
+            # attaches to, destroying the sandboxes it does not resume (all of them: eval attempts rerun).
+            wait_until(lambda c=children: not [p for p in c if _alive(p)], 30, "the killed coordinator's children to exit")
+            stuck = {p for p, _ in processes_under(root)} - service
             assert children, "the coordinator had a child inference server"
             coord.start(timeout_s=240)
             assert not stuck & {p for p, _ in processes_under(root)}, "the restart swept what the dead run left"

@@ -41,6 +41,7 @@ async def test_reattach_finds_files_and_processes_and_refuses_what_is_not_its_ow
     shell = await sandbox.open_shell()
     pid = (await shell.run(SPAWN)).output.strip()
     await shell.run("echo before the crash > /app/kept.txt")
+    spare = await first.create(SandboxRequest())  # one the restarted coordinator does not reattach
     record = SandboxRecord.from_json(json.loads(json.dumps(sandbox.record().to_json())))
     assert record.provider == "docker" and record.sandbox_id == sandbox.id
     await first.server.close()  # the coordinator's death: every session and connection gone, nothing destroyed
@@ -64,6 +65,11 @@ async def test_reattach_finds_files_and_processes_and_refuses_what_is_not_its_ow
             assert who.output.split("\n")[:3] == [str(VERIFIER_UID), "before the crash", "pristine"], who.output
         with pytest.raises(SandboxGone, match="already attached"):
             await second.reattach(record)
+        assert await others.sweep_unclaimed() == 0  # not its run's
+        assert await second.sweep_unclaimed() == 1  # the spare: nobody reattached it
+        with pytest.raises(SandboxGone, match="no longer exists"):
+            await provider(dockerd, run_dir).reattach(spare.record())
+        assert (await shell.run("echo still")).output.strip() == "still"
         await second.destroy(again)
         with pytest.raises(SandboxGone, match="no longer exists"):
             await provider(dockerd, run_dir).reattach(record)

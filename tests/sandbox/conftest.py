@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,22 @@ from t1.sandbox.sshd import SSHD, Sshd, SshdProcess, free_port  # noqa: F401  (r
 from t1.sandbox.types import SandboxRequest
 
 SHELL_CFG = ShellConfig(output_cap_bytes=4096, interrupt_grace_s=1.0, keepalive_s=5.0)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Wait (polling) until `cond()` holds; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"after {timeout_s:.0f}s: {what}"
+        time.sleep(0.05)
 
 
 def sandbox_tmp_root() -> Path:

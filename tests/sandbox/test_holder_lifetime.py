@@ -22,7 +22,7 @@ from t1.sandbox.holders import HOLDER_NAME, tree_processes
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.netns import SLIRP
 
-from .conftest import sandbox_tmp_root
+from .conftest import alive, sandbox_tmp_root, until
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -36,13 +36,6 @@ def root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _pid_ns(pid: int) -> int:
     return os.stat(f"/proc/{pid}/ns/pid").st_ino
 
@@ -53,7 +46,7 @@ def _members(namespaces: set[int]) -> list[int]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if _pid_ns(int(entry.name)) in namespaces and _alive(int(entry.name)):
+                if _pid_ns(int(entry.name)) in namespaces and alive(int(entry.name)):
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -71,13 +64,6 @@ def _start_owner(root: Path, mode: str) -> tuple[subprocess.Popen[str], list[int
     line = owner.stdout.readline().split()
     assert line and line[0] == "ready", f"owner exited with {owner.wait()}"
     return owner, [int(p) for p in line[1:]]
-
-
-def _until(cond, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"after {timeout_s:.0f}s: {what}"
-        time.sleep(0.05)
 
 
 def _kill9(proc: subprocess.Popen[str]) -> None:
@@ -98,9 +84,9 @@ def test_every_process_of_its_sandboxes_dies_within_seconds_of_a_kill_9_of_the_o
         assert len(slirps) == (shutil.which(SLIRP) is not None)
     finally:
         _kill9(owner)
-    _until(lambda: not _members(namespaces), 5, f"left in the sandboxes: {_members(namespaces)}")
-    _until(lambda: not any(_alive(pid) for pid in slirps), 5, f"{SLIRP} left: {slirps}")
-    _until(lambda: not tree_processes(root / "overlay") and not tree_processes(root / "ro"), 5,
+    until(lambda: not _members(namespaces), 5, f"left in the sandboxes: {_members(namespaces)}")
+    until(lambda: not any(alive(pid) for pid in slirps), 5, f"{SLIRP} left: {slirps}")
+    until(lambda: not tree_processes(root / "overlay") and not tree_processes(root / "ro"), 5,
            f"left for the trees: {tree_processes(root / 'overlay') + tree_processes(root / 'ro')}")
 
 
@@ -114,7 +100,7 @@ def test_holders_end_with_the_lifeline_pipe_itself(root: Path) -> None:
         owner.stdin.write("close\n")
         owner.stdin.flush()
         assert owner.stdout.readline().strip() == "closed"
-        _until(lambda: not _members(namespaces), 5, f"left in the sandboxes: {_members(namespaces)}")
+        until(lambda: not _members(namespaces), 5, f"left in the sandboxes: {_members(namespaces)}")
         assert owner.poll() is None, "the owner itself is alive: the pipe alone ended its sandboxes"
     finally:
         _kill9(owner)
@@ -129,22 +115,22 @@ async def test_the_next_start_kills_what_a_dead_run_left_then_removes_its_trees(
     try:
         child = int(Path(f"/proc/{outer}/task/{outer}/children").read_text().split()[0])
         _kill9(owner)
-        _until(lambda: not _alive(outer), 5, "bubblewrap's outer process dies with its parent")
+        until(lambda: not alive(outer), 5, "bubblewrap's outer process dies with its parent")
         time.sleep(0.5)
-        assert _alive(child), "bubblewrap's child is left blocked (the leftover this test is about)"
+        assert alive(child), "bubblewrap's child is left blocked (the leftover this test is about)"
         (root / "sb-dead").mkdir()
         holder = subprocess.Popen(["bash", "-c", "sleep 3600; :", HOLDER_NAME, str(root / "sb-dead")],
                                   start_new_session=True)
         # Not this root's: a holder of another root (a live run's) and a process that only names the root.
         bystanders = [subprocess.Popen(["bash", "-c", "sleep 3600; :", HOLDER_NAME, where], start_new_session=True)
                       for where in (f"{root}-other/sb-live", str(root))]
-        _until(lambda: set(tree_processes(root)) == {child, holder.pid}, 5, f"found {tree_processes(root)}")
+        until(lambda: set(tree_processes(root)) == {child, holder.pid}, 5, f"found {tree_processes(root)}")
         caplog.set_level(logging.WARNING)
         provider = LocalProvider(LocalProviderConfig(root=root), ShellConfig())
         await provider.start()
         try:
             assert holder.wait(5) == -signal.SIGKILL
-            assert not _alive(child)
+            assert not alive(child)
             assert not tree_processes(root)
             assert not (root / "sb-dead").exists() and not (root / "sb-stuck").exists()
             assert all(b.poll() is None for b in bystanders), "only the root's tree processes are killed"
@@ -155,7 +141,7 @@ async def test_the_next_start_kills_what_a_dead_run_left_then_removes_its_trees(
         if owner.poll() is None:
             _kill9(owner)
         for pid in (keeper, outer):
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         for group in [holder, *bystanders]:  # with their sleeps, which the sweep does not know
             if group is not None:
