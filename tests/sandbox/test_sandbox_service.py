@@ -93,6 +93,7 @@ async def test_sandboxes_outlive_a_kill_9_of_the_coordinator_and_are_reattached(
         await provider.reattach(SandboxRecord("local", "sb-000000000000", record.data))
     health = await provider.service.health()
     assert health["attached"] == 1 and health["sandboxes"] == 2
+    assert await provider.sweep_unclaimed(keep={info["other"]}) == 0  # one a resumed episode will still take
     assert await provider.sweep_unclaimed() == 1  # the other sandbox: nobody reattached it
     assert not await provider.service.has(info["other"]) and await provider.service.has(record.sandbox_id)
     assert (await shell.run("echo still")).output.strip() == "still"
