@@ -24,7 +24,6 @@ Modules:
 - eval_request.py: SubmitEvalRequest checked against config limits (RequestError naming the field)
 - evals.py: eval jobs: every (task, attempt) once, each result recorded as it lands, resumed after a crash
 - jobs.py: the eval job store (SQLite): jobs and every finished attempt
-- tallies.py: a job's summary from its per-task tallies (the numbers of t1.evals.results.summarize)
 - report.py: the end-of-run report on the console: solve rates with intervals, per family; SFT curve; fidelity
 - progress.py: progress on the console: a live display on a terminal, plain lines otherwise
 - sft_steer.py: steered SFT: train on demonstrations until the validation solve rate stops rising

@@ -34,8 +34,7 @@ from t1.coordinator.eval_request import (
     openai_endpoint,
 )
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
-from t1.coordinator.tallies import summary_of
-from t1.evals.results import AttemptOutcome, JobSummaryValues
+from t1.evals.results import AttemptOutcome, JobSummaryValues, summary_of
 from t1.metrics.write_faults import WriteFaults
 from t1.rpc.errors import NotFound, RequestError, ResourceExhausted
 from t1.tasks.spec import TaskSpec

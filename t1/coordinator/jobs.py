@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from t1.evals.results import AttemptOutcome
+from t1.evals.results import AttemptOutcome, TaskTally
 from t1.trajectory.types import EpisodeStatus
 from t1.workdir import StorageError
 
@@ -98,17 +98,6 @@ class JobRecord:
     @property
     def total_attempts(self) -> int:
         return len(self.task_ids) * self.attempts_per_task
-
-
-@dataclass(frozen=True, slots=True)
-class TaskTally:
-    """What one task of a job has so far: scored attempts, resolved ones, their reward sum, infra errors."""
-
-    task_id: str
-    scored: int
-    resolved: int
-    reward_sum: float
-    infra_errors: int
 
 
 @dataclass(frozen=True, slots=True)

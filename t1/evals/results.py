@@ -1,8 +1,12 @@
-"""Eval results as values, and the math over them: resolve rate, mean reward, unbiased pass@k."""
+"""Eval results as values, and the math over them: resolve rate, mean reward, unbiased pass@k.
+
+A job's summary is computed in one place, `summary_of`, from one tally per task: the job store's
+tallies (SQL sums over up to limits.max_attempts_per_job attempts, for ListJobs, GetJob and WatchJob,
+with pass@k for k up to limits.max_pass_at_k) or the tallies of a list of outcomes (`summarize`).
+"""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from math import comb
@@ -35,6 +39,17 @@ class AttemptOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskTally:
+    """What one task of a job has so far: scored attempts, resolved ones, their reward sum, infra errors."""
+
+    task_id: str
+    scored: int
+    resolved: int
+    reward_sum: float
+    infra_errors: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummaryValues:
     """Per-job aggregates; infra errors are counted, never scored."""
 
@@ -56,36 +71,48 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def tallies_of(outcomes: Iterable[AttemptOutcome]) -> list[TaskTally]:
+    """One tally per task of `outcomes`, tasks in order of first appearance."""
+    rows: dict[str, list[float]] = {}
+    for o in outcomes:
+        row = rows.setdefault(o.task_id, [0, 0, 0.0, 0])
+        if o.is_infra_error:
+            row[3] += 1
+        else:
+            row[0] += 1
+            row[1] += o.resolved
+            row[2] += o.reward
+    return [TaskTally(task, int(r[0]), int(r[1]), r[2], int(r[3])) for task, r in rows.items()]
+
+
 def resolve_rate(outcomes: Iterable[AttemptOutcome]) -> float:
     """Mean of binary rewards over attempts that were not infra errors (0.0 when there are none)."""
-    scored = [o for o in outcomes if not o.is_infra_error]
-    return sum(o.resolved for o in scored) / len(scored) if scored else 0.0
-
-
-def mean_reward(outcomes: Iterable[AttemptOutcome]) -> float:
-    scored = [o.reward for o in outcomes if not o.is_infra_error]
-    return sum(scored) / len(scored) if scored else 0.0
+    return summary_of(tallies_of(outcomes), 1, 0).resolve_rate
 
 
 def job_pass_at_k(outcomes: Iterable[AttemptOutcome], max_k: int) -> dict[int, float]:
     """Mean over tasks of pass@k, k = 1..max_k; a task counts for k only if it has >= k scored attempts."""
-    per_task: dict[str, list[bool]] = defaultdict(list)
-    for o in outcomes:
-        if not o.is_infra_error:
-            per_task[o.task_id].append(o.resolved)
-    result: dict[int, float] = {}
-    for k in range(1, max_k + 1):
-        values = [pass_at_k(len(r), sum(r), k) for r in per_task.values() if len(r) >= k]
+    return summary_of(tallies_of(outcomes), max_k, max_k).pass_at_k
+
+
+def summary_of(tallies: Sequence[TaskTally], attempts_per_task: int, max_k: int) -> JobSummaryValues:
+    """Resolve rate and mean reward over scored attempts; pass@k (k up to min(attempts_per_task, max_k)) over
+    the tasks with >= k scored attempts; infra errors counted, never scored."""
+    scored = sum(t.scored for t in tallies)
+    pass_k: dict[int, float] = {}
+    for k in range(1, min(attempts_per_task, max_k) + 1):
+        values = [pass_at_k(t.scored, t.resolved, k) for t in tallies if t.scored >= k]
         if values:
-            result[k] = sum(values) / len(values)
-    return result
+            pass_k[k] = sum(values) / len(values)
+    return JobSummaryValues(
+        resolve_rate=sum(t.resolved for t in tallies) / scored if scored else 0.0,
+        mean_reward=sum(t.reward_sum for t in tallies) / scored if scored else 0.0,
+        pass_at_k=pass_k,
+        infra_errors=sum(t.infra_errors for t in tallies),
+        num_tasks=len(tallies),
+    )
 
 
 def summarize(outcomes: Sequence[AttemptOutcome], attempts_per_task: int) -> JobSummaryValues:
-    return JobSummaryValues(
-        resolve_rate=resolve_rate(outcomes),
-        mean_reward=mean_reward(outcomes),
-        pass_at_k=job_pass_at_k(outcomes, attempts_per_task),
-        infra_errors=sum(o.is_infra_error for o in outcomes),
-        num_tasks=len({o.task_id for o in outcomes}),
-    )
+    """The summary of a list of outcomes (every k up to attempts_per_task)."""
+    return summary_of(tallies_of(outcomes), attempts_per_task, attempts_per_task)

@@ -20,9 +20,8 @@ from t1.config.tasks import TasksConfig
 from t1.coordinator.evals import EvalAttempt, EvalJobs
 from t1.coordinator.jobs import JobState, JobStore
 from t1.coordinator.service import CoordinatorServicer
-from t1.coordinator.tallies import summary_of
 from t1.coordinator.tasksource import make_resolver
-from t1.evals.results import AttemptOutcome, summarize
+from t1.evals.results import AttemptOutcome, summarize, summary_of
 from t1.rpc.server import GrpcServer
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as pb
