@@ -14,6 +14,7 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   ├── NoFreeHost               [sandbox.remote] every host of an SSH inventory is busy
     │   ├── NetworkSetupError        [sandbox.netns] a sandbox's network namespace could not be made
     │   ├── LoopbackPortError        [sandbox.loopback_port] no port on a sandbox's own loopback
+    │   ├── ServiceFailed            [sandbox.service_client] the local sandbox service cannot be started or reached
     │   ├── NeedsError               [sandbox.needs] the task needs what this host or provider cannot give
     │   │   ├── NeedsImageError
     │   │   ├── NeedsNetworkError

@@ -12,6 +12,10 @@ Modules:
 - terminal.py: TerminalShell: an interactive bash on a PTY rendered by pyte
 - local.py: LocalProvider: sandboxes as fresh trees served by the embedded SSH server
 - local_server.py: the embedded SSH server: loopback only, key auth, every session in bubblewrap
+- local_host.py: LocalSandboxHost: what runs local sandboxes (SSH server, trees, holders, cgroups, uids)
+- service.py: the local sandbox service: local sandboxes in a process that outlives the coordinator
+- service_client.py: the coordinator's side of it: find or start it, attach, ask (ServiceFailed)
+- service_wire.py: its control wire: JSON lines, requests, socket paths
 - bwrap.py: local sandbox trees, the bubblewrap init, how sessions enter
 - rootfs.py: the copy-on-write root of a local sandbox
 - mountns.py: mount syscalls and the thread that builds each sandbox's mount namespace

@@ -25,6 +25,7 @@ from typing import Any
 import asyncssh
 
 from t1.config.sandbox import LocalProviderConfig
+from t1.errors import InfraError
 from t1.sandbox.bwrap import NamespaceTarget
 from t1.sandbox.local_host import SshAccess
 from t1.sandbox.service import ServiceConfig
@@ -45,7 +46,7 @@ LOG_NAME = "sandbox-service.log"
 START_TIMEOUT_S = 120.0
 
 
-class ServiceFailed(RuntimeError):
+class ServiceFailed(InfraError, RuntimeError):
     """The sandbox service could not be started or reached; the message says why and where its log is."""
 
 
