@@ -1,11 +1,16 @@
 """Providers side by side in one run (`bench/sandbox_ramp.py --providers local,docker`): start, round trip, how many fit.
 
+`local` is the local provider with its sandboxes in the benchmark's own process (tests, the CLI);
+`local-service` the same in a coordinator's run, where they live in the run's sandbox service
+process (`t1.sandbox.service`): `--providers local,local-service` measures what that process costs.
+
 For each provider, alternating round by round: sandbox start (create + the first command on a new
 framed shell), command round trip (`true` on a live framed shell), then a ramp that keeps creating
 sandboxes (each holding one shell) until `--fit` are live (the bound: 100 by default), a creation
 fails, or available memory falls under `--min-free-gib`, recording the processes the ramp added on
 the host and their resident memory per live sandbox (RSS counts shared pages once per process: an
-upper bound). The docker provider needs an engine: `--socket` uses a running one (the image
+upper bound). `own_cpu_ms_per_command` is the CPU of the benchmark's own process per round trip
+(median of the rounds): the coordinator's share of a command. The docker provider needs an engine: `--socket` uses a running one (the image
 `--image` must be on it); without it a private dockerd is started (tests/docker/private_dockerd.py)
 with the base image made from the host's files.
 """
@@ -52,12 +57,14 @@ async def start_and_round_trip(provider: SandboxProvider, creates: int, commands
         await provider.destroy(sandbox)
     _, sandbox = await _start_once(provider)
     shell = await sandbox.open_shell()
+    cpu0 = time.process_time()
     for _ in range(commands):
         t0 = time.perf_counter()
         await shell.run("true")
         trips.append(time.perf_counter() - t0)
+    cpu = (time.process_time() - cpu0) / max(1, commands)
     await provider.destroy(sandbox)
-    return {"start_s": starts, "round_trip_s": trips}
+    return {"start_s": starts, "round_trip_s": trips, "own_cpu_s": [cpu]}
 
 
 async def fit(provider: SandboxProvider, most: int, min_free_gib: float) -> dict[str, Any]:
@@ -97,12 +104,16 @@ async def main_async(args: argparse.Namespace, socket: Path | None, sandbox_root
     for name in args.providers:
         if name == "local":
             providers[name] = LocalProvider(LocalProviderConfig(root=sandbox_root), shell_cfg)
+        elif name == "local-service":  # a coordinator's run: the sandboxes in the run's sandbox service process
+            providers[name] = LocalProvider(LocalProviderConfig(root=sandbox_root.with_name("service-sandboxes")),
+                                            shell_cfg, run_dir=sandbox_root.with_name("run"))
         elif name == "docker":
             assert socket is not None
             providers[name] = DockerProvider(DockerProviderConfig(socket=socket, default_image=args.image), shell_cfg)
         else:
-            raise SystemExit(f"--providers: unknown provider {name!r} (local, docker)")
-    samples: dict[str, dict[str, list[float]]] = {k: {"start_s": [], "round_trip_s": []} for k in providers}
+            raise SystemExit(f"--providers: unknown provider {name!r} (local, local-service, docker)")
+    samples: dict[str, dict[str, list[float]]] = {k: {"start_s": [], "round_trip_s": [], "own_cpu_s": []}
+                                                  for k in providers}
     fits: dict[str, dict[str, Any]] = {}
     try:
         for _ in range(args.rounds):
@@ -116,6 +127,7 @@ async def main_async(args: argparse.Namespace, socket: Path | None, sandbox_root
             await provider.close()
     rows = {name: {"start_ms_p50": _med(s["start_s"]), "round_trip_ms_p50": _med(s["round_trip_s"]),
                    "round_trip_ms_p99": sorted(s["round_trip_s"])[int(0.99 * (len(s["round_trip_s"]) - 1))] * 1000,
+                   "own_cpu_ms_per_command": _med(s["own_cpu_s"]),
                    **fits[name]} for name, s in samples.items()}
     settings = {k: getattr(args, k) for k in SETTINGS}
     return {"machine": machine(), "settings": settings, "results": rows}
@@ -154,9 +166,11 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'provider':<8} {'start p50 ms':>13} {'trip p50 ms':>12} {'trip p99 ms':>12} {'fit':>5} {'procs/sb':>9} {'RSS MiB/sb':>11}  stopped")
+    print(f"{'provider':<13} {'start p50 ms':>13} {'trip p50 ms':>12} {'trip p99 ms':>12} {'own CPU ms':>11} {'fit':>5} "
+          f"{'procs/sb':>9} {'RSS MiB/sb':>11}  stopped")
     for name, row in report["results"].items():
-        print(f"{name:<8} {row['start_ms_p50']:>13.1f} {row['round_trip_ms_p50']:>12.2f} {row['round_trip_ms_p99']:>12.2f} "
+        print(f"{name:<13} {row['start_ms_p50']:>13.1f} {row['round_trip_ms_p50']:>12.2f} {row['round_trip_ms_p99']:>12.2f} "
+              f"{row['own_cpu_ms_per_command']:>11.3f} "
               f"{row['live']:>5} {row['processes_per_sandbox']:>9.1f} {row['rss_mib_per_sandbox']:>11.1f}  {row['stopped']}")
     if len(report["results"]) == 2:
         (a, ra), (b, rb) = report["results"].items()
