@@ -135,3 +135,33 @@ async def test_journaled_policy_compaction_exports_what_memory_does(tmp_path: Pa
         assert sum(bool(f.get("summary")) for f in gens) >= 2
     finally:
         journal.close()
+
+
+@pytest.mark.parametrize("lossy", [0.0, 1.0])
+async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider, renderers, lossy: float) -> None:
+    """The oracle teacher answers a summary request with what the rest of the task needs that the machine showed
+    (file_chain: the target only its first file names); a lossy summary drops it. The episode resolves either way
+    (the teacher knows its commands): what the summary carries is what a learning policy would need."""
+    import random as _random
+
+    from t1.agent.scripted import ScriptedPolicy
+    from t1.tasks.synth.base import write_task
+    from t1.tasks.synth.long_tier import file_chain
+
+    synth = file_chain(_random.Random(5))
+    task = load_task(write_task(synth, tmp_path, "chain", "train", 5))
+    target = synth.turns[-1].split("> ")[1].removesuffix(".txt")
+    renderer = renderers[FormatName.TOOL_CALLS]
+    scripted = ScriptedPolicy(renderer, lossy_share=lossy).for_episode(task, get_format("tool_calls"))
+    spec = EpisodeSpec("ep-t", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=96),
+                       limits("rollout.max_turns=40", "rollout.max_context_tokens=1500",
+                              "rollout.compaction.mode=policy", "rollout.compaction.keep_last_turns=1",
+                              "rollout.compaction.max_segments=30"))
+    result = await Episode(spec, scripted, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "t")).run()
+    assert result.status is EpisodeStatus.OK and result.report.resolved and result.drift_tokens == 0
+    assert len(scripted.summaries) >= 2 and len(result.trajectory.segments) == len(scripted.summaries) + 1
+    carried = [target in s.split("Values still needed:")[-1] for s in scripted.summaries if "Values" in s]
+    if lossy:
+        assert not any("Values still needed" in s for s in scripted.summaries), scripted.summaries
+    else:
+        assert carried and all(carried), scripted.summaries
