@@ -65,6 +65,7 @@ from t1.inference.types import (
     SessionGenerateFn,
 )
 from t1.metrics import registry as m
+from t1.sandbox.ssh_sandbox import lost_cause
 from t1.sandbox.types import Sandbox, SandboxLost, Shell, ShellRole
 from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
@@ -235,25 +236,34 @@ class Episode:
         return self._acquire(sandbox_request(self.spec.task))
 
     async def _in_sandbox(self, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
-        task = self.spec.task
         async with self._sandbox() as sandbox:
-            shell = await sandbox.open_shell()
             try:
-                if self._resume is not None:
-                    provisioned = self._resume[0].provisioned
-                    await shell.run(provisioned.prefix(), 30)
-                    if self._shell_state is not None:
-                        await shell.run(restore(self._shell_state), 30)
-                    return await self._phases(sandbox, shell, provisioned, deadline)
-                if self._journal is not None:
-                    self._journal.sandbox(id=sandbox.id, record=sandbox.record().to_json())
-                provisioned = await provision(shell, task, local=self._sandboxes.no_images)
-                await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the agent writes
+                return await self._with_shell(sandbox, deadline)
+            except SandboxLost as exc:  # T1's own sandbox service died with it: an infra error, whatever was done
+                cause = await lost_cause(sandbox, exc)
+                if cause is exc:
+                    raise
+                raise cause from exc
+
+    async def _with_shell(self, sandbox: Sandbox, deadline: float) -> tuple[EpisodeStatus, str, VerifierReport]:
+        task = self.spec.task
+        shell = await sandbox.open_shell()
+        try:
+            if self._resume is not None:
+                provisioned = self._resume[0].provisioned
                 await shell.run(provisioned.prefix(), 30)
+                if self._shell_state is not None:
+                    await shell.run(restore(self._shell_state), 30)
                 return await self._phases(sandbox, shell, provisioned, deadline)
-            finally:
-                with contextlib.suppress(SandboxLost, OSError):
-                    await shell.close()
+            if self._journal is not None:
+                self._journal.sandbox(id=sandbox.id, record=sandbox.record().to_json())
+            provisioned = await provision(shell, task, local=self._sandboxes.no_images)
+            await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the agent writes
+            await shell.run(provisioned.prefix(), 30)
+            return await self._phases(sandbox, shell, provisioned, deadline)
+        finally:
+            with contextlib.suppress(SandboxLost, OSError):
+                await shell.close()
 
     async def _phases(self, sandbox: Sandbox, shell: Shell, provisioned: Provisioned, deadline: float
                       ) -> tuple[EpisodeStatus, str, VerifierReport]:

@@ -38,6 +38,9 @@ from t1.sandbox.types import Sandbox, SandboxGone, SandboxLost, SandboxRecord, S
 
 log = logging.getLogger(__name__)
 
+SERVICE_ANSWER_S = 10.0
+"""How long a sandbox service that still runs takes at most to answer `health` (else it counts as gone)."""
+
 
 class LocalBackend(Protocol):
     """Where the local sandboxes live: this process (`LocalSandboxHost`) or the run's service (`ServiceClient`)."""
@@ -101,7 +104,17 @@ class LocalProvider:
         return await SshSandbox.connect(sandbox_id, endpoint, self.shell_cfg,
                                         verifier=replace(endpoint, user=verifier_user(sandbox_id)),
                                         on_end_setup=lambda: self.backend.end_setup(sandbox_id),
-                                        record=("local", {"root": str(self.root)}))
+                                        record=("local", {"root": str(self.root)}),
+                                        host_lost=self._service_lost if self.service is not None else None)
+
+    async def _service_lost(self) -> str | None:
+        """Why the run's sandbox service is gone (it does not answer), or None while it serves."""
+        assert self.service is not None
+        try:
+            await asyncio.wait_for(self.service.health(), SERVICE_ANSWER_S)
+        except (SandboxLost, TimeoutError) as exc:
+            return f"the sandbox service (pid {self.service.pid}) is gone: {exc}"
+        return None
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         await self.start()

@@ -118,7 +118,8 @@ class ServiceClient:
         config = self.run_dir / CONFIG_NAME
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with open(fd, "w") as f:
-            f.write(ServiceConfig(self.cfg, self.socket, self.cfg.service_grace_s).to_json())
+            local = self.cfg.model_copy(update={"root": self.cfg.root.resolve()})  # not the service's cwd's
+            f.write(ServiceConfig(local, self.socket, self.cfg.service_grace_s).to_json())
         with open(logs / LOG_NAME, "ab") as out:
             self._proc = subprocess.Popen([sys.executable, "-m", "t1.sandbox.service", str(config)],
                                           stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

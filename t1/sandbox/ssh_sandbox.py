@@ -20,7 +20,7 @@ import asyncssh
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.ssh_shell import SshShell
 from t1.sandbox.terminal import TerminalShell
-from t1.sandbox.types import SandboxLost, SandboxRecord, Shell, ShellRole
+from t1.sandbox.types import Sandbox, SandboxHostLost, SandboxLost, SandboxRecord, Shell, ShellRole
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,10 @@ class SshSandbox:
         verifier: SshEndpoint | None = None,
         on_end_setup: Callable[[], Awaitable[None]] | None = None,
         record: tuple[str, Mapping[str, str]] = ("ssh", {}),
+        host_lost: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         self._id = sandbox_id
+        self._host_lost = host_lost
         self._record = SandboxRecord(record[0], sandbox_id, dict(record[1]))
         self._on_end_setup = on_end_setup
         self.conn = conn
@@ -132,10 +134,19 @@ class SshSandbox:
     async def connect(cls, sandbox_id: str, endpoint: SshEndpoint, shell_cfg: ShellConfig,
                       verifier: SshEndpoint | None = None,
                       on_end_setup: Callable[[], Awaitable[None]] | None = None,
-                      record: tuple[str, Mapping[str, str]] = ("ssh", {})) -> SshSandbox:
-        """Connect to the sandbox; `record` is its provider's name and data for `record()`."""
+                      record: tuple[str, Mapping[str, str]] = ("ssh", {}),
+                      host_lost: Callable[[], Awaitable[str | None]] | None = None) -> SshSandbox:
+        """Connect to the sandbox; `record` is its provider's name and data for `record()`; `host_lost` says why
+        the process serving it is gone, or None while it runs (`lost_cause`)."""
         conn, watcher = await connect(endpoint, shell_cfg)
-        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier, on_end_setup, record)
+        return cls(sandbox_id, conn, watcher, shell_cfg, endpoint, verifier, on_end_setup, record, host_lost)
+
+    async def lost_cause(self, exc: SandboxLost) -> SandboxLost:
+        """`exc`, or a SandboxHostLost naming it when the process that served this sandbox (T1's) has died."""
+        if self._host_lost is None or isinstance(exc, SandboxHostLost):
+            return exc
+        why = await self._host_lost()
+        return exc if why is None else SandboxHostLost(f"sandbox {self._id}: {why} ({exc})")
 
     def record(self) -> SandboxRecord:
         """What reattaches this sandbox from another coordinator (`SandboxProvider.reattach`)."""
@@ -228,3 +239,8 @@ class SshSandbox:
             conn.close()
             with contextlib.suppress(OSError, asyncssh.Error):
                 await conn.wait_closed()
+
+
+async def lost_cause(sandbox: Sandbox, exc: SandboxLost) -> SandboxLost:
+    """Why `sandbox` was lost: SandboxHostLost when T1's process serving it died (`SshSandbox.lost_cause`), else `exc`."""
+    return await sandbox.lost_cause(exc) if isinstance(sandbox, SshSandbox) else exc

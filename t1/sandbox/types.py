@@ -15,6 +15,11 @@ class SandboxLost(InfraError):
     """The sandbox or its connection is gone; the episode cannot continue in it (an infra error)."""
 
 
+class SandboxHostLost(SandboxLost):
+    """The process that served the sandbox, one of T1's own (the local sandbox service), died: the sandbox was
+    lost with it, which is never the attempt's doing (`t1.tasks.outcome`: an infra error)."""
+
+
 class SandboxGone(SandboxLost):
     """A sandbox a record names cannot be reattached: destroyed, swept, of another run, or its provider's
     sandboxes do not outlive their coordinator. The message names which."""

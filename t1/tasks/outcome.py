@@ -18,7 +18,7 @@ from __future__ import annotations
 from t1.errors import InfraError
 from t1.sandbox.needs import NeedsError
 from t1.sandbox.remote import SandboxCreateError
-from t1.sandbox.types import SandboxLost
+from t1.sandbox.types import SandboxHostLost, SandboxLost
 from t1.tasks.report import FailureMode
 from t1.tasks.transfer import SetupError
 
@@ -32,7 +32,7 @@ class T1Fault(InfraError):
     its retries), or the task's (a separate verifier environment that does not build)."""
 
 
-T1_FAULTS = (T1Fault, SandboxCreateError, NeedsError, TypeError, AttributeError, NameError, LookupError,
+T1_FAULTS = (T1Fault, SandboxCreateError, SandboxHostLost, NeedsError, TypeError, AttributeError, NameError, LookupError,
              AssertionError, NotImplementedError, ImportError)
 """What is not the attempt's fault even after it acted: the provider, the task (its needs, its verifier's
 environment), inference, and bugs in T1's code."""

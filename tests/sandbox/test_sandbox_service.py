@@ -23,7 +23,17 @@ from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.holders import tree_processes
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.service_client import SOCKET_NAME
-from t1.sandbox.types import SandboxGone, SandboxLost, SandboxRecord, SandboxRequest, ShellRole
+from t1.sandbox.ssh_sandbox import SshSandbox, lost_cause
+from t1.sandbox.types import (
+    SandboxGone,
+    SandboxHostLost,
+    SandboxLost,
+    SandboxRecord,
+    SandboxRequest,
+    ShellRole,
+)
+from t1.tasks.outcome import attempt_failure
+from t1.tasks.report import FailureMode
 
 from .conftest import alive, sandbox_tmp_root, until
 
@@ -155,5 +165,30 @@ async def test_control_errors_name_what_is_wrong(base: Path) -> None:
             await service.call("create", request={"env": "PATH=/"})
         with pytest.raises(RuntimeError, match="sandbox service process"):
             provider.tree("sb-nope")
+    finally:
+        await provider.close()
+
+
+@pytest.mark.timeout(240)
+async def test_a_sandbox_lost_with_its_service_is_t1s_fault_even_after_the_agent_acted(base: Path) -> None:
+    provider = LocalProvider(LocalProviderConfig(root=base / "trees", overlay=False), SHELL, base / "run")
+    try:
+        sandbox = await provider.create(SandboxRequest())
+        shell = await sandbox.open_shell()
+        assert (await shell.run("echo acted")).exit_code == 0
+        kept = await provider.create(SandboxRequest())
+        assert isinstance(kept, SshSandbox) and provider.service is not None
+        await provider.backend.destroy(kept.id)  # this sandbox alone ends; the service runs on
+        with pytest.raises(SandboxLost) as own:
+            await (await kept.open_shell()).run("echo gone")
+        assert await lost_cause(kept, own.value) is own.value  # not the service's death: the usual rule holds
+        assert attempt_failure(own.value, agent_acted=True) is FailureMode.SANDBOX_DIED
+        assert provider.service.pid is not None
+        os.kill(provider.service.pid, signal.SIGKILL)
+        with pytest.raises(SandboxLost) as lost:
+            await shell.run("echo again")
+        cause = await lost_cause(sandbox, lost.value)
+        assert isinstance(cause, SandboxHostLost) and "sandbox service" in str(cause)
+        assert attempt_failure(cause, agent_acted=True) is None  # an infra error, never a reward
     finally:
         await provider.close()
