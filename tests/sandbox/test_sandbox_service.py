@@ -13,7 +13,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,16 @@ def base() -> Iterator[Path]:
     path = sandbox_tmp_root()
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture()
+async def service_provider(base: Path) -> AsyncIterator[LocalProvider]:
+    """A local provider of a coordinator's run (its sandboxes in the run's service), closed after the test."""
+    provider = LocalProvider(LocalProviderConfig(root=base / "trees", overlay=False), SHELL, base / "run")
+    try:
+        yield provider
+    finally:
+        await provider.close()
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -113,28 +123,26 @@ async def test_sandboxes_outlive_a_kill_9_of_the_coordinator_and_are_reattached(
 
 
 @pytest.mark.timeout(240)
-async def test_a_kill_9_of_the_service_ends_its_sandboxes_and_the_next_create_starts_another(base: Path) -> None:
-    provider = LocalProvider(LocalProviderConfig(root=base / "trees", overlay=False), SHELL, base / "run")
-    try:
-        sandbox = await provider.create(SandboxRequest())
-        shell = await sandbox.open_shell()
-        await shell.run("setsid sleep 300 > /dev/null 2>&1 < /dev/null &")
-        assert provider.service is not None and provider.service.pid is not None
-        target = await provider.service.target(sandbox.id)
-        assert target is not None and len(tree_processes(base / "trees")) >= 2
-        service = provider.service.pid
-        os.kill(service, signal.SIGKILL)
-        until(lambda: not alive(target.pid) and not tree_processes(base / "trees"), 10,
-              f"the sandbox's processes outlived their service: {tree_processes(base / 'trees')}")
-        with pytest.raises(SandboxLost):
-            await shell.run("echo still here")
-        await provider.destroy(sandbox)  # nothing to do: the sandbox died with the service
-        again = await provider.create(SandboxRequest())  # a new service, which swept what the dead one left
-        assert provider.service.pid != service
-        assert (await (await again.open_shell()).run("echo ok")).output.strip() == "ok"
-        assert [p.name for p in (base / "trees").iterdir() if p.name.startswith("sb-")] == [again.id]
-    finally:
-        await provider.close()
+async def test_a_kill_9_of_the_service_ends_its_sandboxes_and_the_next_create_starts_another(
+        service_provider: LocalProvider, base: Path) -> None:
+    provider = service_provider
+    sandbox = await provider.create(SandboxRequest())
+    shell = await sandbox.open_shell()
+    await shell.run("setsid sleep 300 > /dev/null 2>&1 < /dev/null &")
+    assert provider.service is not None and provider.service.pid is not None
+    target = await provider.service.target(sandbox.id)
+    assert target is not None and len(tree_processes(base / "trees")) >= 2
+    service = provider.service.pid
+    os.kill(service, signal.SIGKILL)
+    until(lambda: not alive(target.pid) and not tree_processes(base / "trees"), 10,
+          f"the sandbox's processes outlived their service: {tree_processes(base / 'trees')}")
+    with pytest.raises(SandboxLost):
+        await shell.run("echo still here")
+    await provider.destroy(sandbox)  # nothing to do: the sandbox died with the service
+    again = await provider.create(SandboxRequest())  # a new service, which swept what the dead one left
+    assert provider.service.pid != service
+    assert (await (await again.open_shell()).run("echo ok")).output.strip() == "ok"
+    assert [p.name for p in (base / "trees").iterdir() if p.name.startswith("sb-")] == [again.id]
 
 
 @pytest.mark.timeout(240)
@@ -170,25 +178,23 @@ async def test_control_errors_name_what_is_wrong(base: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-async def test_a_sandbox_lost_with_its_service_is_t1s_fault_even_after_the_agent_acted(base: Path) -> None:
-    provider = LocalProvider(LocalProviderConfig(root=base / "trees", overlay=False), SHELL, base / "run")
-    try:
-        sandbox = await provider.create(SandboxRequest())
-        shell = await sandbox.open_shell()
-        assert (await shell.run("echo acted")).exit_code == 0
-        kept = await provider.create(SandboxRequest())
-        assert isinstance(kept, SshSandbox) and provider.service is not None
-        await provider.backend.destroy(kept.id)  # this sandbox alone ends; the service runs on
-        with pytest.raises(SandboxLost) as own:
-            await (await kept.open_shell()).run("echo gone")
-        assert await lost_cause(kept, own.value) is own.value  # not the service's death: the usual rule holds
-        assert attempt_failure(own.value, agent_acted=True) is FailureMode.SANDBOX_DIED
-        assert provider.service.pid is not None
-        os.kill(provider.service.pid, signal.SIGKILL)
-        with pytest.raises(SandboxLost) as lost:
-            await shell.run("echo again")
-        cause = await lost_cause(sandbox, lost.value)
-        assert isinstance(cause, SandboxHostLost) and "sandbox service" in str(cause)
-        assert attempt_failure(cause, agent_acted=True) is None  # an infra error, never a reward
-    finally:
-        await provider.close()
+async def test_a_sandbox_lost_with_its_service_is_t1s_fault_even_after_the_agent_acted(
+        service_provider: LocalProvider) -> None:
+    provider = service_provider
+    sandbox = await provider.create(SandboxRequest())
+    shell = await sandbox.open_shell()
+    assert (await shell.run("echo acted")).exit_code == 0
+    kept = await provider.create(SandboxRequest())
+    assert isinstance(kept, SshSandbox) and provider.service is not None
+    await provider.backend.destroy(kept.id)  # this sandbox alone ends; the service runs on
+    with pytest.raises(SandboxLost) as own:
+        await (await kept.open_shell()).run("echo gone")
+    assert await lost_cause(kept, own.value) is own.value  # not the service's death: the usual rule holds
+    assert attempt_failure(own.value, agent_acted=True) is FailureMode.SANDBOX_DIED
+    assert provider.service.pid is not None
+    os.kill(provider.service.pid, signal.SIGKILL)
+    with pytest.raises(SandboxLost) as lost:
+        await shell.run("echo again")
+    cause = await lost_cause(sandbox, lost.value)
+    assert isinstance(cause, SandboxHostLost) and "sandbox service" in str(cause)
+    assert attempt_failure(cause, agent_acted=True) is None  # an infra error, never a reward
