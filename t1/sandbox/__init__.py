@@ -2,7 +2,7 @@
 
 Modules:
 - types.py: the seams: CommandResult, Shell, Sandbox, SandboxProvider, SandboxRequest, SandboxRecord,
-  SandboxLost
+  SandboxLost, SandboxHostLost, SandboxGone, SweepsUnclaimed
 - factory.py: build_provider(cfg): local, ssh, command or docker
 - pool.py: SandboxPool: bounded, fault-tolerant acquisition from any provider; reattach
 - needs.py: the needs_* reports: what a task needs that this host or provider cannot give
@@ -62,8 +62,13 @@ Contracts:
   (SIGINT, then SIGKILL, then a shell restart) and says so in the `CommandResult`; a shell that
   died (`exit`, `exec ...`) is restarted in the same cwd with `shell_restarted=True`.
 - `SandboxLost` means the sandbox or its connection is gone: an infra error before the agent
-  acted, the attempt's own failure after (`t1.tasks.outcome`). The pool drops such sandboxes on
-  release and hands out a healthy one next.
+  acted, the attempt's own failure after (`t1.tasks.outcome`), except `SandboxHostLost` (the
+  local sandbox service died with it: T1's fault, always an infra error). The pool drops such
+  sandboxes on release and hands out a healthy one next.
+- Sandboxes that outlive their coordinator (`SandboxProvider.survives_coordinator`: ssh, command,
+  docker, local in a coordinator's run) are reattached by a later one from `sandbox.record()`
+  (JSON: `SandboxRecord.to_json`/`from_json`) with `provider.reattach(record)` or
+  `pool.reattach(record)`; `SandboxGone` when the sandbox is no longer there or not this run's.
 - Output is capped (head and tail kept, `truncated=True`), decoded as UTF-8 with replacement
   and stripped of ANSI sequences; `output_bytes` counts what the command really printed.
 - `SandboxProvider.create(SandboxRequest) -> Sandbox` and `destroy(sandbox)`; `pool.acquire()`
