@@ -32,6 +32,7 @@ from t1.tasks.spec import SolutionSpec, TaskSpec
 from t1.tito import ChatRenderer
 
 SOLUTION_DIRS = ("/solution", "/tmp/solution")
+ASSISTANT_TURN = "<|im_start|>assistant"  # how the chat template opens an assistant turn (and the generation prompt)
 
 
 def solution_command(solution: SolutionSpec) -> str:
@@ -116,6 +117,9 @@ class ScriptedEpisode:
             text = self._summary(renderer.decode(request.prompt_ids.tolist()))
             self.summaries.append(text)
         else:
+            # The turn is also read from the prompt (the assistant turns it holds), so a resumed episode (a restarted
+            # coordinator, a new ScriptedEpisode) goes on with the action after its last journaled turn.
+            self.calls = max(self.calls, renderer.decode(request.prompt_ids.tolist()).count(ASSISTANT_TURN) - 1)
             action = self.actions[self.calls] if self.calls < len(self.actions) else None
             self.calls += 1
             text = render_action(self.fmt, action)

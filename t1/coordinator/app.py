@@ -14,8 +14,9 @@
    TrainerStatusPoller (GetStatus ─► metrics, run log) · /metrics · run.jsonl · LagWatchdog
 
 Start: run dir, metrics, run log, watchdog -> local stack (model, task sets, demos, children)
--> sandbox pool, generate router, journal -> spool (episodes the last coordinator left unfinished
-end as infra_error from their journals), job store -> gRPC server -> trainer link, weight sync,
+-> sandbox pool, generate router, journal -> spool (episodes the last coordinator left unfinished:
+resumable ones wait for the training stage, which continues them in their reattached sandboxes
+first; the others end as infra_error from their journals), job store -> gRPC server -> trainer link, weight sync,
 status poller -> stages (eval base, SFT to its plateau, eval warm_start, critic warm-up and PPO,
 eval rl, report) or serve eval jobs only.
 
