@@ -16,19 +16,14 @@ only if the step that took them was never committed.
 from __future__ import annotations
 
 import logging
-import math
-import os
-import shutil
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 import torch
 
 from t1.config.schema import T1Config
-from t1.config.trainer import WarmStartConfig
 from t1.routing.adapters import find_routers
 from t1.trainer import engine as ds
 from t1.trainer import sequence_parallel
@@ -40,12 +35,11 @@ from t1.trainer.demos import load_demos
 from t1.trainer.learner import Learner
 from t1.trainer.models import load_critic, load_policy
 from t1.trainer.publish import PublishedVersion, Publisher
+from t1.trainer.sft import REFERENCE_DIR, anchor_reference, published_weights, sft_batch, sft_lr_at
 from t1.trainer.validation import RoutingSpec
 from t1.trajectory.serialization import decode_trajectory
 
 log = logging.getLogger(__name__)
-
-REFERENCE_DIR = "reference"  # work_dir/reference: the KL reference (the warm start) once SFT has ended
 
 
 class Stage(StrEnum):
@@ -79,29 +73,6 @@ class StepOutcome:
     published: PublishedVersion | None
 
 
-def sft_batch(demos: list[TrainSequence], size: int | None, step: int, seed: int) -> list[TrainSequence]:
-    """The demonstrations of SFT step `step`: consecutive slices of one shuffle per epoch (pure; the same on
-    every rank and after a restart)."""
-    if size is None or size >= len(demos):
-        return demos
-    start = step * size
-    out: list[TrainSequence] = []
-    while len(out) < size:
-        epoch, offset = divmod(start + len(out), len(demos))
-        order = np.random.default_rng([seed, epoch]).permutation(len(demos))
-        out.extend(demos[i] for i in order[offset:offset + size - len(out)])
-    return out
-
-
-def sft_lr_at(ws: WarmStartConfig, step: int) -> float | None:
-    """The policy's lr at SFT step `step` (0-based; pure): `sft_lr`, or with `sft_lr_final` a cosine from
-    `sft_lr` down to it at `sft_steps` (the cap: SFT that ends at its plateau ends before the lowest rate)."""
-    if ws.sft_lr is None or ws.sft_lr_final is None:
-        return ws.sft_lr
-    frac = min(1.0, step / max(1, ws.sft_steps))
-    return ws.sft_lr_final + (ws.sft_lr - ws.sft_lr_final) * 0.5 * (1.0 + math.cos(math.pi * frac))
-
-
 def policy_path(cfg: T1Config) -> Path:
     return cfg.trainer.policy_path or cfg.inference.model.path
 
@@ -132,7 +103,7 @@ class TrainerCore:
         self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing,
                                       mpu, sp_size)
         reference = None
-        if tc.rl.kl_coef > 0:  # the warm start once SFT has ended (_anchor_reference), else the starting model
+        if tc.rl.kl_coef > 0:  # the warm start once SFT has ended (anchor_reference), else the starting model
             anchored = self.work_dir / REFERENCE_DIR
             reference = load_policy(anchored if (anchored / "config.json").is_file() else src)
             reference = reference.to(self.device).eval().requires_grad_(False)
@@ -203,7 +174,7 @@ class TrainerCore:
         if keep_step > s.sft_steps:
             raise ValueError(f"keep_step {keep_step} is beyond the {s.sft_steps} SFT steps taken")
         if restore:
-            ds.load_module_weights(self.policy, self._published_weights(keep_step))
+            ds.load_module_weights(self.policy, published_weights(self.publisher, keep_step, self.tc))
             s = replace(s, policy_version=s.policy_version + 1)
         self.state = replace(s, sft_ended=True, sft_kept_step=keep_step or s.sft_steps)
         log.info("SFT ended by the client after %d steps; the warm start keeps step %d's weights", s.sft_steps,
@@ -212,53 +183,21 @@ class TrainerCore:
         self.commit()
         return self._publish(self.state.policy_version, self.state.step) if restore else None
 
-    def _published_weights(self, sft_step: int) -> dict[str, torch.Tensor] | None:
-        """Rank 0: the state dict published after SFT step `sft_step` (SFT is the first stage: its steps are the
-        trainer's steps); other ranks get None and receive rank 0's tensors."""
-        if ds.rank() != 0:
-            return None
-        found = [v for v in self.publisher.published() if v.step == sft_step]
-        if not found:
-            have = ", ".join(f"v{v.version} (step {v.step})" for v in self.publisher.published()) or "none"
-            raise ValueError(f"the weights of SFT step {sft_step} are no longer published (have: {have}); "
-                             f"trainer.keep_versions ({self.tc.keep_versions}) must exceed "
-                             f"warm_start.sft_patience ({self.tc.warm_start.sft_patience})")
-        # through transformers: the folder's layout is the saved one (experts one by one), not the module's
-        return dict(load_policy(found[-1].path).state_dict())
-
     def _after_sft(self) -> None:
         """At the end of SFT (before the checkpoint that ends it, so a restart resumes the same state):
         - the policy's optimizer forgets SFT's moments: PPO's first steps follow PPO's gradients, at PPO's lr,
           not the momentum and second moments of the imitation loss;
         - the critic's backbone becomes the warm-started policy's (unless trainer.critic_path names a critic of
           its own): its warm-up starts from features that know the tasks, not from the model SFT began with;
-        - with rl.kl_coef, the KL reference becomes the warm-started policy (`_anchor_reference`)."""
+        - with rl.kl_coef, the KL reference becomes the warm-started policy (`anchor_reference`)."""
         ds.reset_optimizer_state(self.policy)
-        self._anchor_reference()
+        anchor_reference(self.learner.reference, self.policy, self.work_dir, self.state.policy_version)
         if self.tc.critic_path is not None:
             return
         if ds.copy_backbone(self.policy, self.critic):
             log.info("critic backbone set from the warm-started policy (version %d)", self.state.policy_version)
         else:
             log.warning("ZeRO-3: the critic keeps the backbone it was loaded with (not the warm-started policy's)")
-
-    def _anchor_reference(self) -> None:
-        """With rl.kl_coef: the KL reference becomes the warm-started policy, so PPO is held near what SFT made,
-        not near the model SFT began with; saved as work_dir/reference, which a restart loads."""
-        reference = self.learner.reference
-        if reference is None:
-            return
-        if self.policy.zero_optimization_stage() == 3:
-            log.warning("ZeRO-3: the KL reference stays the model SFT began with (not the warm-started policy)")
-            return
-        reference.load_state_dict(self.policy.module.state_dict())
-        if ds.rank() == 0:
-            final, tmp = self.work_dir / REFERENCE_DIR, self.work_dir / f".tmp-{REFERENCE_DIR}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            cast(Any, reference).save_pretrained(str(tmp), safe_serialization=True)  # a Hugging Face model
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-        log.info("KL reference set to the warm-started policy (version %d)", self.state.policy_version)
 
     def reported_status(self) -> tuple[TrainState, Stage]:
         """What GetStatus reports: DONE only once the last step is committed (durable in the buffer)."""

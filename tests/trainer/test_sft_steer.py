@@ -13,8 +13,9 @@ from trainer_synth import segment, trainer_config, trajectory
 from t1.config.loader import ConfigError
 from t1.config.trainer import WarmStartConfig
 from t1.coordinator.sft_steer import best_round, kept_round, plateaued, pooled
-from t1.trainer.core import Stage, TrainerCore, sft_batch, sft_lr_at
+from t1.trainer.core import Stage, TrainerCore
 from t1.trainer.models import load_policy
+from t1.trainer.sft import sft_batch, sft_lr_at
 from t1.trajectory.serialization import encode_trajectory
 
 
