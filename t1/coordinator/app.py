@@ -63,6 +63,7 @@ from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
 from t1.coordinator.sft_steer import SftOutcome, SftSteer, curve_records, steered_sft
 from t1.metrics.watchdog import LagWatchdog
 from t1.rpc.loop import cancel_and_wait, freeze_long_lived, wait_or_stop
+from t1.sandbox.factory import start_ahead, stop_ahead
 from t1.tasks.spec import TaskSpec
 from t1.workdir import DirLock
 
@@ -111,6 +112,7 @@ class Coordinator:
             loop.add_signal_handler(sig, self._on_signal, sig)
         supervisor: asyncio.Task[None] | None = None
         run_dir_lock = DirLock(self.run_dir, "t1-coordinator").acquire()  # before any child or file is touched
+        await asyncio.to_thread(start_ahead, self.cfg.sandbox, self.run_dir)  # the sandbox service starts meanwhile
         watchdog = LagWatchdog(warn_s=self.cfg.coordinator.loop_lag_warn_ms / 1000)
         watchdog.start()
         try:
@@ -137,6 +139,10 @@ class Coordinator:
                 await parts.close(self.cfg.coordinator.shutdown_timeout_s)
         finally:
             await _discard(supervisor)  # its failure, if any, was reported by _supervisor_ended
+            try:
+                await stop_ahead(self.cfg.sandbox, self.run_dir)
+            except Exception as exc:  # shutting down: the service's own grace period ends it anyway
+                log.warning("could not stop the sandbox service started ahead: %s", exc)
             await self.local.stop()
             await watchdog.stop()
             run_dir_lock.release()

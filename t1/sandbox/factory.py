@@ -34,3 +34,21 @@ def build_provider(cfg: SandboxConfig, run_dir: Path | None = None, images: Imag
 
         return DockerProvider(cfg.docker, cfg.shell, run_dir, images)
     raise ValueError(f"sandbox.provider: unknown provider {cfg.provider!r} (expected local, ssh, command or docker)")
+
+
+def start_ahead(cfg: SandboxConfig, run_dir: Path) -> None:
+    """Start the run's sandbox service now, where the provider will want one (local, `sandbox.local.service`), so
+    its start (a process's imports, the host scan) overlaps the coordinator's; the provider attaches to it later."""
+    if cfg.provider == "local" and cfg.local.service:
+        from t1.sandbox.service_client import spawn_service
+
+        spawn_service(cfg.local, run_dir)
+
+
+async def stop_ahead(cfg: SandboxConfig, run_dir: Path) -> None:
+    """The end of a coordinator: a service `start_ahead` started that no provider took over and that holds no
+    sandbox is shut down (`t1.sandbox.service_client.stop_spawned`)."""
+    if cfg.provider == "local" and cfg.local.service:
+        from t1.sandbox.service_client import stop_spawned
+
+        await stop_spawned(cfg.local, run_dir)

@@ -40,6 +40,7 @@ from t1.rpc.loop import run
 from t1.sandbox.local_host import LocalSandboxHost
 from t1.sandbox.service_wire import (
     MAX_LINE,
+    answers,
     read_message,
     request_from_json,
     unix_path,
@@ -107,6 +108,8 @@ class SandboxService:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
+        if answers(self.cfg.socket):
+            raise SystemExit(f"another sandbox service serves {self.cfg.socket}; this one exits")
         with contextlib.suppress(FileNotFoundError):
             self.cfg.socket.unlink()  # a dead service's
         old_umask = os.umask(0o177)  # the socket is made owner-only, never briefly open to others

@@ -4,7 +4,7 @@
 or the service died) it starts `python -m t1.sandbox.service` in a session of its own, so that
 neither the coordinator's death nor a signal to its process group reaches it, with its config in
 `<run_dir>/sandbox-service.json` and its output in `<run_dir>/logs/sandbox-service.log`, and
-waits for the socket. Then it attaches, which holds off the service's orphan timer for as long as
+waits for the socket (`spawn_service` starts it ahead, while the coordinator starts). Then it attaches, which holds off the service's orphan timer for as long as
 this connection is open. A request whose service has gone (its connection closed) raises
 SandboxLost; the next `start()` starts a new service, whose start sweeps what the dead one left.
 """
@@ -31,6 +31,7 @@ from t1.sandbox.local_host import SshAccess
 from t1.sandbox.service import ServiceConfig
 from t1.sandbox.service_wire import (
     MAX_LINE,
+    answers,
     read_message,
     request_to_json,
     unix_path,
@@ -56,6 +57,32 @@ def _tail(path: Path, limit: int = 2000) -> str:
     return ""
 
 
+_SPAWNED: dict[Path, subprocess.Popen[bytes]] = {}
+"""The services this process started, by socket (reaped when they end: `spawn_service`, `ServiceClient.close`)."""
+
+
+def spawn_service(cfg: LocalProviderConfig, run_dir: Path) -> None:
+    """Start the run's sandbox service, detached from this process, unless one serves or is starting (blocking,
+    returns at once): the coordinator calls it first thing, so the service's start overlaps its own."""
+    run_dir = run_dir.resolve()
+    socket = run_dir / SOCKET_NAME
+    proc = _SPAWNED.get(socket)
+    if (proc is not None and proc.poll() is None) or answers(socket):
+        return
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    config = run_dir / CONFIG_NAME
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with open(fd, "w") as f:
+        local = cfg.model_copy(update={"root": cfg.root.resolve()})  # not one relative to the service's cwd
+        f.write(ServiceConfig(local, socket, cfg.service_grace_s).to_json())
+    with open(logs / LOG_NAME, "ab") as out:
+        _SPAWNED[socket] = proc = subprocess.Popen([sys.executable, "-m", "t1.sandbox.service", str(config)],
+                                                   stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                                   start_new_session=True, close_fds=True)
+    log.info("started the sandbox service (pid %d) for %s", proc.pid, run_dir)
+
+
 class ServiceClient:
     """One attached connection to the run's sandbox service; the local provider's backend with a run dir."""
 
@@ -65,7 +92,6 @@ class ServiceClient:
         self.socket = self.run_dir / SOCKET_NAME
         self.pid: int | None = None
         """The service's pid (from `attach`)."""
-        self._proc: subprocess.Popen[bytes] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -83,13 +109,13 @@ class ServiceClient:
         async with self._lock:
             if self.connected and self._access is not None:
                 return self._access
-            self._reap()
             if not await self._connect():
-                await asyncio.to_thread(self._spawn)
+                await asyncio.to_thread(spawn_service, self.cfg, self.run_dir)
                 deadline = time.monotonic() + START_TIMEOUT_S
                 while not await self._connect():
-                    if self._proc is not None and self._proc.poll() is not None:
-                        raise ServiceFailed(f"the sandbox service exited with {self._proc.returncode} before it "
+                    proc = _SPAWNED.get(self.socket)
+                    if proc is not None and proc.poll() is not None:
+                        raise ServiceFailed(f"the sandbox service exited with {proc.returncode} before it "
                                             f"served: {_tail(self.run_dir / 'logs' / LOG_NAME)}")
                     if time.monotonic() > deadline:
                         raise ServiceFailed(f"the sandbox service did not open {self.socket} within "
@@ -110,26 +136,6 @@ class ServiceClient:
             return False
         self._pump = asyncio.ensure_future(self._read_replies(self._reader))
         return True
-
-    def _spawn(self) -> None:
-        """Start the service detached from this process (blocking)."""
-        logs = self.run_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        config = self.run_dir / CONFIG_NAME
-        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with open(fd, "w") as f:
-            local = self.cfg.model_copy(update={"root": self.cfg.root.resolve()})  # not the service's cwd's
-            f.write(ServiceConfig(local, self.socket, self.cfg.service_grace_s).to_json())
-        with open(logs / LOG_NAME, "ab") as out:
-            self._proc = subprocess.Popen([sys.executable, "-m", "t1.sandbox.service", str(config)],
-                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True, close_fds=True)
-        log.info("started the sandbox service (pid %d) for %s", self._proc.pid, self.run_dir)
-
-    def _reap(self) -> None:
-        """Collect the exit status of a service this process started and that has ended."""
-        if self._proc is not None and self._proc.poll() is not None:
-            self._proc = None
 
     async def _read_replies(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -198,6 +204,12 @@ class ServiceClient:
     async def health(self) -> dict[str, Any]:
         return await self.call("health")
 
+    def detach(self) -> None:
+        """Close this connection and leave the service running (its grace period starts when none is attached)."""
+        if self._writer is not None:
+            self._writer.close()
+        self._access = None
+
     async def close(self) -> None:
         """Shut the service down (it destroys what is left) and wait until it has gone."""
         if self.connected:
@@ -205,9 +217,25 @@ class ServiceClient:
                 await self.call("shutdown")
             if self._pump is not None:
                 await self._pump  # the service closes the connection when it exits
+            proc = _SPAWNED.pop(self.socket, None)
+            if proc is not None:
+                await asyncio.to_thread(proc.wait)
         if self._writer is not None:
             self._writer.close()
-        if self._proc is not None:
-            await asyncio.to_thread(self._proc.wait)
-            self._proc = None
         self._access = None
+
+
+async def stop_spawned(cfg: LocalProviderConfig, run_dir: Path) -> None:
+    """Shut down a service this process started (`spawn_service`) that still runs with no sandbox: a coordinator
+    that failed before its provider attached (or closed) leaves none waiting out its grace period."""
+    run_dir = run_dir.resolve()
+    proc = _SPAWNED.get(run_dir / SOCKET_NAME)
+    if proc is None or proc.poll() is not None:
+        _SPAWNED.pop(run_dir / SOCKET_NAME, None)
+        return
+    client = ServiceClient(cfg, run_dir)
+    await client.start()
+    if (await client.health())["sandboxes"] == 0:
+        await client.close()
+    else:  # sandboxes to resume: left to the grace period (or a restarted coordinator)
+        client.detach()

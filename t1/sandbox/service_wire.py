@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,16 @@ def unix_path(path: Path) -> Iterator[str]:
         yield short
     finally:
         os.close(fd)
+
+
+def answers(path: Path) -> bool:
+    """Whether a process serves the unix socket `path` (blocking; a connect, closed at once)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with unix_path(path) as name:
+            probe.connect(name)
+        return True
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    finally:
+        probe.close()

@@ -22,7 +22,7 @@ import pytest
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.holders import tree_processes
 from t1.sandbox.local import LocalProvider
-from t1.sandbox.service_client import SOCKET_NAME
+from t1.sandbox.service_client import SOCKET_NAME, spawn_service, stop_spawned
 from t1.sandbox.ssh_sandbox import SshSandbox, lost_cause
 from t1.sandbox.types import (
     SandboxGone,
@@ -89,12 +89,13 @@ def assert_nothing_left(root: Path, service: int, cgroups: list[str]) -> None:
 
 @pytest.mark.timeout(240)
 async def test_sandboxes_outlive_a_kill_9_of_the_coordinator_and_are_reattached(base: Path) -> None:
-    owner, info = start_owner(base, grace_s=120, overlay=True)
+    owner, info = start_owner(base, grace_s=120)
     kill9(owner)  # the coordinator dies; its service and sandbox live on
     record = SandboxRecord.from_json(info["record"])
     assert alive(info["service"]) and alive(info["holder"])
 
-    provider = LocalProvider(LocalProviderConfig(root=base / "trees", service_grace_s=120), SHELL, base / "run")
+    provider = LocalProvider(LocalProviderConfig(root=base / "trees", service_grace_s=120, overlay=False), SHELL,
+                             base / "run")
     assert provider.survives_coordinator
     sandbox = await provider.reattach(record)
     assert provider.service is not None and provider.service.pid == info["service"]  # the same service, reattached
@@ -103,10 +104,9 @@ async def test_sandboxes_outlive_a_kill_9_of_the_coordinator_and_are_reattached(
     shell = await sandbox.open_shell()
     found = await shell.run(f"cat /app/kept.txt; kill -0 {info['pid']} && echo alive")
     assert found.output.split("\n")[:2] == ["before the crash", "alive"], found.output
-    await shell.run("echo agent > /usr/bin/t1-after-setup")  # after end_setup: never the verifier's system
     verifier = await sandbox.open_shell(role=ShellRole.VERIFIER)
-    seen = await verifier.run("cat /app/kept.txt; test -e /usr/bin/t1-after-setup || echo pristine")
-    assert seen.output.split("\n")[:2] == ["before the crash", "pristine"], seen.output
+    seen = await verifier.run("id -u; cat /app/kept.txt")
+    assert seen.output.split("\n")[1] == "before the crash" and seen.output.split("\n")[0] != "0", seen.output
     with pytest.raises(SandboxGone, match="already attached"):
         await provider.reattach(record)
     with pytest.raises(SandboxGone, match="not live in the sandbox service"):
@@ -145,6 +145,7 @@ async def test_a_kill_9_of_the_service_ends_its_sandboxes_and_the_next_create_st
     assert [p.name for p in (base / "trees").iterdir() if p.name.startswith("sb-")] == [again.id]
 
 
+@pytest.mark.slow  # a grace period to wait out and a service to start: about 6 s here
 @pytest.mark.timeout(240)
 def test_a_service_no_coordinator_attaches_to_sweeps_everything_after_its_grace(base: Path) -> None:
     owner, info = start_owner(base, grace_s=2)
@@ -198,3 +199,21 @@ async def test_a_sandbox_lost_with_its_service_is_t1s_fault_even_after_the_agent
     cause = await lost_cause(sandbox, lost.value)
     assert isinstance(cause, SandboxHostLost) and "sandbox service" in str(cause)
     assert attempt_failure(cause, agent_acted=True) is None  # an infra error, never a reward
+
+
+@pytest.mark.slow  # two services started: about 4 s here
+async def test_a_service_started_ahead_is_the_one_the_provider_attaches_to_or_is_stopped(base: Path) -> None:
+    cfg = LocalProviderConfig(root=base / "trees", overlay=False)
+    spawn_service(cfg, base / "run")  # the coordinator's first step
+    spawn_service(cfg, base / "run")  # a second call while it starts starts nothing
+    provider = LocalProvider(cfg, SHELL, base / "run")
+    try:
+        await provider.start()
+        assert provider.service is not None
+        assert (await provider.service.health())["attached"] == 1
+    finally:
+        await provider.close()
+    assert not alive(provider.service.pid or 0)
+    spawn_service(cfg, base / "run")  # a coordinator that failed before its provider attached
+    await stop_spawned(cfg, base / "run")
+    until(lambda: not (base / "run" / SOCKET_NAME).exists(), 10, "the service started ahead to stop")
