@@ -22,7 +22,7 @@
   routed to it and brought up to the latest first, so a restarted server (which starts on the base
   model) never serves a stale policy. A result from an older version than the replica was known to
   serve (it restarted unnoticed) makes the pool check that replica again before its next request.
-- Stalls (t1.inference.stall): a busy replica that makes no progress for `stall_s` (or loads weights
+- Stalls (t1.inference.stall, driven by t1.inference.stall_guard): a busy replica that makes no progress for `stall_s` (or loads weights
   past `weights_timeout_s`) is avoided and its in-flight requests fail with UNAVAILABLE, so they
   are retried elsewhere (a failover). `stalls` keeps the verdicts.
 - KV admission (`kv_admission`, t1.inference.kv_admission): a new episode starts only on a replica
@@ -55,10 +55,11 @@ from t1.inference.convert import (
 )
 from t1.inference.follow import await_served
 from t1.inference.kv_admission import KvAdmission
-from t1.inference.multiplex import BatchedStream, rpc_error
+from t1.inference.multiplex import BatchedStream
 from t1.inference.pool_common import InferenceUnavailable, PoolMetrics, WeightsUpdate
 from t1.inference.prompt_delta import SentContexts
 from t1.inference.stall import Stall, StallWatch
+from t1.inference.stall_guard import StallGuard
 from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo, collect
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import inference_pb2 as pb
@@ -110,9 +111,9 @@ class InferencePool:
         self._sent = SentContexts(MAX_AFFINITY_ENTRIES)
         self._deltas = cfg.prompt_deltas
         self._ids = itertools.count()
-        self._stall_check_s = cfg.stall_check_s
-        self._watch = StallWatch(cfg.stall_s, cfg.weights_timeout_s) if cfg.stall_s > 0 else None
-        self._watcher: asyncio.Task[None] | None = None
+        self._probe_s = min(self.probe_timeout_s, cfg.stall_check_s * 4)
+        self._guard = StallGuard(StallWatch(cfg.stall_s, cfg.weights_timeout_s), cfg.stall_check_s, self._replicas,
+                                 self._progress, self._stalled) if cfg.stall_s > 0 else None
         self.stalls: list[Stall] = []  # the verdicts, oldest first
         self._kv = KvAdmission(len(self._replicas), cfg.kv_expected_context_tokens) if cfg.kv_admission else None
         self.metrics = PoolMetrics(registry)
@@ -325,34 +326,11 @@ class InferencePool:
     async def _send(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
         replica.outstanding += 1  # counted at once: the next request's placement sees it
         try:
-            if self._watch is None:
+            if self._guard is None:
                 return await self._transmit(replica, message)
-            return await self._abortable(replica, message)
+            return await self._guard.send(replica, self._transmit(replica, message))
         finally:
             replica.outstanding -= 1
-
-    async def _abortable(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
-        """`_transmit`, failed with the stall's UNAVAILABLE (and cancelled on the server) when the watch
-        finds the replica stalled."""
-        self._start_watch()
-        abort: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        send = asyncio.ensure_future(self._transmit(replica, message))
-        replica.aborts.add(abort)
-        try:
-            await asyncio.wait((send, abort), return_when=asyncio.FIRST_COMPLETED)
-            if send.done():
-                return send.result()
-            send.cancel()
-            await asyncio.gather(send, return_exceptions=True)
-            abort.result()  # raises
-            raise AssertionError("unreachable: an abort is only ever failed")
-        finally:
-            replica.aborts.discard(abort)
-            if not send.done():
-                send.cancel()
-            if abort.done() and not abort.cancelled():
-                abort.exception()  # retrieved: a stall that came as the send finished is not an error
-            abort.cancel()
 
     async def _transmit(self, replica: _Replica, message: pb.GenerateRequest) -> GenerateResult:
         stream = replica.stream
@@ -370,46 +348,20 @@ class InferencePool:
         finally:
             call.cancel()
 
-    def _start_watch(self) -> None:
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch_stalls(), name="inference-pool-stall-watch")
-
-    async def _watch_stalls(self) -> None:
-        """Probe the busy replicas for progress until none is busy (the next send starts it again)."""
-        assert self._watch is not None
-        while True:
-            await asyncio.sleep(self._stall_check_s)
-            busy = [r for r in self._replicas if r.outstanding or r.sync_lock.locked()]
-            for r in self._replicas:
-                if r not in busy:
-                    self._watch.idle(r.address)
-            if not busy:
-                return
-            infos = await asyncio.gather(*(self._progress(r) for r in busy))
-            now = time.monotonic()
-            for replica, info in zip(busy, infos, strict=True):
-                stall = self._watch.observe(replica.address, info, now)
-                if stall is not None:
-                    self._stalled(replica, stall)
-
     async def _progress(self, replica: _Replica) -> pb.ModelInfo | None:
         try:
             return await replica.stub.GetModelInfo(
-                pb.GetModelInfoRequest(), **self._opts.kw(min(self.probe_timeout_s, self._stall_check_s * 4)))
+                pb.GetModelInfoRequest(), **self._opts.kw(self._probe_s))
         except grpc.aio.AioRpcError:
             return None
 
     def _stalled(self, replica: _Replica, stall: Stall) -> None:
-        """Avoid the replica and fail its in-flight sends, so their turns are retried elsewhere."""
+        """Avoid the replica (the guard then fails its in-flight sends, so their turns are retried elsewhere)."""
         log.warning("%s; avoided for %.0f s, its %d requests in flight retried on other replicas",
                     stall.describe(), self.unhealthy_s, len(replica.aborts))
         self.stalls.append(stall)
         self.metrics.stalls.inc()
         self._mark_unhealthy(replica)
-        error = rpc_error(grpc.StatusCode.UNAVAILABLE, stall.describe())
-        for abort in list(replica.aborts):
-            if not abort.done():
-                abort.set_exception(error)
 
     async def model_info(self, timeout_s: float = 30.0) -> ModelInfo:
         """GetModelInfo from the first replica that answers."""
@@ -480,8 +432,7 @@ class InferencePool:
             replica.version = int(reply.policy_version)
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
+        if self._guard is not None:
+            await self._guard.close()
         await asyncio.gather(*(r.stream.close() for r in self._replicas if r.stream is not None))
         await asyncio.gather(*(r.channel.close() for r in self._replicas))
