@@ -1,17 +1,20 @@
 """Static episode caps against admission by KV headroom, on a simulated server with a KV capacity.
 
 Episodes whose contexts grow turn by turn (each turn: the server's reply plus `--tool-tokens` of
-tool output, a `--pause-ms` tool pause between turns, `--turns` turns) run through the real
-`InferencePool` over gRPC against `bench.sim_inference` with `--kv-capacity-tokens` (in this
+tool output, a `--pause-ms` tool pause between turns, `--min-turns`-`--turns` turns) run through the
+real `InferencePool` over gRPC against `bench.sim_inference` with `--kv-capacity-tokens` (in this
 process). A static cap of K concurrent episodes (the rollout's `max_concurrent_episodes`) either
 leaves the KV cache idle early or overcommits it late (the server drops idle sessions' caches and
-their next turns prefill everything again); `kv` admits by headroom under the largest cap.
+their next turns prefill everything again); `kv` admits by headroom under the largest cap
+(`inference.pool.kv_admission`, `--expected-context-tokens` its prior, t1/inference/kv_admission.py).
 
 Per setting: turns/s, time waiting for admission (an episode slot, or KV room), prompt tokens
 prefilled (recomputed after evictions included), evictions, and KV use over time (sampled through
-GetModelInfo), plotted to `--plot`::
+GetModelInfo), plotted to `--plot` (the first repeat). A run's course depends on timing (which turn
+finishes first decides who is evicted), so `--repeats` runs every setting again and the summary
+gives each setting's mean, least and most turns/s::
 
-    python -m bench.kv_admission --episodes 24 --caps 2,8 --out bench/results/kv_admission_cpu.json \\
+    python -m bench.kv_admission --episodes 24 --caps 2,8 --repeats 3 --out bench/results/kv_admission_cpu.json \\
         --plot bench/results/kv_admission_cpu.png
 """
 
@@ -55,6 +58,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--per-token-ms", type=float, default=2.0)
     p.add_argument("--per-prefill-token-ms", type=float, default=0.1)
     p.add_argument("--sample-s", type=float, default=0.25)
+    p.add_argument("--repeats", type=int, default=1, help="runs of every setting (the summary: mean, least, most)")
     p.add_argument("--out", type=Path)
     p.add_argument("--plot", type=Path)
     return p.parse_args(argv)
@@ -140,10 +144,28 @@ def plot(results: list[dict[str, Any]], capacity: int, path: Path) -> None:
 
 
 async def amain(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every setting once per repeat, the settings interleaved (a slower stretch of the machine hits all)."""
     caps = sorted(int(c) for c in args.caps.split(","))
-    results = [await run_setting(args, cap, kv=False) for cap in caps]
-    results.append(await run_setting(args, caps[-1], kv=True))
+    results = []
+    for repeat in range(args.repeats):
+        for cap, kv in [(cap, False) for cap in caps] + [(caps[-1], True)]:
+            result = await run_setting(args, cap, kv)
+            results.append({"repeat": repeat, **result})
+            print(json.dumps({k: v for k, v in results[-1].items() if k != "kv_use_over_time"}), flush=True)
     return results
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per setting over its repeats: turns/s (mean, least, most) and the means of the waits and prefill."""
+    out: dict[str, dict[str, Any]] = {}
+    for setting in dict.fromkeys(r["setting"] for r in results):
+        runs = [r for r in results if r["setting"] == setting]
+        rates = [r["turns_per_s"] for r in runs]
+        out[setting] = {"runs": len(runs), "turns_per_s": round(float(np.mean(rates)), 3),
+                        "turns_per_s_min": min(rates), "turns_per_s_max": max(rates),
+                        **{key: round(float(np.mean([r[key] for r in runs])), 3)
+                           for key in ("admission_wait_s", "prefilled_tokens", "evictions", "kv_use_mean")}}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -152,13 +174,15 @@ def main(argv: list[str] | None = None) -> None:
 
     ensure_model(args.model)
     results = asyncio.run(amain(args))
-    for r in results:
-        print(json.dumps({k: v for k, v in r.items() if k != "kv_use_over_time"}))
+    table = summary(results)
+    for setting, row in table.items():
+        print(json.dumps({"setting": setting, **row}))
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     if args.out:
-        args.out.write_text(json.dumps({"machine": machine(), "settings": settings, "results": results}, indent=1) + "\n")
+        args.out.write_text(json.dumps({"machine": machine(), "settings": settings, "summary": table,
+                                        "results": results}, indent=1) + "\n")
     if args.plot:
-        plot(results, args.kv_capacity_tokens, args.plot)
+        plot([r for r in results if r["repeat"] == 0], args.kv_capacity_tokens, args.plot)
 
 
 if __name__ == "__main__":

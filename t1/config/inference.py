@@ -125,9 +125,9 @@ class InferencePoolConfig(Section):
                            "to grow to, else waits; resident sessions' turns always start (docs/inference.md). "
                            "Callers must end their sessions (end_session).")
     kv_expected_context_tokens: int = Field(
-        0, ge=0, description="kv_admission: the context an episode is expected to grow to until ended episodes have "
-                             "shown it (then learned from them); 0: the model's context limit (one episode at a "
-                             "time per replica until the first has ended).")
+        0, ge=0, description="kv_admission: the prior of the context an episode grows to, learned from ended "
+                             "episodes (the prior weighs as four of them); 0: the model's context limit, capped at "
+                             "the replica's capacity.")
     stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their progress.")
     weights: WeightsMode = Field(
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "

@@ -84,30 +84,38 @@ async def test_without_kv_admission_the_same_session_is_not_held_back(small_serv
 
 async def test_episodes_are_admitted_by_their_learned_peak_and_resident_turns_are_never_held_back(small_server) -> None:
     """The prior (1000 positions an episode) admits two 300-token episodes on the 2730-position server and
-    holds three more back; once the first admitted ends at 308 positions that is the expected peak and the
-    three start. A resident session's turn past every reservation then starts without a wait."""
+    holds three more back. The first admitted ends at 308 positions: the expected peak is (4 x 1000 + 308) / 5
+    (the prior weighs as four episodes), and two of the three start; the second ends too, and the third. A
+    resident session's turn past every reservation then starts without a wait."""
     address, _ = small_server
     pool = InferencePool(InferencePoolConfig(kv_admission=True, kv_expected_context_tokens=1000, backoff_s=0.01),
                          [address])
     registry = pool.metrics.registry
     await pool(req(prompt(300, seed=1), "a", 1))
-    b = await pool(req(prompt(300, seed=2), "b", 2))
+    await pool(req(prompt(300, seed=2), "b", 2))
     assert registry.get_sample_value("t1_inference_kv_waits_total") == 0
     later = [asyncio.create_task(pool(req(prompt(300, seed=s), f"n{s}", s))) for s in (3, 4, 5)]
     await asyncio.sleep(1.0)
     assert not any(t.done() for t in later)  # 1000 + 1000 reserved: 1000 more does not fit in 2730
 
-    pool.end_session("a")  # the first admitted episode ended at 308 positions: the expected peak now
+    pool.end_session("a")  # expected peak 862: 862 x 3 fits, 862 x 4 does not
+    for _ in range(600):
+        if sum(t.done() for t in later) == 2:
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.7)
+    assert sum(t.done() for t in later) == 2
+    pool.end_session("b")  # expected peak (4 x 1000 + 2 x 308) / 6 = 769: the third fits
     done = await asyncio.wait_for(asyncio.gather(*later), 60)
     assert [len(r.token_ids) for r in done] == [8, 8, 8]
     assert registry.get_sample_value("t1_inference_kv_waits_total") == 3
-    assert pool.kv_usage() == {address: (2730, 4 * 308)}
+    assert pool.kv_usage() == {address: (2730, 3 * 308)}
 
-    # "b" is resident: a turn of 2008 positions starts at once though 3 x 308 more are held (2932 > 2730).
-    long_context = np.concatenate([prompt(300, seed=2), b.token_ids, prompt(1692, seed=6)])
-    assert len((await asyncio.wait_for(pool(req(long_context, "b", 7)), 60)).token_ids) == 8
+    # "n3" is resident: a turn of 2308 positions starts at once though the others reserve 2 x 769 (3846 > 2730).
+    long_context = np.concatenate([prompt(300, seed=3), done[0].token_ids, prompt(1992, seed=6)])
+    assert len((await asyncio.wait_for(pool(req(long_context, "n3", 7)), 60)).token_ids) == 8
     assert registry.get_sample_value("t1_inference_kv_waits_total") == 3
-    assert pool.kv_usage() == {address: (2730, 3 * 308 + 2008)}
+    assert pool.kv_usage() == {address: (2730, 2 * 308 + 2308)}
     await pool.close()
 
 
@@ -129,19 +137,19 @@ async def test_the_expected_peak_counts_episodes_in_admission_order_so_short_one
 
     await turn("long", 700)
     await turn("short", 700)
-    await turn("long", 5000)
+    await turn("long", 6000)
     await turn("short", 1000)
     kv.end("short")  # ended first, admitted second: it waits for "long"
     assert kv.expected_peak(0) == 3000
-    # The reservations: "long" holds 5000, a new session 3000 (the prior): 8000 fits, one more does not.
-    assert kv.fits(0, "new", 700) and not kv.fits(0, "new", 2001 + 3000)
+    # The reservations: "long" holds 6000, a new session 3000 (the prior): 9000 fits, one of 4001 does not.
+    assert kv.fits(0, "new", 700) and not kv.fits(0, "new", 4001)
     kv.end("long")
-    assert kv.expected_peak(0) == 3000  # (5000 + 1000) / 2, both in
+    assert kv.expected_peak(0) == 3167  # (4 x 3000 + 6000 + 1000) / 6: both in, the prior weighs as four
     kv.end("never-admitted")
-    assert kv.expected_peak(0) == 3000 and kv.usage(0) == (10_000, 0)
+    assert kv.expected_peak(0) == 3167 and kv.usage(0) == (10_000, 0)
 
-    alone = KvAdmission(1)  # no prior: an episode may grow to the model's context limit, one at a time
+    alone = KvAdmission(1)  # no prior: an episode may grow to the model's context limit: one at a time
     alone.set_capacity(0, 10_000, max_context=32_768)
-    assert alone.expected_peak(0) == 32_768
+    assert alone.expected_peak(0) == 10_000  # the context limit, but no more than the capacity
     await alone.admit("x", 700, lambda: 0, [_Up()])
     assert not alone.fits(0, "y", 700) and alone.fits(0, "x", 9000)
