@@ -87,6 +87,26 @@ async def test_a_server_that_answers_but_generates_nothing_is_caught_and_its_ses
     await pool.close()
 
 
+async def test_with_kv_admission_the_stalled_replicas_session_takes_its_room_along(servers) -> None:
+    """KV admission on: the turn cut off by the stall gives up its room on the stalled replica, and the session
+    is admitted on the other one, which then holds its whole context."""
+    pool = stall_pool(list(servers), kv_admission=True, kv_expected_context_tokens=1000)
+    context = prompt(30, seed=5)
+    first = await pool(req(context, "s", 1))
+    home = pool.replica_of("s")
+    assert home is not None and pool.kv_usage()[home][1] == 30 + len(first.token_ids)
+    context = np.concatenate([context, first.token_ids, prompt(4, seed=6)])
+    servers[home].hold_generation(True)
+    res = await pool(req(context, "s", 2, max_tokens=30))
+    other = pool.replica_of("s")
+    assert other != home and len(pool.stalls) == 1
+    assert {address: held for address, (_, held) in pool.kv_usage().items()} == {
+        home: 0, other: len(context) + len(res.token_ids)}
+    pool.end_session("s")
+    assert all(held == 0 for _, held in pool.kv_usage().values())
+    await pool.close()
+
+
 async def test_a_weight_load_that_never_finishes_is_a_stall(servers, tiny_model_dir) -> None:
     pool = stall_pool(list(servers), weights_timeout_s=0.3, stall_s=600)  # only the load can be the verdict
     first = await pool(req(prompt(20, seed=1), "w", 1))
