@@ -10,9 +10,12 @@ reply's text, the reply appended as an assistant message and a command's output 
   bench/sim_openai.py.
 - `gateway`: T1's per-episode gateway (t1/gateway) serving harnesses: each session a GatewaySession behind
   its GatewayServer on a loopback port, generating through InferencePool against bench/sim_inference.py;
-  the harnesses (bench/harness_driver.py, a process of its own) send the whole conversation every call,
-  as OpenAI chat requests with tools. The figure is the gateway's CPU per request (HTTP, JSON, the
-  template rendered with the call's tools and checked against the buffer, generation, the reply parsed).
+  the harnesses (bench/harness_driver.py, a process of its own, one keep-alive connection per harness)
+  send the whole conversation every call, as OpenAI chat requests with tools. The figure is the
+  gateway's CPU per request (HTTP, JSON, the template rendered with the call's tools and checked against
+  the buffer, generation, the reply parsed); each round also reports the harnesses' CPU per request
+  (`harness_cpu_ms_per_turn`: the load generator's, to show it is not the bound) and the segments
+  started while measured (`segment_starts`).
 - `peer_openai`: the conversation as messages, rendered with the tokenizer's chat template and
   tokenized again each turn, sent with `AsyncOpenAI().completions.create` (token prompt,
   `return_token_ids`), against bench/sim_openai.py: what most peer frameworks do.

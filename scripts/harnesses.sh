@@ -3,6 +3,7 @@
 # in a virtualenv of its own under T1_HARNESS_DIR (default /opt/t1-harnesses): a system dir, so every
 # local sandbox sees it through its copy-on-write root (the host's /work or /root are hidden there).
 #   mini-swe-agent  on the system's python3 (3.11)
+#   aider           (aider-chat) on the system's python3 (3.11)
 #   harbor          (Terminus-2) on Python 3.12: pyenv's, copied under T1_HARNESS_DIR so sandboxes can run it,
 #                   with T1's driver for running Terminus-2 in the sandbox (harbor/t1_terminus2.py)
 # Idempotent: a harness whose stamp matches its pinned version is skipped. Used by scripts/setup.sh.
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/.."
 DIR=${T1_HARNESS_DIR:-/opt/t1-harnesses}
 MINI_SWE_AGENT=2.4.6
 HARBOR=0.25.0
+AIDER=0.86.2
 mkdir -p "$DIR"
 chmod 755 "$DIR"
 
@@ -29,6 +31,9 @@ install_harness() {  # name, python, pip spec
 }
 
 install_harness mini-swe-agent /usr/bin/python3 "mini-swe-agent==$MINI_SWE_AGENT"
+if [[ ${T1_HARNESS_AIDER:-1} == 1 ]]; then
+  install_harness aider /usr/bin/python3 "aider-chat==$AIDER"
+fi
 
 if [[ ${T1_HARNESS_HARBOR:-1} == 1 ]]; then
   py312="$DIR/python3.12"

@@ -1,4 +1,4 @@
-"""Real harnesses through the whole system: mini-swe-agent and Harbor's Terminus-2, unmodified, in an eval job submitted over gRPC
+"""Real harnesses through the whole system: mini-swe-agent, Harbor's Terminus-2 and aider, unmodified, in an eval job submitted over gRPC
 to a coordinator process, and in a short training run whose trajectories reach the trainer; the
 tiny model serves through the coordinator's own inference server (exact ids, routing capture).
 
@@ -25,13 +25,23 @@ from smoke_run import small_config, start_coordinator
 from t1.v1 import coordinator_pb2 as pb
 from t1.v1 import coordinator_pb2_grpc as pb_grpc
 
-from .test_real_harnesses import MINI, MINI_ENV, TERMINUS2, TERMINUS2_ENV, installed
+from .test_real_harnesses import (
+    AIDER,
+    AIDER_ENV,
+    MINI,
+    MINI_ENV,
+    TERMINUS2,
+    TERMINUS2_ENV,
+    installed,
+)
 
 HARNESSES = {"mini-swe-agent": {"command": MINI, "env": MINI_ENV, "timeout_s": 150},
-             "harbor": {"command": TERMINUS2, "env": TERMINUS2_ENV, "timeout_s": 90}}
+             "harbor": {"command": TERMINUS2, "env": TERMINUS2_ENV, "timeout_s": 90},
+             "aider": {"command": AIDER, "env": AIDER_ENV, "timeout_s": 150}}
 # The warm start's demonstrations (each task's reference solution typed by the oracle) go through the harness
-# too, in rollout.agent_format: the format the harness parses.
-FORMATS = {"mini-swe-agent": "tool_calls", "harbor": "terminus2"}
+# too, in rollout.agent_format: the format the harness parses. Aider parses neither (it edits files), so it
+# trains without a warm start (None): its demonstrations would solve nothing, and the trainer refuses those.
+FORMATS = {"mini-swe-agent": "tool_calls", "harbor": "terminus2", "aider": None}
 
 
 @pytest.fixture()
@@ -60,16 +70,23 @@ def _metrics(port: int) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(t1_\S+) (\S+)$", text, re.M)}
 
 
+# Every harness on the tiny model; one also on the real-vocabulary Qwen3 model (Qwen's tokenizer and Qwen3's own
+# template, made by the coordinator from the `qwen3-vocab` preset) with thinking off.
+EVAL_CASES = [*((h, "tiny") for h in HARNESSES), ("mini-swe-agent", "qwen3-vocab")]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("harness", list(HARNESSES))
-def test_harness_eval_job_over_grpc(root: Path, tiny_model_dir: Path, harness: str) -> None:
+@pytest.mark.parametrize(("harness", "model"), EVAL_CASES)
+def test_harness_eval_job_over_grpc(root: Path, tiny_model_dir: Path, harness: str, model: str) -> None:
     installed(harness)
     _task(root / "tasks", "alpha", "alpha")
     _task(root / "tasks", "beta", "beta")
+    model_cfg = {"path": str(tiny_model_dir)} if model == "tiny" else {
+        "path": str(root / "models" / model), "init_preset": model, "chat_template_kwargs": {"enable_thinking": False}}
     cfg = {"name": "harness-eval", "sandbox": {"local": {"root": str(root / "sandboxes")}},
            "rollout": {"harness": HARNESSES[harness], "max_context_tokens": 8192, "sampling": {"max_tokens": 32}},
-           "inference": {"model": {"path": str(tiny_model_dir)}},
+           "inference": {"model": model_cfg},
            "coordinator": {"run_dir": str(root / "run"), "train": False, "server": {"port": 0}},
            "metrics": {"port": 0}}
     proc, out = start_coordinator(root, cfg)
@@ -99,6 +116,7 @@ def test_harness_eval_job_over_grpc(root: Path, tiny_model_dir: Path, harness: s
     assert metrics["t1_tito_drift_tokens"] == 0
     assert metrics["t1_gateway_calls_total"] == sum(a.turns for a in full.attempts)
     assert metrics['t1_gateway_segment_starts_total{cause="first"}'] == 4
+    print(harness, model, {k: v for k, v in metrics.items() if k.startswith("t1_gateway_segment_starts")})
     transcripts = list((root / "run" / "transcripts").rglob("*.md"))
     assert len(transcripts) == 4 and all("gateway call 0: new segment (first)" in t.read_text() for t in transcripts)
 
@@ -109,7 +127,11 @@ def test_harness_eval_job_over_grpc(root: Path, tiny_model_dir: Path, harness: s
 def test_harness_trains(root: Path, tiny_model_dir: Path, harness: str) -> None:
     installed(harness)
     cfg = small_config(root, tiny_model_dir)
-    cfg["rollout"].update({"harness": HARNESSES[harness], "max_context_tokens": 8192, "agent_format": FORMATS[harness]})
+    cfg["rollout"].update({"harness": HARNESSES[harness], "max_context_tokens": 8192})
+    if FORMATS[harness] is None:
+        cfg["trainer"]["warm_start"] = {"sft_steps": 0, "critic_warmup_steps": 0}
+    else:
+        cfg["rollout"]["agent_format"] = FORMATS[harness]
     cfg["trainer"]["rl"]["token_budget"] = 32768
     proc, out = start_coordinator(root, cfg)
     try:
@@ -122,7 +144,8 @@ def test_harness_trains(root: Path, tiny_model_dir: Path, harness: str) -> None:
     assert rc == 0, log[-6000:]
     report = json.loads((root / "run" / "report.json").read_text())
     print(json.dumps({k: report[k] for k in ("trainer", "fidelity", "rollouts")}, indent=1))
-    assert report["trainer"]["stage"] == "done" and report["trainer"]["step"] == 3, report["trainer"]
+    steps = 3 if FORMATS[harness] else 1  # SFT and critic warm-up steps, then one PPO step
+    assert report["trainer"]["stage"] == "done" and report["trainer"]["step"] == steps, report["trainer"]
     ro, fid = report["rollouts"], report["fidelity"]
     assert ro["training"]["episodes"] >= 2 and ro["infra_errors"] == 0
     assert fid["t1_tito_drift_tokens"] == 0
