@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from contextlib import AbstractAsyncContextManager
@@ -131,6 +132,8 @@ class Episode:
             self.buf = TokenBuffer(renderer, opening, sink=journal)
         else:
             self._restore(resume[0])
+            # The records it was rebuilt from (every turn's arrays) are not kept: memory stays bounded.
+            self._resume = (dataclasses.replace(resume[0], buffer_events=(), commands=()), resume[1])
         # The sampler's record, kept apart from the buffer: (segment, start position, sampled ids); a
         # journaled episode's is its journal's generations.
         self._sampled: list[tuple[int, int, np.ndarray]] = []
