@@ -7,14 +7,14 @@ Modules, from the seam outwards:
   routing capture (routing_capture.py), per-session prefix reuse (sessions.py), atomic weight swaps;
   decode batching (batching.py) over persistent per-session KV slots (kv_slots.py).
 - vllm_backend.py: `VllmBackend`, thin adapter over vLLM 0.32 AsyncLLM; routing validated by
-  routing_check.py.
+  routing_check.py; its KV cache in tokens from vLLM's stat logger (`KvGauge`).
 - server.py: the InferenceService servicer; factory.py builds the configured backend;
   `t1-inference` (t1/cli/inference.py) serves it.
 - pool_common.py: what both pools share: PoolMetrics (and `observe`), WeightsUpdate, InferenceUnavailable
 - pool.py: `InferencePool`, affinity (affinity.py), least-outstanding placement, retries, failover,
   metrics, weight updates that skip dead replicas and catch recovered ones up before routing to them;
   many requests over one stream (multiplex.py), prompt deltas (prompt_delta.py), KV-headroom admission
-  (kv_admission.py), stalled replicas (stall.py).
+  (kv_admission.py), stalled replicas (stall.py, driven by stall_guard.py).
 - convert.py: proto <-> dataclass for InferenceService messages; validate.py: a request checked against
   the model; model_config.py: what a model folder says about itself, read without torch.
 - slot_batch.py: the cache of one batched decode forward over KV slots; follow.py: a server that loads
