@@ -23,7 +23,7 @@ from t1.coordinator.rollout import new_group_id
 from t1.coordinator.run_state import TrainerSide
 from t1.coordinator.scheduler import ResumeFn
 from t1.coordinator.tasksource import shard_tasks, training_stream
-from t1.evals.stats import CI_METHOD, by_family, family_lookup, rate_summary
+from t1.evals.stats import eval_summary, family_lookup
 from t1.metrics import registry as m
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
@@ -84,13 +84,8 @@ async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> d
     s = await parts.evals.summary(record)
     outcomes = await asyncio.to_thread(parts.store.attempts, job_id)
     families = family_lookup(parts.evals.families_of(job_id))
-    overall = rate_summary(outcomes)
     m.RESOLVE_RATE.labels(split=f"{label}:{set_name}").set(s.resolve_rate)
-    out = {"job_id": job_id, "resolve_rate": s.resolve_rate, "mean_reward": s.mean_reward,
-           "pass_at_k": s.pass_at_k, "infra_errors": s.infra_errors, "num_tasks": s.num_tasks,
-           "ci95": list(overall.ci95), "ci_method": CI_METHOD, "attempts": overall.attempts,
-           "resolved": overall.resolved, "state": record.state.value,
-           "by_family": {f: r.as_dict() for f, r in by_family(outcomes, families).items()}}
+    out = eval_summary(job_id, record.state.value, s, outcomes, families).as_dict()
     parts.runlog.write("eval", label=label, set=set_name, **out)
     return out
 

@@ -4,7 +4,8 @@
   JobSummaryValues (an eval job's summary: resolve rate, mean reward, pass@k, infra errors) computed in one
   place, summary_of(tallies) (the job store's tallies or tallies_of(outcomes): summarize); pass_at_k.
 - stats.py: the report's statistics: solve rate with a 95% Wilson score interval (wilson_interval),
-  RateSummary (rate_summary), per-family rows (task_family, by_family, family_lookup), intervals_overlap.
+  RateSummary (rate_summary), per-family rows (task_family, by_family, family_lookup), intervals_overlap;
+  EvalSummary (eval_summary): the one summary of a job a run reports (as_dict: report.json's layout).
 
 Pure functions over finished attempts; infra errors are counted apart and never enter a rate.
 """

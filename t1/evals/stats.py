@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from t1.evals.results import AttemptOutcome
+from t1.evals.results import AttemptOutcome, JobSummaryValues
 
 Z95 = 1.959963984540054  # the two-sided 95% quantile of the standard normal
 CI_METHOD = "wilson"
@@ -88,3 +88,30 @@ def family_lookup(families: Mapping[str, str]) -> Callable[[str], str]:
 
 def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
+
+
+@dataclass(frozen=True, slots=True)
+class EvalSummary:
+    """The one summary of an eval job a run reports: the job's numbers (resolve rate, mean reward, pass@k, infra
+    errors, tasks), the solve rate with its Wilson 95% interval over scored attempts, and the same per task family."""
+
+    job_id: str
+    state: str
+    job: JobSummaryValues
+    overall: RateSummary
+    by_family: dict[str, RateSummary]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as report.json and the run log's `eval` records carry it."""
+        return {"job_id": self.job_id, "resolve_rate": self.job.resolve_rate, "mean_reward": self.job.mean_reward,
+                "pass_at_k": self.job.pass_at_k, "infra_errors": self.job.infra_errors,
+                "num_tasks": self.job.num_tasks, "ci95": list(self.overall.ci95), "ci_method": CI_METHOD,
+                "attempts": self.overall.attempts, "resolved": self.overall.resolved, "state": self.state,
+                "by_family": {f: r.as_dict() for f, r in self.by_family.items()}}
+
+
+def eval_summary(job_id: str, state: str, job: JobSummaryValues, outcomes: Iterable[AttemptOutcome],
+                 family_of: Callable[[str], str]) -> EvalSummary:
+    """The summary of a finished job from its numbers and its attempts (pure)."""
+    outcomes = list(outcomes)
+    return EvalSummary(job_id, state, job, rate_summary(outcomes), by_family(outcomes, family_of))

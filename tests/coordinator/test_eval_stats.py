@@ -78,3 +78,23 @@ def test_intervals_overlap() -> None:
     assert intervals_overlap((0.1, 0.3), (0.3, 0.5)) and not intervals_overlap((0.1, 0.29), (0.3, 0.5))
     assert intervals_overlap((0.2, 0.4), (0.25, 0.3))
     assert not math.isnan(wilson_interval(200, 200)[0])
+
+
+def test_eval_summary_is_one_value_with_the_reports_layout() -> None:
+    """3 scored attempts of two families (2 resolved, rewards 1, 1, 0.5) and one infra error, by hand."""
+    from t1.evals.results import summarize
+    from t1.evals.stats import eval_summary
+
+    outcomes = [_o("files-eval-1", True), _o("files-eval-1", True, attempt=1), _o("logs-eval-2", False, reward=0.5),
+                _o("logs-eval-2", False, infra=True, attempt=1)]
+    s = eval_summary("job-1", "succeeded", summarize(outcomes, 2), outcomes, task_family)
+    d = s.as_dict()
+    assert list(d) == ["job_id", "resolve_rate", "mean_reward", "pass_at_k", "infra_errors", "num_tasks", "ci95",
+                       "ci_method", "attempts", "resolved", "state", "by_family"]
+    assert (d["job_id"], d["state"], d["ci_method"], d["attempts"], d["resolved"]) == ("job-1", "succeeded", "wilson", 3, 2)
+    assert d["resolve_rate"] == pytest.approx(2 / 3) and d["mean_reward"] == pytest.approx(2.5 / 3)
+    assert d["pass_at_k"] == pytest.approx({1: 0.5, 2: 1.0})  # files: 2 of 2; logs: 0 of 1 (no k=2 row)
+    assert (d["infra_errors"], d["num_tasks"]) == (1, 2)
+    assert d["ci95"] == pytest.approx(list(wilson_interval(2, 3)))
+    assert d["by_family"]["files"]["resolve_rate"] == 1.0 and d["by_family"]["logs"]["infra_errors"] == 1
+    assert d["by_family"]["logs"]["attempts"] == 1 and d["by_family"]["logs"]["mean_reward"] == 0.5
