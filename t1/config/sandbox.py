@@ -43,7 +43,7 @@ class LocalProviderConfig(Section):
     verifier_storage_mb: int = Field(1024, ge=16, description="Size of each of the verifier's own tmpfs dirs in an overlay sandbox (/tests, /logs/verifier, its toolchain): a sandbox the agent filled does not stop its verifier.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Resource limits.")
     service: bool = Field(True, description="In a coordinator's run: the SSH server and the sandboxes' namespace holders run in a sandbox service process of their own, which outlives the coordinator (a restarted coordinator of the same run dir reattaches its sandboxes). Off: they live in the coordinator's process and die with it.")
-    service_grace_s: float = Field(600.0, gt=0, description="How long the sandbox service waits for a coordinator to attach (after its start, or after the last one's connection closed, kill -9 included) before it destroys every sandbox and exits.")
+    service_grace_s: float = Field(600.0, gt=0, description="How long the sandbox service waits for a coordinator to attach (after its start, or after the last one's connection closed, kill -9 included) before it destroys every sandbox and exits; it waits on while a process holds the run dir's lock (a coordinator still starting).")
 
     @model_validator(mode="after")
     def _storage_fits(self) -> LocalProviderConfig:

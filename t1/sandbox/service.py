@@ -16,7 +16,9 @@ keys), `create` (a `SandboxRequest`), `destroy`, `end_setup`, `target`, `has`, `
 
 The lifeline rule lives here: while no attached coordinator's connection is open (from start,
 or since the last one closed), a grace timer runs (`sandbox.local.service_grace_s`); when it
-expires the service destroys every sandbox (their processes, mounts and cgroups) and exits.
+expires while no process holds the run dir's lock (a coordinator still starting holds it:
+`t1.sandbox.run_lease`), the service destroys every sandbox (their processes, mounts and
+cgroups) and exits; otherwise the timer runs again.
 SIGTERM, SIGINT and `shutdown` do the same at once.
 """
 
@@ -38,6 +40,7 @@ from typing import Any
 from t1.config.sandbox import LocalProviderConfig
 from t1.rpc.loop import run
 from t1.sandbox.local_host import LocalSandboxHost
+from t1.sandbox.run_lease import RunLease, locked
 from t1.sandbox.service_wire import (
     MAX_LINE,
     answers,
@@ -87,6 +90,8 @@ class SandboxService:
         self.host = LocalSandboxHost(cfg.local)
         self.started = time.monotonic()
         self.stopping = asyncio.Event()
+        self.run = RunLease.of(cfg.socket.parent)
+        """The run whose dir holds the socket: while a process holds its lock (a coordinator starting), it is owned."""
         self._attached = 0
         self._grace: asyncio.TimerHandle | None = None
         self._clients: dict[asyncio.StreamWriter, asyncio.Task[Any]] = {}
@@ -100,6 +105,11 @@ class SandboxService:
             self._grace = asyncio.get_running_loop().call_later(self.cfg.grace_s, self._orphaned)
 
     def _orphaned(self) -> None:
+        self._grace = None
+        if locked(self.run.lock, self.run.inode):  # a coordinator of the run lives (it attaches once it has started)
+            log.info("the run's coordinator holds %s: waiting for it to attach", self.run.lock)
+            self._arm_grace()
+            return
         log.warning("no coordinator attached for %.0fs (sandbox.local.service_grace_s): destroying %d sandboxes "
                     "and exiting", self.cfg.grace_s, len(self.host.sandbox_ids()))
         self.stopping.set()

@@ -5,6 +5,7 @@ everything after its grace period. Real bubblewrap, real processes, real kill -9
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -217,3 +218,19 @@ async def test_a_service_started_ahead_is_the_one_the_provider_attaches_to_or_is
     spawn_service(cfg, base / "run")  # a coordinator that failed before its provider attached
     await stop_spawned(cfg, base / "run")
     until(lambda: not (base / "run" / SOCKET_NAME).exists(), 10, "the service started ahead to stop")
+
+
+@pytest.mark.slow  # a grace period waited out twice: about 6 s here
+@pytest.mark.timeout(240)
+def test_a_coordinator_that_holds_the_run_dir_keeps_the_service_past_its_grace(base: Path) -> None:
+    owner, info = start_owner(base, grace_s=1)
+    kill9(owner)
+    lock = os.open(base / "run" / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a restarted coordinator that has not attached yet (DirLock first)
+        time.sleep(3)
+        assert alive(info["service"]) and alive(info["holder"]), "swept while the run's coordinator was starting"
+    finally:
+        os.close(lock)  # that coordinator died too
+    until(lambda: not alive(info["service"]), 30, "the service outlived its grace period with nobody holding the run")
+    assert_nothing_left(base / "trees", info["service"], info["cgroups"])
