@@ -5,6 +5,7 @@ Modules:
   infra errors)
 - episode_types.py: the values around an episode (spec, end, result, sandbox source) and which failures are
   infrastructure's
+- episode_verifier.py: an episode's verifier runs (final, every K-th turn, the baseline) in verifier shells
 - resume_point.py: where an unfinished episode's journal lets a restarted coordinator continue it
 - shell_state.py: the agent shell's directory and exported variables, probed per turn and restored in a new shell
 - episode_limits.py: what one episode may do (rollout and reward limits) and its sandboxes' traits

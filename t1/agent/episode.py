@@ -50,6 +50,7 @@ from t1.agent.episode_types import (
     _End,
     acquire_from,
 )
+from t1.agent.episode_verifier import EpisodeVerifier
 from t1.agent.formats import format_output
 from t1.agent.pacing import pace
 from t1.agent.policy_call import call_policy, is_text_level
@@ -67,7 +68,7 @@ from t1.inference.types import (
 )
 from t1.metrics import registry as m
 from t1.sandbox.ssh_sandbox import lost_cause
-from t1.sandbox.types import Sandbox, SandboxLost, Shell, ShellRole
+from t1.sandbox.types import Sandbox, SandboxLost, Shell
 from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
@@ -78,9 +79,7 @@ from t1.tasks.rewards import (
     passes_gate,
     process_rewards,
 )
-from t1.tasks.separate import packed_artifacts, run_separate_verifier
 from t1.tasks.spec import StepSpec
-from t1.tasks.verifier import run_verifier
 from t1.tito import ChatRenderer, TokenBuffer
 from t1.tito.diagnostics import trajectory_checks
 from t1.tito.replay import replay
@@ -105,12 +104,12 @@ class Episode:
         sandbox; `journal` is its journal, already cut at the point (t1/coordinator/journal_recovery.py)."""
         self.spec = spec
         self._journal = journal
-        self._baselines = baselines
         self._generate = generate
         self._acquire = acquire
         self._renderer = renderer
         self._sandboxes = sandboxes
         self.tx = transcript
+        self._verifier = EpisodeVerifier(spec, acquire, sandboxes, baselines, transcript)
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
         self._num_opening = len(opening)
         self._summary_ask_tokens = len(renderer.encode(SUMMARY_REQUEST)) + 16 if spec.limits.compaction_by_policy else 0
@@ -273,7 +272,7 @@ class Episode:
         task = self.spec.task
         if self._resume is None:
             if self.spec.limits.process_every_k:
-                self._baseline = await self._measure_baseline(sandbox, task.phases()[0], provisioned)
+                self._baseline = await self._verifier.baseline(sandbox, task.phases()[0], provisioned)
             if self._journal is not None:
                 self._journal.ready(provisioned=provisioned_record(provisioned), baseline=self._baseline,
                                     tito=self.buf.resume_state())
@@ -289,7 +288,7 @@ class Episode:
             except _End as end:
                 status, why = end.status, end.why
                 self.tx.note(f"episode ends: {why}")
-            report = await self._verify(sandbox, phase, provisioned, "final")
+            report = await self._verifier.verify(sandbox, phase, provisioned, "final")
             if self.turns:  # the state after this phase's last turn (a K-th turn that ended the phase has no other)
                 self._checkpoints[self.turns - 1] = report.passed
             done.append((phase, report))
@@ -364,7 +363,7 @@ class Episode:
             m.ROLLOUT_TURNS.inc()
             k = limits.process_every_k
             if k and self.turns % k == 0 and not parsed.done:
-                report = await self._verify(sandbox, phase, provisioned, f"turn {self.turns}")
+                report = await self._verifier.verify(sandbox, phase, provisioned, f"turn {self.turns}")
                 self._checkpoints[self.turns - 1] = report.passed
             done = parsed.done and parsed.error is None
             # Appended before the next generation, so a next phase's instruction can join it.
@@ -487,41 +486,6 @@ class Episode:
                 log.warning("episode %s turn %d: generate failed (try %d): %s", self.spec.episode_id, self.turns,
                             attempt + 1, exc)
         raise InferenceFailed(f"generate failed {self.spec.limits.turn_retries + 1} times: {last}")
-
-    async def _measure_baseline(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned) -> int:
-        """Passing verifiers before the first turn: this sandbox's, or the group's when another attempt has it."""
-        ran = False
-
-        async def measure() -> int:
-            nonlocal ran
-            ran = True
-            return (await self._verify(sandbox, phase, provisioned, "baseline")).passed
-
-        if self._baselines is None:
-            return await measure()
-        passed = await self._baselines.get(f"{self.spec.task.id}\0{self.spec.group_id}", measure)
-        if not ran:
-            self.tx.note(f"verifier baseline: {passed} passed (measured by another attempt of the group)")
-        return passed
-
-    async def _verify(self, sandbox: Sandbox, phase: StepSpec, provisioned: Provisioned, label: str
-                      ) -> VerifierReport:
-        t = time.monotonic()
-        offline = self._sandboxes.offline or not self.spec.task.environment.allow_internet
-        vshell = await sandbox.open_shell(role=ShellRole.VERIFIER)
-        try:
-            if phase.verifier.separate is not None:  # Harbor: the tests see only the declared artifacts
-                async with packed_artifacts(vshell, phase.verifier.separate, provisioned) as artifacts:
-                    report = await run_separate_verifier(self._acquire, self.spec.task, phase.verifier, artifacts,
-                                                         local=self._sandboxes.no_images, offline=offline)
-            else:
-                report = await run_verifier(vshell, phase.verifier, provisioned, offline=offline)
-        finally:
-            with contextlib.suppress(SandboxLost, OSError):
-                await vshell.close()
-        m.TURN_LATENCY.labels(part="verifier").observe(time.monotonic() - t)
-        self.tx.verifier(label, report.passed, report.total, report.why)
-        return report
 
     async def export(self, end: EpisodeEnd) -> EpisodeResult:
         """The reward, the exported trajectory and its TITO checks (off the event loop), the transcript's end."""
