@@ -136,7 +136,8 @@ class GatewaySession:
         async with self._lock:
             t0 = time.monotonic()
             before = 0 if self.buf is None else len(self.buf.prompt_ids())
-            cause = self._place(call)
+            renderer, tools_key = self._renderer(call.tools)  # once per call: the key serialises the tools
+            cause = self._place(call, renderer, tools_key)
             buf = self.buf
             assert buf is not None
             seg = sum(b.num_segments for b in self._buffers) - 1
@@ -149,8 +150,8 @@ class GatewaySession:
                 raise BadCall(f"context_length_exceeded: the prompt is {len(prompt)} tokens, the model's context "
                               f"is {self._max_context}")
             sampling, used = self._sampling(call, room)
-            result = await self._generate_with_retries(GenerateRequest(self.session_id, prompt, sampling), call)
-            renderer = self._renderer(call.tools)[0]
+            result = await self._generate_with_retries(GenerateRequest(self.session_id, prompt, sampling), call,
+                                                       renderer)
             ids = result.token_ids.tolist()
             ended = renderer.end_length(ids)
             content, reasoning, tool_calls = parse_reply(renderer.decode(ids[:len(ids) - ended] if ended else ids))
@@ -169,9 +170,8 @@ class GatewaySession:
             m.GATEWAY_CALLS.inc()
             return completion
 
-    def _place(self, call: ChatCall) -> str:
+    def _place(self, call: ChatCall, renderer: ChatRenderer, key: str) -> str:
         """Put the call's messages into the buffer: continue the segment ("") or start one (its cause)."""
-        renderer, key = self._renderer(call.tools)
         messages = list(call.messages)
         buf = self.buf
         if buf is None or key != self._tools_key:
@@ -218,8 +218,8 @@ class GatewaySession:
         return s, {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "seed": s.seed,
                    "max_tokens": s.max_tokens}
 
-    async def _generate_with_retries(self, request: GenerateRequest, call: ChatCall) -> GenerateResult:
-        renderer = self._renderer(call.tools)[0]
+    async def _generate_with_retries(self, request: GenerateRequest, call: ChatCall,
+                                     renderer: ChatRenderer) -> GenerateResult:
         last: BaseException | None = None
         for attempt in range(self._retries + 1):
             try:
