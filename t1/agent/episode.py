@@ -151,10 +151,6 @@ class Episode:
         self._pending_obs, self._shell_state = [dict(o) for o in point.pending_obs], point.shell
         self._journal.resumed(turns=point.turns, turn_lost=point.turn_lost)
 
-    @property
-    def resumed(self) -> bool:
-        return self._resume is not None
-
     async def run(self) -> EpisodeResult:
         """The whole episode: play, then export."""
         return await self.export(await self.play())
