@@ -45,8 +45,9 @@ class Policy:
     """Deterministic in its prompt (the turn is the number of tool calls it holds), with routing for every position
     a session's server would process first (a new session: the whole prompt again, same experts)."""
 
-    def __init__(self, renderer, stall_at: int | None = None) -> None:
+    def __init__(self, renderer, stall_at: int | None = None, commands: list[str] = COMMANDS) -> None:
         self.renderer = renderer
+        self.commands = commands
         self.stall_at = stall_at
         self.stalled = asyncio.Event()
         self.seen: dict[str, int] = {}
@@ -57,7 +58,7 @@ class Policy:
             self.stall_at = None
             self.stalled.set()
             await asyncio.sleep(3600)
-        command = COMMANDS[turn] if turn < len(COMMANDS) else None
+        command = self.commands[turn] if turn < len(self.commands) else None
         call = json.dumps({"name": "finish", "arguments": {}} if command is None else
                           {"name": "bash", "arguments": {"command": command}})
         ids = np.asarray(self.renderer.encode(f"<tool_call>\n{call}\n</tool_call>") + list(self.renderer.end_of_turn_ids),
@@ -102,12 +103,19 @@ def _spec(task) -> EpisodeSpec:
                        limits("reward.process_every_k_turns=2"))
 
 
-async def _interrupted(journal: Journal, spec, policy, sandbox, renderer) -> Episode:
-    """An episode run until its policy stalls, then cancelled as a coordinator's death would leave it."""
+async def _interrupted(journal: Journal, spec, policy, sandbox, renderer, gens: int | None = None) -> Episode:
+    """An episode run until its policy stalls (or its journal holds `gens` generations: the last one's commands
+    run), then cancelled as a coordinator's death would leave it."""
     episode = Episode(spec, policy, _kept(sandbox), renderer, Transcript(None, spec.task.id, "x"),
                       journal=journal.episode(spec.episode_id))
     run = asyncio.create_task(episode.run())
-    await asyncio.wait_for(policy.stalled.wait(), 120)
+    if gens is None:
+        await asyncio.wait_for(policy.stalled.wait(), 120)
+    else:
+        path = journal.path_of(spec.episode_id)
+        while not path.exists() or sum(k == "gen" for (k, _), _ in read_frames(path)) < gens:
+            await asyncio.sleep(0.05)
+            await journal.drained()
     await journal.drained()
     run.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -121,7 +129,7 @@ async def test_the_buffer_rebuilt_from_the_journal_is_the_live_one(tmp_path: Pat
     journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
     sandbox = await provider.create(SandboxRequest())
     try:
-        policy = Policy(renderer, stall_at=3)
+        policy = Policy(renderer, stall_at=2)
         live = (await _interrupted(journal, _spec(task), policy, sandbox, renderer)).buf
         events = [e for e, _ in read_frames(journal.path_of("g-1-a0"))]
         rebuilt = TokenBuffer.restore(renderer, [e for e in events if e[0] in ("segment", "gen", "ctx")],
@@ -274,3 +282,38 @@ async def test_an_episode_whose_sandbox_is_gone_ends_as_infra_error(tmp_path: Pa
     finally:
         journal.close()
         spool.close()
+
+
+@pytest.mark.slow  # a command that sleeps, killed and run again: about 5 s
+async def test_a_turn_in_flight_is_lost_and_played_again(tmp_path: Path, provider, renderers) -> None:
+    """Killed while turn 2's command runs: its generation is in the journal but no turn record; the resume cuts it
+    (one turn lost, counted), the policy answers turn 2 again, and the trajectory is an uninterrupted run's."""
+    task = load_task(_task(tmp_path, "echo-task", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    slow = [*COMMANDS[:2], "sleep 2; " + COMMANDS[2], *COMMANDS[3:]]
+    journal = Journal.open(tmp_path / "journal", fsync_window_s=0)
+    payloads = []
+    try:
+        for name in ("whole", "resumed"):
+            sandbox = await provider.create(SandboxRequest())
+            try:
+                spec = replace(_spec(task), episode_id=f"g-1-a0-{name}")
+                resume = None
+                if name == "resumed":
+                    await _interrupted(journal, spec, Policy(renderer, commands=slow), sandbox, renderer, gens=3)
+                    path = journal.path_of(spec.episode_id)
+                    point = resume_point(read_frames(path))
+                    assert (point.turns, point.turn_lost) == (2, True)
+                    cut(path, point.keep_bytes)
+                    resume = (point, sandbox)
+                episode = Episode(spec, Policy(renderer, commands=slow), _kept(sandbox), renderer,
+                                  Transcript(None, task.id, name), journal=journal.episode(spec.episode_id),
+                                  resume=resume)
+                result = await episode.run()
+                assert result.status is EpisodeStatus.OK and result.report.resolved and result.turns == 5
+                payloads.append(encode_trajectory(replace(result.trajectory, id="", timings=())))
+            finally:
+                await provider.destroy(sandbox)
+        assert payloads[0] == payloads[1]
+    finally:
+        journal.close()
