@@ -114,6 +114,9 @@ def fidelity_table(report: Mapping[str, Any]) -> Table:
     fid.add_row("policy version", str(tr.get("policy_version", 0)))
     fid.add_row("episodes, all stages (infra errors)", f"{ro.get('episodes', 0)} ({ro.get('infra_errors', 0)})")
     fid.add_row("turns", str(ro.get("turns", 0)))
+    if ro.get("resumed") or ro.get("resume_failed"):  # a restart found live episodes in the journal
+        fid.add_row("episodes resumed after a coordinator restart (turns lost, could not resume)",
+                    f"{ro['resumed']} ({ro.get('resume_turns_lost', 0)}, {ro.get('resume_failed', 0)})")
     fid.add_row("policy versions in training rollouts", ", ".join(map(str, ro.get("policy_versions", []))) or "-")
     return fid
 

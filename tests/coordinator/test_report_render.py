@@ -84,3 +84,11 @@ def test_report_without_evals_still_prints_the_trainer_table() -> None:
     out = _render({"name": "x", "trainer": {"step": 1, "stage": "done"}, "fidelity": {"t1_kl": 0.5},
                    "rollouts": {"episodes": 2}})
     assert "Fidelity and training" in out and "solve rate on" not in out
+
+
+def test_resumed_episodes_are_counted_only_after_a_restart_that_found_some() -> None:
+    plain = _render({"name": "x", "trainer": {"step": 1, "stage": "done"}, "rollouts": {"episodes": 2, "resumed": 0}})
+    resumed = _render({"name": "x", "trainer": {"step": 1, "stage": "done"},
+                       "rollouts": {"episodes": 9, "resumed": 4, "resume_turns_lost": 3, "resume_failed": 1}})
+    assert "resumed after a coordinator restart" not in plain
+    assert "resumed after a coordinator restart" in resumed and "4 (3, 1)" in resumed
