@@ -51,6 +51,8 @@ MAX_FRAME_BYTES
 pytestmark, _one_torch_thread, FINAL_ONLY, decoded_token, cumulative_logprob, stop_reason, special_tokens
 # pytest: tests imported to be collected a second time with another fixture (tests/docker/test_docker_reward_integrity.py).
 test_attack_scores_as_an_honest_failure, test_honest_attempts, test_git_runs_no_program_the_agents_repository_names
+test_harbor_pytest_loads_nothing_the_agent_planted, test_task_environment_into_agent_dirs_runs_nothing_planted
+test_a_forged_count_is_bounded_by_the_test_files
 _.__class__
 
 

@@ -16,6 +16,7 @@ from private_dockerd import DockerdUnavailable, PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_provider import DockerProvider
+from t1.tasks.docker_build import EnvironmentBuilder
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +37,8 @@ def dockerd() -> Iterator[PrivateDockerd]:
 
 @pytest.fixture
 async def docker_provider(dockerd: PrivateDockerd) -> AsyncIterator[DockerProvider]:
-    provider = DockerProvider(docker_config(dockerd, memory_mb=256, pids=64), ShellConfig(command_timeout_s=30))
+    provider = DockerProvider(docker_config(dockerd, memory_mb=256, pids=64), ShellConfig(command_timeout_s=30),
+                              images=EnvironmentBuilder)
     try:
         yield provider
     finally:

@@ -96,8 +96,11 @@ def base_tar() -> bytes:
 class PrivateDockerd:
     """dockerd on a socket of its own under `root`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, data_tmpfs: str | None = None) -> None:
+        """`data_tmpfs`: mount options of a tmpfs for the engine's data root (its images and containers' layers), for
+        tests that fill a container's storage: bounded there, where the host's disk is not."""
         self.root = root
+        self.data_tmpfs = data_tmpfs
         self.socket = root / "docker.sock"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -108,6 +111,10 @@ class PrivateDockerd:
         if os.geteuid() != 0:
             raise DockerdUnavailable("dockerd needs root")
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.data_tmpfs is not None:
+            (self.root / "data").mkdir(exist_ok=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", self.data_tmpfs, "t1-dockerd-data", str(self.root / "data")],
+                           check=True, capture_output=True)
         with open(self.root / "dockerd.log", "wb") as log:
             self.proc = self._spawn(binary, log)
         try:

@@ -1,10 +1,11 @@
 """The reward-integrity attacks of tests/tasks/reward_integrity/ against docker sandboxes.
 
-The suite's honest-attempt and attack tests (the TB1 ones: code planted in the system and the
-workdir, plugins registered there, git's configuration) are collected here a second time with
-`provider` a docker provider on the private engine: each attack must score as the honest failed
-attempt does. Not collected here: the Harbor ones (their Dockerfile's base image is not on the
-private engine) and filling the sandbox (a container's disk is the host's).
+The suite's attack tests are collected here a second time with `provider` a docker provider on the
+private engine (and `harbor_base` its base image, so the Harbor tasks' Dockerfiles build offline):
+code planted in the system and the workdir, plugins registered there, git's configuration, pytest
+steered by links at the root, a task environment pointing into the agent's places, a forged count
+of cases; each must score as the honest failed attempt does. Filling the container's storage runs
+on a second engine whose data root is a small tmpfs (the session engine's is the host's disk).
 Without the verifier's own user and pristine system (`DockerProvider.separates_verifier` off) a
 planted `/usr/bin/python3` forges a full pass: the isolation is what stops it. (The base image has
 no compiler: `plant_preloaded_library` fails before it plants anything there.)
@@ -12,27 +13,71 @@ no compiler: `plant_preloaded_library` fails before it plants anything there.)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tasks.reward_integrity.attacks import ATTACKS, TESTS, oracle_run
-from tasks.reward_integrity.test_harbor_runners import (  # collected again with the fixture below
+from private_dockerd import BASE_IMAGE, PrivateDockerd, docker_config
+from tasks.reward_integrity.attacks import ATTACKS, FILL_INODES, HONEST, TESTS, oracle_run
+from tasks.reward_integrity.test_bounded_count import (
+    test_a_forged_count_is_bounded_by_the_test_files,  # noqa: F401
+)
+from tasks.reward_integrity.test_harbor_runners import (  # collected again with the fixtures below
     test_git_runs_no_program_the_agents_repository_names,  # noqa: F401
+    test_harbor_pytest_loads_nothing_the_agent_planted,  # noqa: F401
+    test_task_environment_into_agent_dirs_runs_nothing_planted,  # noqa: F401
 )
 from tasks.reward_integrity.test_planted_code import (  # noqa: F401
     test_attack_scores_as_an_honest_failure,
     test_honest_attempts,
 )
 
+from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_provider import DockerProvider
 from t1.sandbox.ssh_sandbox import SshSandbox
 from t1.sandbox.types import SandboxRequest, ShellRole
+from t1.tasks.docker_build import EnvironmentBuilder
+from t1.tasks.oracle import RunStatus
 
 
 @pytest.fixture
 def provider(docker_provider: DockerProvider) -> DockerProvider:
     """The suite's `provider`: a docker one (256 MiB, 64 processes per container)."""
     return docker_provider
+
+
+@pytest.fixture
+def harbor_base() -> str:
+    """The Harbor tasks' FROM image: the private engine's base image (nothing is pulled)."""
+    return BASE_IMAGE
+
+
+@pytest.fixture(scope="module")
+def small_dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateDockerd]:
+    """A second private engine whose data root (the containers' writable layers) is a tmpfs of 20,000 inodes: a
+    container's storage a solution can fill here, where the session engine's is the host's disk."""
+    engine = PrivateDockerd(tmp_path_factory.mktemp("small-dockerd"), data_tmpfs="size=768m,nr_inodes=20000,mode=0711")
+    engine.start()
+    try:
+        engine.import_base_image()
+        yield engine
+    finally:
+        engine.stop()
+
+
+async def test_filling_the_containers_storage_is_the_attempts_failure(small_dockerd: PrivateDockerd,
+                                                                      tmp_path: Path) -> None:
+    """A solution that fills its container's storage with empty files until it refuses one: the verifier works on
+    tmpfs mounts of its own (/tests, /logs/verifier, its toolchain, its uploads staged there), and the attempt
+    scores as an honest failure, never an infra error."""
+    provider = DockerProvider(docker_config(small_dockerd, memory_mb=256, pids=64), ShellConfig(command_timeout_s=60),
+                              images=EnvironmentBuilder)
+    try:
+        run = await oracle_run(provider, tmp_path / "fill", FILL_INODES)
+    finally:
+        await provider.close()
+    assert run.status is not RunStatus.INFRA_ERROR and not run.resolved, run.as_json()
+    assert (run.reward, run.report.passed, run.report.total) == HONEST, (run.why, run.detail, run.report.output_tail[-800:])
 
 
 async def test_the_provider_separates_the_verifier(provider: DockerProvider) -> None:

@@ -172,6 +172,11 @@ def replays(provider: SandboxProvider) -> bool:
     return isinstance(provider, LocalProvider)
 
 
+FILL_INODES = ("python3 -c 'import os\nos.makedirs(\"/tmp/f\", exist_ok=True)\ni = 0\nwhile True:\n"
+               "    try:\n        open(f\"/tmp/f/{i}\", \"w\").close()\n    except OSError:\n        break\n    i += 1\n'\n")
+"""A solution that fills the sandbox's storage with empty files until it refuses one (its inodes, or its space)."""
+
+
 HONEST = (1.0, 1, 5)
 """Reward, passed and total of the honest failed attempt (only test_app_exists passes without work)."""
 

@@ -20,6 +20,7 @@ from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import VerifierKind
 from t1.tasks.verifier import build_report
 from tasks.reward_integrity.attacks import (
+    FILL_INODES,
     HONEST,
     attack_task,
     oracle_run,
@@ -34,9 +35,7 @@ async def test_filling_the_sandbox_is_the_attempts_failure(provider: LocalProvid
     attempt scores as an honest failure (it was `infra_error crash:SFTPFailure`, out of every statistic)."""
     if not provider.cfg.overlay:
         pytest.skip("the read-only root's tree dirs are on the host's disk")
-    fill = ("python3 -c 'import os\nos.makedirs(\"/tmp/f\", exist_ok=True)\ni = 0\nwhile True:\n"
-            "    try:\n        open(f\"/tmp/f/{i}\", \"w\").close()\n    except OSError:\n        break\n    i += 1\n'\n")
-    run = await oracle_run(provider, tmp_path / "fill", fill)
+    run = await oracle_run(provider, tmp_path / "fill", FILL_INODES)
     assert run.status is not RunStatus.INFRA_ERROR and not run.resolved, run.as_json()
     assert (run.reward, run.report.passed, run.report.total) == HONEST, (run.why, run.detail, run.report.output_tail[-800:])
 
