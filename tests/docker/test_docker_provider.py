@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -109,6 +111,25 @@ async def test_missing_image_is_needs_image(docker_provider: DockerProvider, doc
     with pytest.raises(NeedsImageError, match=r"image t1-absent:1\.0 is not on the Docker engine"):
         await docker_provider.create(SandboxRequest(docker_image="t1-absent:1.0"))
     assert t1_containers(dockerd) == []
+
+
+async def test_a_first_process_that_cannot_start_leaves_no_container(docker_provider: DockerProvider,
+                                                                    dockerd: PrivateDockerd) -> None:
+    """An image without /bin/bash: the engine's start fails (`stat /bin/bash: no such file or directory`) every
+    time; the provider tries START_ATTEMPTS times, says why, and leaves no container behind (it left each)."""
+    info = tarfile.TarInfo("etc/t1-only")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.addfile(info, io.BytesIO(b""))
+    with contextlib.closing(dockerd.client()) as client:
+        client.api.import_image_from_data(buf.getvalue(), repository="t1-no-bash", tag="1")
+    try:
+        with pytest.raises(RuntimeError, match=r"did not start 3 times: .*/bin/bash.*no such file"):
+            await docker_provider.create(SandboxRequest(docker_image="t1-no-bash:1"))
+        assert t1_containers(dockerd) == []
+    finally:
+        with contextlib.closing(dockerd.client()) as client:
+            client.images.remove("t1-no-bash:1")
 
 
 async def test_pull_that_cannot_reach_a_registry_is_needs_image(dockerd: PrivateDockerd) -> None:

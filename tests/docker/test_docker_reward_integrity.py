@@ -13,6 +13,7 @@ no compiler: `plant_preloaded_library` fails before it plants anything there.)
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,10 +54,12 @@ def harbor_base() -> str:
 
 
 @pytest.fixture(scope="module")
-def small_dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateDockerd]:
+def small_dockerd() -> Iterator[PrivateDockerd]:
     """A second private engine whose data root (the containers' writable layers) is a tmpfs of 20,000 inodes: a
-    container's storage a solution can fill here, where the session engine's is the host's disk."""
-    engine = PrivateDockerd(tmp_path_factory.mktemp("small-dockerd"), data_tmpfs="size=768m,nr_inodes=20000,mode=0711")
+    container's storage a solution can fill here, where the session engine's is the host's disk. Its folder is
+    outside pytest's base temp (which a later pytest run removes), as the session engine's."""
+    engine = PrivateDockerd(Path(tempfile.mkdtemp(prefix="t1-dockerd-small-")),
+                            data_tmpfs="size=768m,nr_inodes=20000,mode=0711")
     engine.start()
     try:
         engine.import_base_image()
