@@ -51,7 +51,14 @@ from t1.sandbox.pristine import PristineState
 from t1.sandbox.remote import check_record
 from t1.sandbox.run_lease import RunLease
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord, SandboxRequest, ShellRole
+from t1.sandbox.types import (
+    BUILT_MARKER,
+    Sandbox,
+    SandboxGone,
+    SandboxRecord,
+    SandboxRequest,
+    ShellRole,
+)
 from t1.sandbox.verifier_role import ETC_DIR, PRISTINE_DIR, VERIFIER_DIRS, VERIFIER_UID
 
 log = logging.getLogger(__name__)
@@ -63,12 +70,14 @@ MOUNT_POINT_TMPFS = "mode=755,size=1m"
 
 
 class EnvironmentImage(Protocol):
-    """An image built from a task's environment: its tag, and the marker tar telling provisioning what it sets."""
+    """An image built from a task's environment: its tag, and the marker telling provisioning what it sets."""
 
     @property
     def tag(self) -> str: ...
 
-    def marker(self) -> bytes: ...
+    def marker(self) -> bytes:
+        """BUILT_MARKER's contents (JSON)."""
+        ...
 
 
 class EnvironmentImages(Protocol):
@@ -79,6 +88,30 @@ class EnvironmentImages(Protocol):
 
 ImageBuilder = Callable[[docker.DockerClient, float], EnvironmentImages]
 """Makes the environment builder for an engine's client and a build timeout (`t1.tasks.docker_build.EnvironmentBuilder`)."""
+
+
+def inside_container(pid: int, fn: Callable[[], object]) -> None:
+    """Run `fn` in the mount namespace of the container whose first process is `pid` (blocking): its paths
+    resolve in the container's own root, and what it writes goes through the container's own mounts."""
+    ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mount_thread().inside(ns, fn)
+    finally:
+        os.close(ns)
+
+
+def write_built_marker(pid: int, body: bytes) -> None:
+    """BUILT_MARKER in the container, written through its own mount namespace (blocking; before any session).
+    Not the engine's put_archive: a file the engine put into a running container's layer from outside was now and
+    then not seen by the container's shells (provisioning then replayed the Dockerfile: docs/docker.md)."""
+    def write() -> None:
+        os.makedirs(posixpath.dirname(BUILT_MARKER), mode=0o755, exist_ok=True)
+        fd = os.open(BUILT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+    inside_container(pid, write)
 
 
 def close_verifier_dirs(pid: int) -> None:
@@ -93,11 +126,7 @@ def close_verifier_dirs(pid: int) -> None:
                 raise RuntimeError(f"the container has no verifier directory {path} (the engine did not mount it)")
             os.chown(path, VERIFIER_UID, VERIFIER_UID, follow_symlinks=False)
             os.chmod(path, 0o700)
-    ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        mount_thread().inside(ns, close_all)
-    finally:
-        os.close(ns)
+    inside_container(pid, close_all)
 
 
 SUPERVISOR_DIR = posixpath.dirname(SUPERVISOR_BASH)
@@ -121,11 +150,7 @@ def install_supervisor_bash(pid: int) -> None:
             os.fchmod(fd, 0o111)
         finally:
             os.close(fd)
-    ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        mount_thread().inside(ns, install)
-    finally:
-        os.close(ns)
+    inside_container(pid, install)
 
 
 def verifier_tmpfs(size_mb: int) -> tuple[tuple[str, str], ...]:
@@ -268,7 +293,7 @@ class DockerProvider:
         self._containers[sandbox_id] = container.id
         try:
             if built is not None:  # provisioning applies what the image sets instead of replaying its Dockerfile
-                await asyncio.to_thread(container.put_archive, "/", built.marker())
+                await asyncio.to_thread(write_built_marker, int(container.attrs["State"]["Pid"]), built.marker())
             sandbox = await self._register(sandbox_id, container, request.allow_network, request.env,
                                            CgroupLimits(spec.memory_mb, spec.pids, spec.cpus), fresh=True)
         except BaseException:

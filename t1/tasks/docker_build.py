@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import os
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,6 @@ import docker.errors
 
 from t1.sandbox.bwrap import SANDBOX_PATH
 from t1.sandbox.needs import NeedsImageError
-from t1.sandbox.types import BUILT_MARKER
 from t1.tasks.dockerfile import parse_dockerfile
 from t1.tasks.dockerplan import expand
 from t1.tasks.transfer import SetupError, one_line_cause
@@ -82,14 +79,8 @@ class BuiltImage:
     user: str | None
 
     def marker(self) -> bytes:
-        """A tar holding BUILT_MARKER, for the engine's put_archive at the container's root."""
-        body = json.dumps({"image": self.tag, "workdir": self.workdir, "env": dict(self.env), "user": self.user}).encode()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(BUILT_MARKER.lstrip("/"))
-            info.size, info.mode = len(body), 0o644
-            tar.addfile(info, io.BytesIO(body))
-        return buf.getvalue()
+        """BUILT_MARKER's contents: JSON of what the image sets (the provider writes it into the container)."""
+        return json.dumps({"image": self.tag, "workdir": self.workdir, "env": dict(self.env), "user": self.user}).encode()
 
 
 def built_image(tag: str, config: dict[str, Any]) -> BuiltImage:
