@@ -52,7 +52,7 @@ pytestmark, _one_torch_thread, FINAL_ONLY, decoded_token, cumulative_logprob, st
 # pytest: tests imported to be collected a second time with another fixture (tests/docker/test_docker_reward_integrity.py).
 test_attack_scores_as_an_honest_failure, test_honest_attempts, test_git_runs_no_program_the_agents_repository_names
 test_harbor_pytest_loads_nothing_the_agent_planted, test_task_environment_into_agent_dirs_runs_nothing_planted
-test_a_forged_count_is_bounded_by_the_test_files
+test_a_forged_count_is_bounded_by_the_test_files, test_the_artifact_pack_cannot_be_laundered_into_an_infra_error
 _.__class__
 
 

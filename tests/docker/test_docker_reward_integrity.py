@@ -23,6 +23,9 @@ from tasks.reward_integrity.attacks import ATTACKS, FILL_INODES, HONEST, TESTS, 
 from tasks.reward_integrity.test_bounded_count import (
     test_a_forged_count_is_bounded_by_the_test_files,  # noqa: F401
 )
+from tasks.reward_integrity.test_failures import (
+    test_the_artifact_pack_cannot_be_laundered_into_an_infra_error,  # noqa: F401
+)
 from tasks.reward_integrity.test_harbor_runners import (  # collected again with the fixtures below
     test_git_runs_no_program_the_agents_repository_names,  # noqa: F401
     test_harbor_pytest_loads_nothing_the_agent_planted,  # noqa: F401

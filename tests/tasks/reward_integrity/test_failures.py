@@ -40,6 +40,40 @@ async def test_filling_the_sandbox_is_the_attempts_failure(provider: LocalProvid
     assert (run.reward, run.report.passed, run.report.total) == HONEST, (run.why, run.detail, run.report.output_tail[-800:])
 
 
+SEPARATE_TOML = """artifacts = ["/app/out"]
+[environment]
+allow_internet = false
+[verifier]
+environment_mode = "separate"
+timeout_sec = 60
+"""
+SEPARATE_TEST = '[ "$(cat /app/out/answer.txt 2>/dev/null)" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
+IN_THE_WAY = {
+    # what the agent can put where T1 packs the artifacts: /tmp replaced by a file, or closed to everyone
+    "tmp_is_a_file": "rm -rf /tmp 2>/dev/null; rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null; rmdir /tmp 2>/dev/null; touch /tmp\n",
+    "tmp_closed": "chmod 000 /tmp 2>/dev/null; true\n",
+    "pack_names_taken": "for i in $(seq 200); do mkdir -p /tmp/.t1-artifacts-$i.tgz /tmp/.t1-artifacts.tgz; done\n",
+}
+
+
+@pytest.mark.parametrize("way", sorted(IN_THE_WAY))
+async def test_the_artifact_pack_cannot_be_laundered_into_an_infra_error(provider: SandboxProvider, tmp_path: Path,
+                                                                         way: str) -> None:
+    """A separate verifier's task whose solution does the work and then puts something where T1 packs the artifacts:
+    the attempt is scored, never an infra error: resolved (T1's pack path was not in its way) or its own failure."""
+    root = tmp_path / way
+    (root / "tests").mkdir(parents=True)
+    (root / "solution").mkdir()
+    (root / "task.toml").write_text(SEPARATE_TOML)
+    (root / "instruction.md").write_text("Write 42 into /app/out/answer.txt.\n")
+    (root / "tests" / "test.sh").write_text(SEPARATE_TEST)
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\nmkdir -p /app/out && echo 42 > /app/out/answer.txt\n"
+                                                + IN_THE_WAY[way])
+    run = await run_task(provider, load_task(root), RunMode.ORACLE)
+    assert run.status is not RunStatus.INFRA_ERROR, (run.as_json(), run.why, run.detail)
+    assert run.resolved or run.report.failure_mode is FailureMode.AGENT_BROKE_VERIFIER, (run.as_json(), run.why)
+
+
 async def test_one_tasks_crash_does_not_end_a_batch(tmp_path: Path) -> None:
     class Broken(LocalProvider):
         async def create(self, request: SandboxRequest) -> Sandbox:
