@@ -246,8 +246,20 @@ def compare(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
     for _ in range(args.rounds):
         for tree in trees:
-            cmd = [sys.executable, __file__, "--tree", tree, "--episodes", str(args.episodes), "--turns",
-                   str(args.turns), "--ending", str(args.ending), "--switch-ms", str(args.switch_ms)] + (["--no-transcripts"] if args.no_transcripts else [])
+            cmd = [
+                sys.executable,
+                __file__,
+                "--tree",
+                tree,
+                "--episodes",
+                str(args.episodes),
+                "--turns",
+                str(args.turns),
+                "--ending",
+                str(args.ending),
+                "--switch-ms",
+                str(args.switch_ms),
+            ] + (["--no-transcripts"] if args.no_transcripts else [])
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=dict(os.environ)).stdout
             runs[tree].append(json.loads(out.strip().splitlines()[-1]))
             print(tree, json.dumps(runs[tree][-1]), flush=True)

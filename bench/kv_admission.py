@@ -84,8 +84,12 @@ async def run_setting(args: argparse.Namespace, cap: int, kv: bool) -> dict[str,
                                kv_capacity_tokens=args.kv_capacity_tokens)
     server = GrpcServer([binding(sim)], ServerConfig(port=0, grace_s=0.2), AuthConfig())
     await server.start()
-    pool = InferencePool(InferencePoolConfig(kv_admission=kv, request_timeout_s=600, stall_s=0,
-                                                   kv_expected_context_tokens=args.expected_context_tokens), [server.address])
+    pool = InferencePool(
+        InferencePoolConfig(
+            kv_admission=kv, request_timeout_s=600, stall_s=0, kv_expected_context_tokens=args.expected_context_tokens
+        ),
+        [server.address],
+    )
     slots = asyncio.Semaphore(cap)
     slot_wait = [0.0]
     turns: list[int] = []

@@ -1,4 +1,5 @@
-"""Providers side by side in one run (`bench/sandbox_ramp.py --providers local,docker`): start, round trip, how many fit.
+"""Providers side by side in one run (`bench/sandbox_ramp.py --providers local,docker`): start, round trip, how many
+fit.
 
 `local` is the local provider with its sandboxes in the benchmark's own process (tests, the CLI);
 `local-service` the same in a coordinator's run, where they live in the run's sandbox service
@@ -10,7 +11,8 @@ sandboxes (each holding one shell) until `--fit` are live (the bound: 100 by def
 fails, or available memory falls under `--min-free-gib`, recording the processes the ramp added on
 the host and their resident memory per live sandbox (RSS counts shared pages once per process: an
 upper bound). `own_cpu_ms_per_command` is the CPU of the benchmark's own process per round trip
-(median of the rounds): the coordinator's share of a command. The docker provider needs an engine: `--socket` uses a running one (the image
+(median of the rounds): the coordinator's share of a command. The docker provider needs an engine: `--socket` uses a
+running one (the image
 `--image` must be on it); without it a private dockerd is started (tests/docker/private_dockerd.py)
 with the base image made from the host's files.
 """
@@ -140,7 +142,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--commands", type=int, default=200, help="Round trips per provider per round.")
     group.add_argument("--fit", type=int, default=100, help="Most sandboxes the ramp creates per provider (its bound).")
     group.add_argument("--min-free-gib", type=float, default=4.0)
-    group.add_argument("--socket", type=Path, default=None, help="A running Docker engine (default: a private dockerd).")
+    group.add_argument("--socket", type=Path, default=None, help="A running Docker engine (default: a private "
+                                                                 "dockerd).")
     group.add_argument("--image", default="t1-test-base:latest")
 
 
@@ -166,12 +169,15 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'provider':<13} {'start p50 ms':>13} {'trip p50 ms':>12} {'trip p99 ms':>12} {'own CPU ms':>11} {'fit':>5} "
+    print(f"{'provider':<13} {'start p50 ms':>13} {'trip p50 ms':>12} {'trip p99 ms':>12} {'own CPU ms':>11} "
+          f"{'fit':>5} "
           f"{'procs/sb':>9} {'RSS MiB/sb':>11}  stopped")
     for name, row in report["results"].items():
-        print(f"{name:<13} {row['start_ms_p50']:>13.1f} {row['round_trip_ms_p50']:>12.2f} {row['round_trip_ms_p99']:>12.2f} "
+        print(f"{name:<13} {row['start_ms_p50']:>13.1f} {row['round_trip_ms_p50']:>12.2f} "
+              f"{row['round_trip_ms_p99']:>12.2f} "
               f"{row['own_cpu_ms_per_command']:>11.3f} "
-              f"{row['live']:>5} {row['processes_per_sandbox']:>9.1f} {row['rss_mib_per_sandbox']:>11.1f}  {row['stopped']}")
+              f"{row['live']:>5} {row['processes_per_sandbox']:>9.1f} {row['rss_mib_per_sandbox']:>11.1f}  "
+              f"{row['stopped']}")
     if len(report["results"]) == 2:
         (a, ra), (b, rb) = report["results"].items()
         print(f"{b}/{a}: start x{rb['start_ms_p50'] / ra['start_ms_p50']:.2f}, "

@@ -27,7 +27,8 @@ from t1.sandbox.types import Sandbox, SandboxRequest, ShellRole
 
 SETTINGS = {"overlay": True, "readonly": False}
 COMMANDS = {"true": "true", "lookup": "ls /usr/bin | wc -l",
-            "copy_up": "n=$((n+1)); f=$(ls -d /usr/lib/x86_64-linux-gnu/*.so.* | sed -n ${n}p); touch -a $f 2>/dev/null; echo $?"}
+            "copy_up": "n=$((n+1)); f=$(ls -d /usr/lib/x86_64-linux-gnu/*.so.* | sed -n ${n}p); touch -a $f "
+                       "2>/dev/null; echo $?"}
 """copy_up touches a different system library each time, which copies it into the sandbox's layer;
 without an overlay the touch fails at once (read-only system)."""
 
@@ -72,7 +73,9 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
     os.chmod(root, 0o711)
     providers = {name: LocalProvider(LocalProviderConfig(root=root / name, overlay=on), shell_cfg)
                  for name, on in SETTINGS.items()}
-    samples: dict[str, dict[str, list[float]]] = {name: {"start": [], **{c: [] for c in COMMANDS}, "end_setup": [], "verifier_open": []} for name in SETTINGS}
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"start": [], **{c: [] for c in COMMANDS}, "end_setup": [], "verifier_open": []} for name in SETTINGS
+    }
     load_start = os.getloadavg()[0]
     try:
         for provider in providers.values():
@@ -96,7 +99,9 @@ async def rootfs_section(rounds: int, creates: int, commands: int, shell_cfg: Sh
             await provider.close()
     medians = {name: {key: round(1000 * statistics.median(values), 3) for key, values in by_key.items()}
                for name, by_key in samples.items()}
-    ratios = {key: round(medians["overlay"][key] / max(medians["readonly"][key], 1e-3), 2) for key in medians["overlay"]}
+    ratios = {
+        key: round(medians["overlay"][key] / max(medians["readonly"][key], 1e-3), 2) for key in medians["overlay"]
+    }
     return {"ms_median": medians, "overlay_vs_readonly": ratios,
             "settings": {"rounds": rounds, "creates": creates, "commands": commands},
             "load_avg_1m": {"start": load_start, "end": os.getloadavg()[0]}}

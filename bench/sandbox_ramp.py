@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     args.kinds = {"readonly": (False,), "overlay": (True,), "both": (False, True)}[args.root]
     rows = asyncio.run(run(args))
-    print(f"{'live':>6} {'root':>9} {'creates/s':>10} {'host ms/create':>15} {'host proc ms':>13} {'client ms':>10} {'idle host %':>12} {'idle client %':>14}")
+    print(f"{'live':>6} {'root':>9} {'creates/s':>10} {'host ms/create':>15} {'host proc ms':>13} {'client ms':>10} "
+          f"{'idle host %':>12} {'idle client %':>14}")
     for r in rows:
         print(f"{r['live']:>6} {r['root']:>9} {r['creates_per_s']:>10} {r['host_cpu_ms_per_create']:>15} "
               f"{r['host_proc_cpu_ms_per_create']:>13} {r['client_cpu_ms_per_create']:>10} "

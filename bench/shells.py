@@ -317,21 +317,25 @@ def print_table(results: dict[str, Any]) -> None:
         framed = results[server]["framed"]["p50_ms"]
         for mode in ("framed", "exec", "tmux"):
             r = results[server][mode]
-            print(f"{server:9} {mode:7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['cmds_per_s']:8.0f} {r['p50_ms'] / framed:13.1f}x")
+            print(f"{server:9} {mode:7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['cmds_per_s']:8.0f} "
+                  f"{r['p50_ms'] / framed:13.1f}x")
     print()
     print(f"{'server':9} {'shells':>7} {'open':>6} {'answered':>9} {'open s':>7} {'client KB/shell':>16}")
     for server, r in results["concurrent"].items():
-        print(f"{server:9} {r['requested']:7d} {r['open']:6d} {r['answered']:9d} {r['open_s']:7.1f} {r['client_kb_per_shell']:16.1f}")
+        print(f"{server:9} {r['requested']:7d} {r['open']:6d} {r['answered']:9d} {r['open_s']:7.1f} "
+              f"{r['client_kb_per_shell']:16.1f}")
         if r["first_failure"]:
             print(f"  first failure: {r['first_failure']}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--commands", type=int, default=300, help="Framed-shell commands per server (exec: /5, tmux: /10).")
+    parser.add_argument("--commands", type=int, default=300, help="Framed-shell commands per server (exec: /5, tmux: "
+                                                                  "/10).")
     parser.add_argument("--shells", type=int, default=1000, help="Concurrent idle shells against the embedded server.")
     parser.add_argument("--sshd-shells", type=int, default=200, help="Concurrent idle shells against sshd.")
-    parser.add_argument("--cpu-commands", type=int, default=400, help="Commands per setting and round, client-CPU section.")
+    parser.add_argument("--cpu-commands", type=int, default=400, help="Commands per setting and round, client-CPU "
+                                                                      "section.")
     parser.add_argument("--cpu-rounds", type=int, default=6, help="Alternating rounds of the client-CPU section.")
     parser.add_argument("--cpu-only", action="store_true", help="Run only the client-CPU section.")
     parser.add_argument("--rootfs", action="store_true",
@@ -353,7 +357,9 @@ if __name__ == "__main__":
     if cli.rootfs:
         from bench.rootfs_cost import print_rootfs_table, rootfs_section
 
-        section = asyncio.run(rootfs_section(cli.rootfs_rounds, cli.rootfs_creates, max(20, cli.commands // 5), SHELL_CFG))
+        section = asyncio.run(
+            rootfs_section(cli.rootfs_rounds, cli.rootfs_creates, max(20, cli.commands // 5), SHELL_CFG)
+        )
         print_rootfs_table(section)
         if cli.out:
             machine = f"{platform.node()} {os.cpu_count()} cpus {platform.platform()}"

@@ -123,7 +123,8 @@ class SimInferenceServicer(pb_grpc.InferenceServiceServicer):
         if prompt.min() < 0 or prompt.max() >= self.book.vocab_size:
             raise RequestError(f"prompt_ids: ids must lie in [0, {self.book.vocab_size})")
         if len(prompt) >= self.shape.max_context_tokens:
-            raise RequestError(f"prompt_ids: {len(prompt)} tokens reach the context limit {self.shape.max_context_tokens}")
+            raise RequestError(f"prompt_ids: {len(prompt)} tokens reach the context limit "
+                               f"{self.shape.max_context_tokens}")
         if request.sampling.max_tokens < 0:
             raise RequestError("sampling.max_tokens: must be >= 0")
         return prompt
@@ -282,8 +283,14 @@ async def serve(args: argparse.Namespace) -> None:
     shape = ModelShape(args.layers, args.experts, args.top_k, vocab_size=book.vocab_size)
     latency = Latency(args.per_request_ms / 1e3, args.per_prefill_token_ms / 1e3, args.per_token_ms / 1e3,
                       args.chunk_tokens, args.linger_ms / 1e3)
-    servicer = SimInferenceServicer(book, shape, latency, seed=args.seed, max_batch_bytes=int(args.reply_max_mb * 2**20),
-                                    kv_capacity_tokens=args.kv_capacity_tokens)
+    servicer = SimInferenceServicer(
+        book,
+        shape,
+        latency,
+        seed=args.seed,
+        max_batch_bytes=int(args.reply_max_mb * 2**20),
+        kv_capacity_tokens=args.kv_capacity_tokens,
+    )
     server = GrpcServer([binding(servicer)], ServerConfig(host=args.host, port=args.port, grace_s=1.0), AuthConfig())
     port = await server.start()
     if args.ready_file:

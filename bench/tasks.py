@@ -35,7 +35,9 @@ from t1.tasks.spec import TaskSpec
 from t1.tasks.synth import synthesize
 
 
-async def _timed(provider: LocalProvider, spec: TaskSpec, mode: RunMode, gate: asyncio.Semaphore) -> tuple[TaskRun, float]:
+async def _timed(
+    provider: LocalProvider, spec: TaskSpec, mode: RunMode, gate: asyncio.Semaphore
+) -> tuple[TaskRun, float]:
     async with gate:
         start = time.perf_counter()
         run = await run_task(provider, spec, mode)
@@ -94,13 +96,17 @@ def main() -> None:
               f"{r['oracle_median_s']:>13.2f} {r['verify_median_s']:>13.2f}")
     base = results[0]["tasks_per_min"]
     for r in results[1:]:
-        print(f"speed-up at concurrency {r['concurrency']} vs {results[0]['concurrency']}: {r['tasks_per_min'] / base:.2f}x")
-    print("oracle p50 s per family:", json.dumps({f: round(v, 2) for f, v in results[-1]["family_oracle_median_s"].items()}))
+        print(f"speed-up at concurrency {r['concurrency']} vs {results[0]['concurrency']}: "
+              f"{r['tasks_per_min'] / base:.2f}x")
+    print("oracle p50 s per "
+          "family:", json.dumps({f: round(v, 2) for f, v in results[-1]["family_oracle_median_s"].items()}))
     for r in results:
         for p in r["problems"]:
             print(f"PROBLEM (concurrency {r['concurrency']}): {p}")
     if args.out:
-        args.out.write_text(json.dumps({"machine": machine(), "n": args.n, "seed": args.seed, "results": results}, indent=2))
+        args.out.write_text(
+            json.dumps({"machine": machine(), "n": args.n, "seed": args.seed, "results": results}, indent=2)
+        )
 
 
 if __name__ == "__main__":

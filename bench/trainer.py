@@ -44,7 +44,9 @@ def _sequences(model_dir: Path, seqs: int, tokens: int, seed: int) -> list:
         with torch.no_grad(), capture_routing(model) as cap:
             logits = model(input_ids=torch.from_numpy(ids[None, :-1].astype(np.int64)).to(dev)).logits[0].cpu()
         routing = cap.concatenated()
-        routing = np.concatenate([routing, np.full((1, *routing.shape[1:]), np.iinfo(routing.dtype).max, routing.dtype)])
+        routing = np.concatenate(
+            [routing, np.full((1, *routing.shape[1:]), np.iinfo(routing.dtype).max, routing.dtype)]
+        )
         logp = torch.log_softmax(logits.float(), -1).gather(-1, torch.from_numpy(ids[1:, None].astype(np.int64)))
         mask = np.zeros(tokens, bool)
         mask[tokens // 2:] = True

@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"lines": []}
     print(f"policy forward+backward, preset {args.preset} shapes, every target an action, "
-          f"checkpointing {'off' if args.no_checkpointing else 'on'}, chunk {args.chunk_tokens}, {args.threads} thread(s)")
+          f"checkpointing {'off' if args.no_checkpointing else 'on'}, chunk {args.chunk_tokens}, {args.threads} "
+          "thread(s)")
     print(f"{'V':>8}{'T':>8}{'naive GiB':>12}{'chunked GiB':>13}{'ratio':>8}{'naive tok/s':>13}{'chunked tok/s':>15}")
     for vocab in args.vocabs:
         naive_fits = True
@@ -179,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
 def _write(args: argparse.Namespace, rows: list[dict[str, Any]], cpu: str) -> dict[str, Any]:
     summary = _summary(rows, args)
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
-    result = {"machine": f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB",
-              "settings": {k: str(v) for k, v in vars(args).items() if k not in ("worker", "vocab", "tokens", "cap_gib")},
-              "rows": rows, "summary": summary}
+    result = {
+        "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB",
+        "settings": {k: str(v) for k, v in vars(args).items() if k not in ("worker", "vocab", "tokens", "cap_gib")},
+        "rows": rows,
+        "summary": summary,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return summary
@@ -227,11 +231,13 @@ def _summary(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, 
             else:
                 how = ""
             if "ratio_at_longest" in entry:
-                out["lines"].append(f"V={vocab} T={longest}: chunked/naive peak {entry['ratio_at_longest']:.4f} ({how})")
+                out["lines"].append(f"V={vocab} T={longest}: chunked/naive peak {entry['ratio_at_longest']:.4f} "
+                                    f"({how})")
         if "chunked_fit" in entry:
             f = entry["chunked_fit"]
             out["lines"].append(f"V={vocab} chunked peak ~ {f['intercept_bytes'] / GIB:.2f} GiB + "
-                                f"{f['bytes_per_token'] / 1024:.1f} KiB/token (max residual {100 * f['max_rel_residual']:.1f}%)")
+                                f"{f['bytes_per_token'] / 1024:.1f} KiB/token (max residual "
+                                f"{100 * f['max_rel_residual']:.1f}%)")
         if "naive_fit" in entry:
             f = entry["naive_fit"]
             out["lines"].append(f"V={vocab} naive peak ~ {f['intercept_bytes'] / GIB:.2f} GiB + "

@@ -4,7 +4,7 @@
 
 The record is one segment of `tokens` positions with routing [tokens, layers, top_k] uint8 (a
 Qwen3-30B-A3B-like MoE: 48 layers, top-8 of 128 experts). Prints medians and writes JSON.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -68,7 +68,10 @@ def sim_args(args: argparse.Namespace, linger_ms: float) -> argparse.Namespace:
 async def one_round(args: argparse.Namespace, variant: str, workdir: Path) -> dict[str, float]:
     batched, client_linger, server_linger = VARIANTS[variant]
     sim, port = await start_sim(sim_args(args, server_linger), workdir)
-    pool = InferencePool(InferencePoolConfig(request_timeout_s=600.0, batched_stream=batched, batch_linger_ms=client_linger), [f"127.0.0.1:{port}"])
+    pool = InferencePool(
+        InferencePoolConfig(request_timeout_s=600.0, batched_stream=batched, batch_linger_ms=client_linger),
+        [f"127.0.0.1:{port}"],
+    )
     rng = np.random.default_rng(0)
     done = 0
     stop = asyncio.Event()
@@ -121,11 +124,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     summary = {}
     for variant, results in rounds.items():
         summary[variant] = {
-            "client_cpu_ms_per_request_median": round(statistics.median(x["client_cpu_ms_per_request"] for x in results), 4),
+            "client_cpu_ms_per_request_median": round(
+                statistics.median(x["client_cpu_ms_per_request"] for x in results), 4
+            ),
             "requests_per_s_median": round(statistics.median(x["requests_per_s"] for x in results), 1),
-            **({"requests_per_message_median": round(statistics.median(x["requests_per_message"] for x in results), 2),
-                "results_per_message_median": round(statistics.median(x["results_per_message"] for x in results), 2)}
-               if "requests_per_message" in results[0] else {}),
+            **(
+                {
+                    "requests_per_message_median": round(
+                        statistics.median(x["requests_per_message"] for x in results), 2
+                    ),
+                    "results_per_message_median": round(
+                        statistics.median(x["results_per_message"] for x in results), 2
+                    ),
+                }
+                if "requests_per_message" in results[0]
+                else {}
+            ),
         }
     base = summary.get("calls", {}).get("client_cpu_ms_per_request_median")
     for s in summary.values():

@@ -96,7 +96,9 @@ async def measure(runs: int, rounds: int) -> dict[str, Any]:
         shell = await sandbox.open_shell()
         provisioned = await provision(shell, spec, local=True)
         await sandbox.end_setup()
-        await _round(sandbox, spec, provisioned, 3, "inline", INLINE_MAX_BYTES)  # warm: the first shells pay one-time costs
+        await _round(
+            sandbox, spec, provisioned, 3, "inline", INLINE_MAX_BYTES
+        )  # warm: the first shells pay one-time costs
         for _ in range(rounds):
             for mode in MODES:
                 samples[mode].append(await _round(sandbox, spec, provisioned, runs, mode, INLINE_MAX_BYTES))

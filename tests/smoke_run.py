@@ -47,7 +47,11 @@ def start_coordinator(root: Path, cfg: dict, env: dict[str, str] | None = None) 
     path = root / "local.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = root / "coordinator.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}  # the trainer's op folder: children.torch_extensions_dir
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        **(env or {}),
+    }  # the trainer's op folder: children.torch_extensions_dir
     proc = subprocess.Popen([sys.executable, "-m", "t1.cli.coordinator", "--config", str(path)], cwd=root,
                             stdout=out.open("wb"), stderr=subprocess.STDOUT, env=env)
     return proc, out

@@ -3,7 +3,8 @@
     python -m bench.fidelity --out FILE [--trained DIR|none] [--preset tiny --episodes 4 --turns 4 ...]
 
 By default the measured model is the learning run's policy (`make run`: the newest published version
-under the newest .t1/runs/local-<n>/trainer/weights), so R3 is measured on a trained router; the random-init model of the same
+under the newest .t1/runs/local-<n>/trainer/weights), so R3 is measured on a trained router; the random-init model of
+the same
 preset is the second row (`random_init` in the JSON). Without a learning run, only the random-init row.
     python -m bench.fidelity --sweep --out FILE [--sweep-shapes ... --sweep-scales ...]
 

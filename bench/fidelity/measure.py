@@ -283,7 +283,8 @@ DEFAULT_NOTE = (
 
 
 def print_result(result: dict[str, Any], dtype: str) -> None:
-    print(f"{describe(result['machine'])}: {result['episodes']} episodes, {result['turns']} turns, {result['tokens']} tokens "
+    print(f"{describe(result['machine'])}: {result['episodes']} episodes, {result['turns']} turns, {result['tokens']} "
+          "tokens "
           f"({result['loss_tokens']} sampled), model {result['model']}, {dtype}")
     print(f"{'':<34}{'no R3':>12}{'R3':>12}{'ratio':>10}")
     rows = [("mean |dlogp|", result["mean_abs_dlogp_no_r3"], result["mean_abs_dlogp_r3"]),

@@ -231,11 +231,13 @@ def write_task(root: Path, context: str = "") -> Path:
 
     `context` (a file listing, say) is appended to the instruction, so every prompt starts that long."""
     (root / "tests").mkdir(parents=True, exist_ok=True)
-    (root / "task.toml").write_text('[task]\nname = "load"\n[agent]\ntimeout_sec = 86400\n[verifier]\ntimeout_sec = 60\n')
+    (root / "task.toml").write_text('[task]\nname = "load"\n[agent]\ntimeout_sec = 86400\n[verifier]\n'
+                                    'timeout_sec = 60\n')
     (root / "instruction.md").write_text(
         "The repository in /app has a failing test in tests/test_parse.py. Find the bug in the parser, "
         "fix it, and make sure every test passes. Do not change the tests.\n" + context)
-    (root / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n")
+    (root / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\n"
+                                            "echo 1 > /logs/verifier/reward.txt\n")
     return root
 
 

@@ -87,7 +87,8 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
         ("turn overhead p50 / p99 ms", lambda s: f"{s['turn_overhead_ms']['p50']} / {s['turn_overhead_ms']['p99']}"),
         ("model p50 ms", lambda s: s["model_ms"]["p50"]),
         ("command p50 / p99 ms", lambda s: f"{s['command_ms']['p50']} / {s['command_ms']['p99']}"),
-        ("loop lag p50 / p99 / max ms", lambda s: f"{s['loop_lag_ms']['p50']} / {s['loop_lag_ms']['p99']} / {s['loop_lag_ms']['max']}"),
+        ("loop lag p50 / p99 / max ms", lambda s: f"{s['loop_lag_ms']['p50']} / {s['loop_lag_ms']['p99']} / "
+                                                  f"{s['loop_lag_ms']['max']}"),
         ("wake-ups > 50 ms: count; loop thread on CPU / run queue / blocked",
          lambda s: (f"{w['count']}; {w['on_cpu_share']:.0%} / {w['run_queue_share']:.0%} / {w['blocked_share']:.0%}"
                     if (w := s.get("late_wakeups")) and w["count"] else "0")),
@@ -107,7 +108,8 @@ def print_table(scales: list[dict[str, Any]], title: str) -> None:
         ("prompt deltas: share of requests, resent whole",
          lambda s: (f"{s['prompt_deltas']['share_of_requests']:.0%}, {s['prompt_deltas']['resent_whole']:g}"
                     if s.get("prompt_deltas") else "n/a")),
-        ("full GC: count / longest ms", lambda s: (f"{s['gc_pauses']['gen2']['count']} / {s['gc_pauses']['gen2']['max_ms']}"
+        ("full GC: count / longest ms", lambda s: (f"{s['gc_pauses']['gen2']['count']} / "
+                                                   f"{s['gc_pauses']['gen2']['max_ms']}"
                                                   if "gc_pauses" in s else "n/a")),
         ("errors", lambda s: s["num_errors"]),
     ]

@@ -53,7 +53,8 @@ PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -
         "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
         "format, compaction, transcript, verifier) with t1.inference.pool.InferencePool over gRPC to "
         "bench.sim_inference (child process) and t1.sandbox.pool.SandboxPool -> SshSandbox/SshShell to the embedded "
-        "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.serialization into "
+        "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.serialization "
+        "into "
         "t1.coordinator.spool.Spool (fsync), acknowledged by a cursor consumer standing in for the trainer")
 
 

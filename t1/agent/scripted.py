@@ -3,13 +3,15 @@
 It stands in for the model where a test needs known behaviour through the real episode path
 (real tokenizer and chat template, real TITO buffer, real shell, real verifier): per phase it
 replies with one action that writes the solution files and runs the solution script (or, where
-the solution lists its turns, with one command per turn, as a policy would), then with `finish`. Replies are tokenized with the real tokenizer and end with the end-of-turn
+the solution lists its turns, with one command per turn, as a policy would), then with `finish`. Replies are tokenized
+with the real tokenizer and end with the end-of-turn
 token, exactly as a sampler's would; logprobs are 0 (the script is deterministic).
 
 Asked for a compaction summary (`rollout.compaction.mode: policy`: the prompt ends with the request), it
 writes what a teacher would: how many commands ran and the last one, and the values the remaining commands
 need that the machine has shown (words of the remaining commands that appear in the conversation but neither
-in the instruction nor in the commands typed so far). A `lossy_share` of the summaries (drawn per task and summary) drop those values: the
+in the instruction nor in the commands typed so far). A `lossy_share` of the summaries (drawn per task and summary)
+drop those values: the
 demonstrations then show summaries that lose what a later step needs, so SFT learns to write summaries and
 RL learns which ones pay.
 """
@@ -139,7 +141,9 @@ class ScriptedEpisode:
             return text
         later = [w for a in self.actions[self.calls:] if a for w in _WORD.findall(a)]
         known = set(_WORD.findall(self.instruction)).union(*(_WORD.findall(a) for a in done))
-        values = list(dict.fromkeys(w for w in later if w not in known and re.search(rf"\b{re.escape(w)}\b", conversation)))
+        values = list(
+            dict.fromkeys(w for w in later if w not in known and re.search(rf"\b{re.escape(w)}\b", conversation))
+        )
         return f"{text} Values still needed: {', '.join(values)}." if values else text
 
 

@@ -125,7 +125,8 @@ class Transcript:
     def footer(self, status: str, reward: float, turns: int, tokens: int, duration_s: float,
                turn_rewards: dict[int, float]) -> None:
         rewards = ", ".join(f"t{k}: {v:g}" for k, v in sorted(turn_rewards.items()) if v)
-        self._w(f"## Result\n\n- status: {one_line(status)}\n- reward: {reward:g}\n- turns: {turns}\n- tokens: {tokens}\n"
+        self._w(f"## Result\n\n- status: {one_line(status)}\n- reward: {reward:g}\n- turns: {turns}\n"
+                f"- tokens: {tokens}\n"
                 f"- duration: {duration_s:.1f}s\n" + (f"- turn rewards: {rewards}\n" if rewards else ""), flush=True)
 
     def close(self) -> None:

@@ -16,7 +16,8 @@ EXIT_BAD_STATE = 3  # a directory another process owns, or a state file that can
 
 
 def add_config_args(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    parser.add_argument("--config", metavar="FILE", required=required, help="YAML config file (see README: Configuration).")
+    parser.add_argument("--config", metavar="FILE", required=required, help="YAML config file (see README: "
+                                                                            "Configuration).")
     parser.add_argument(
         "--set", dest="overrides", metavar="KEY.PATH=VALUE", action="append", default=[],
         help="Override one config value, e.g. --set rollout.max_turns=50 (repeatable).",

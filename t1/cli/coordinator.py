@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(parser, required=True)
     again = parser.add_mutually_exclusive_group()
     again.add_argument("--fresh", action="store_true",
-                       help="Start a new numbered run even if the newest one is unfinished (needs coordinator.runs_dir).")
+                       help="Start a new numbered run even if the newest one is unfinished (needs "
+                            "coordinator.runs_dir).")
     again.add_argument("--resume", action="store_true",
                        help="Resume the newest run; refused when it has finished or there is none.")
     return parser

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     submit = add("submit", "Submit an eval job; prints its id (or waits with --wait).", _submit)
     submit.add_argument("--tasks", required=True, metavar="DIR|NAME", help="Task folder or a name in tasks.sets.")
     submit.add_argument("--attempts", type=int, default=1, metavar="K", help="Attempts per task.")
-    submit.add_argument("--concurrency", type=int, default=0, help="Concurrent attempts (0: the coordinator's default).")
+    submit.add_argument("--concurrency", type=int, default=0, help="Concurrent attempts (0: the coordinator's "
+                                                                   "default).")
     submit.add_argument("--name", default="", help="A name for the job.")
     submit.add_argument("--task-id", dest="task_ids", action="append", default=[], help="Only this task (repeatable).")
     submit.add_argument("--agent-format", choices=sorted(_FORMATS), help="Agent action format.")

@@ -78,5 +78,7 @@ def as_csv(job: pb.EvalJob) -> str:
 
 
 def as_json(job: pb.EvalJob) -> str:
-    data: dict[str, Any] = MessageToDict(job, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    data: dict[str, Any] = MessageToDict(
+        job, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

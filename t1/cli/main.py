@@ -20,7 +20,8 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="t1", description="T1 client: configs, models, sandboxes, tasks, eval jobs and the run viewer.")
+    parser = argparse.ArgumentParser(prog="t1", description="T1 client: configs, models, sandboxes, tasks, eval jobs "
+                                                            "and the run viewer.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -31,9 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = cmds.add_parser("exec", help="Run one command in a fresh sandbox; exit with its exit code.")
     add_config_args(run)
     run.add_argument("--terminal", action="store_true", help="Run on a PTY and print the rendered screen.")
-    run.add_argument("--timeout", type=float, default=None, metavar="S", help="Command timeout (default: sandbox.shell.command_timeout_s).")
+    run.add_argument("--timeout", type=float, default=None, metavar="S", help="Command timeout (default: "
+                                                                              "sandbox.shell.command_timeout_s).")
     run.add_argument("--allow-network", action="store_true", help="Give the sandbox network access.")
-    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="One shell string, or words that are quoted and joined.")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="One shell string, or words that "
+                                                                                     "are quoted and joined.")
     run.set_defaults(func=_exec)
     shell = cmds.add_parser("shell", help="Open an interactive shell in a fresh sandbox.")
     add_config_args(shell)

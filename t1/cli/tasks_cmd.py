@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("tasks", help="Run, validate, synthesize and decontaminate tasks.")
     cmds = parser.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
     for name, help_text in (("oracle", "Run each task's reference solution, then its verifiers, in a fresh sandbox."),
-                            ("verify", "Run the verifiers on an untouched sandbox; flags tasks that pass without work.")):
+                            ("verify", "Run the verifiers on an untouched sandbox; flags tasks that pass without "
+                                       "work.")):
         p = cmds.add_parser(name, help=help_text)
         p.add_argument("dirs", nargs="+", metavar="DIR", help="Task folders or folders of task folders.")
         p.add_argument("--json", action="store_true", help="One JSON object per task per line.")

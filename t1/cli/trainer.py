@@ -40,7 +40,9 @@ def _check_files(cfg: T1Config) -> None:
     """Paths the trainer needs that the schema cannot check; exit 2 naming the key."""
     problems = []
     src = cfg.trainer.policy_path or cfg.inference.model.path
-    if not (src / "config.json").is_file() and (cfg.trainer.policy_path is not None or cfg.inference.model.init_preset is None):
+    if not (src / "config.json").is_file() and (
+        cfg.trainer.policy_path is not None or cfg.inference.model.init_preset is None
+    ):
         key = "trainer.policy_path" if cfg.trainer.policy_path is not None else "inference.model.path"
         problems.append(f"{key}: {src} holds no model (config.json)")
     critic = cfg.trainer.critic_path

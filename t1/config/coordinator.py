@@ -43,7 +43,8 @@ class EvalConfig(Section):
         "comparison that needs the tightest interval); null: attempts.")
     max_unclean_resumes: int = Field(
         1, ge=0, description="Times an eval job is resumed after the coordinator died while it ran without a "
-        "traceback (kill -9, the OOM killer); the next such death marks it failed. A fatal signal's crash fails it at once.")
+        "traceback (kill -9, the OOM killer); the next such death marks it failed. A fatal signal's crash fails it at "
+        "once.")
 
 
 class ShardConfig(Section):
@@ -62,19 +63,23 @@ class ShardConfig(Section):
 class CoordinatorConfig(Section):
     """The t1-coordinator process."""
 
-    server: ServerConfig = Field(default_factory=lambda: ServerConfig(port=50051), description="CoordinatorService address.")
+    server: ServerConfig = Field(default_factory=lambda: ServerConfig(port=50051), description="CoordinatorService "
+                                                                                               "address.")
     run_dir: Path = Field(Path(".t1/run"), description="Spool, job database, logs and transcripts.")
     runs_dir: Path | None = Field(
         None, description="Parent of numbered training runs <runs_dir>/<name>-<n> (run dir and trainer work dir "
-        "inside): an unfinished newest run is resumed, else a fresh one starts; overrides run_dir and trainer.work_dir.")
+        "inside): an unfinished newest run is resumed, else a fresh one starts; overrides run_dir and "
+        "trainer.work_dir.")
     spool: SpoolConfig = Field(default_factory=SpoolConfig, description="Trajectory spool.")
     journal: JournalConfig = Field(default_factory=JournalConfig, description="Per-turn journal of live episodes.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Eval jobs.")
     loop_lag_warn_ms: float = Field(100.0, gt=0, description="Event-loop lag that triggers a slow-callback report.")
     gc_full_interval_s: float = Field(
-        300.0, ge=0, description="Full garbage collections run this often instead of automatically; 0 keeps CPython's policy.")
+        300.0, ge=0, description="Full garbage collections run this often instead of automatically; 0 keeps CPython's "
+                                 "policy.")
     shutdown_grace_s: float = Field(30.0, ge=0, description="Time given to in-flight episodes on SIGTERM.")
     shutdown_timeout_s: float = Field(
         60.0, gt=0, description="Bound on the whole teardown after the episodes (server, jobs, pools, sandboxes).")
     train: bool = Field(True, description="Run training; false serves eval jobs only.")
-    shard: ShardConfig = Field(default_factory=ShardConfig, description="This coordinator's part of the training tasks.")
+    shard: ShardConfig = Field(default_factory=ShardConfig, description="This coordinator's part of the training "
+                                                                        "tasks.")

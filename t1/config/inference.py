@@ -46,9 +46,11 @@ class InferenceServerConfig(Section):
                                                   "default (every core); on a shared 2-core machine 1 is faster "
                                                   "(bench/decode_batching.py).")
     stream_chunk_tokens: int = Field(16, ge=1, description="Sampled tokens per streamed TokenChunk.")
-    prefill_chunk_tokens: int = Field(1024, ge=1, description="Most prompt tokens prefilled in one model step (torch backend).")
+    prefill_chunk_tokens: int = Field(1024, ge=1, description="Most prompt tokens prefilled in one model step (torch "
+                                                              "backend).")
     batch_linger_ms: float = Field(
-        0.0, ge=0, le=1000, description="GenerateBatched: wait this long before replying, so more results share a message.")
+        0.0, ge=0, le=1000, description="GenerateBatched: wait this long before replying, so more results share a "
+                                        "message.")
     server: ServerConfig = Field(default_factory=ServerConfig, description="Where the server listens.")
     follow_trainer: str = Field(
         "", description="host:port of the trainer whose new weight versions this server loads itself (empty: "
@@ -101,7 +103,8 @@ class OpenAIEndpointConfig(Section):
 class InferencePoolConfig(Section):
     """The client side: endpoints, retries and deadlines."""
 
-    endpoints: list[str] = Field(default_factory=list, description="host:port of inference servers; empty means the local ones.")
+    endpoints: list[str] = Field(default_factory=list, description="host:port of inference servers; empty means the "
+                                                                   "local ones.")
     num_local_servers: int = Field(1, ge=0, description="Servers the local run starts itself.")
     request_timeout_s: float = Field(300.0, gt=0, description="Deadline of one Generate call.")
     retries: int = Field(3, ge=0, description="Retries on UNAVAILABLE or DEADLINE_EXCEEDED.")
@@ -110,7 +113,8 @@ class InferencePoolConfig(Section):
     batched_stream: bool = Field(
         True, description="One GenerateBatched stream per replica carries every request (false: a Generate call each).")
     batch_linger_ms: float = Field(
-        0.0, ge=0, le=1000, description="GenerateBatched: wait this long before sending, so more requests share a message.")
+        0.0, ge=0, le=1000, description="GenerateBatched: wait this long before sending, so more requests share a "
+                                        "message.")
     prompt_deltas: bool = Field(
         True, description="A turn that continues its session's last answered context sends only its new ids.")
     weights_timeout_s: float = Field(600.0, gt=0, description="Deadline of loading new weights on one replica.")
@@ -128,13 +132,15 @@ class InferencePoolConfig(Section):
         0, ge=0, description="kv_admission: the prior of the context an episode grows to, learned from ended "
                              "episodes (the prior weighs as four of them); 0: the model's context limit, capped at "
                              "the replica's capacity.")
-    stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their progress.")
+    stall_check_s: float = Field(2.0, gt=0, description="How often the stall watch asks busy replicas for their "
+                                                        "progress.")
     weights: WeightsMode = Field(
         WeightsMode.PUSH, description="push: this coordinator makes its servers load each version (one coordinator); "
                                       "follow: the servers follow the trainer (inference.server.follow_trainer) and "
                                       "the coordinator waits until they serve it (several coordinators).")
     openai: list[OpenAIEndpointConfig] = Field(
-        default_factory=list, description="OpenAI-compatible endpoints instead of T1's gRPC servers (see docs/endpoints.md).")
+        default_factory=list, description="OpenAI-compatible endpoints instead of T1's gRPC servers (see "
+                                          "docs/endpoints.md).")
 
     @field_validator("endpoints")
     @classmethod

@@ -74,7 +74,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
-                raise ConfigError("--set", [f"{'.'.join(path[: i + 1])}: is not a mapping, cannot set {'.'.join(path)}"])
+                raise ConfigError("--set", [f"{'.'.join(path[: i + 1])}: is not a mapping, cannot set "
+                                            f"{'.'.join(path)}"])
             node = child
         node[path[-1]] = value
     return result

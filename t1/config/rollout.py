@@ -90,7 +90,8 @@ class RolloutConfig(Section):
     steps_per_loop_tick: int = Field(
         32, ge=0, description="Most episode steps (half-turns) started per event-loop iteration; 0: unpaced.")
     timeout_multiplier: float = Field(1.0, gt=0, description="Scales the task's wall-clock timeouts.")
-    turn_retries: int = Field(2, ge=0, description="Retries of a failed generation before the episode is an infra error.")
+    turn_retries: int = Field(2, ge=0, description="Retries of a failed generation before the episode is an infra "
+                                                   "error.")
     setup_retries: int = Field(
         2, ge=0, description="Fresh sandboxes tried when one is lost before the agent acted.")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig, description="Sampling parameters.")

@@ -72,14 +72,17 @@ class LoggingConfig(Section):
 class MetricsConfig(Section):
     """Prometheus metrics and the JSONL run log."""
 
-    port: int | None = Field(9400, ge=0, le=65535, description="HTTP port for /metrics; null disables, 0 picks a free port.")
+    port: int | None = Field(9400, ge=0, le=65535, description="HTTP port for /metrics; null disables, 0 picks a free "
+                                                               "port.")
     host: str = Field("127.0.0.1", description="Address the metrics endpoint binds.")
     run_log: Path | None = Field(None, description="JSONL run log path; default <run_dir>/run.jsonl.")
     trackers: list[Literal["tensorboard", "wandb"]] = Field(
         default_factory=list,
-        description="Also write every metric to these: TensorBoard (<run_dir>/tensorboard), W&B (<run_dir>/wandb, offline "
+        description="Also write every metric to these: TensorBoard (<run_dir>/tensorboard), W&B (<run_dir>/wandb, "
+                    "offline "
                     "unless WANDB_MODE says otherwise); extra `trackers`.")
-    tags: list[str] = Field(default_factory=list, description="Tags of the run in the trackers (the run name is `name`).")
+    tags: list[str] = Field(default_factory=list, description="Tags of the run in the trackers (the run name is "
+                                                              "`name`).")
 
 
 class ServerConfig(Section):

@@ -65,7 +65,8 @@ class RewardConfig(Section):
     """How verifier results become rewards."""
 
     mode: Literal["count", "fraction", "binary"] = Field("count", description="Episode reward from verifiers.")
-    process_every_k_turns: int | None = Field(None, ge=1, description="Run verifiers every K turns; null disables process rewards.")
+    process_every_k_turns: int | None = Field(None, ge=1, description="Run verifiers every K turns; null disables "
+                                                                      "process rewards.")
     shared_baseline: bool = Field(
         True, description="A group's attempts share one verifier run before their first turns (the process "
         "rewards' baseline); false measures it per attempt (tasks whose set-up is not deterministic)."

@@ -46,7 +46,8 @@ class RlConfig(Section):
         "n at k/(n+1) of it). SFT's end resets the optimizer's moments, and Adam's first steps after a reset move "
         "every weight by about lr, whatever its gradient's size.")
     groups_per_step: int = Field(4, ge=1, description="Complete groups per PPO step.")
-    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch: sequences packed into one row up to this length.")
+    token_budget: int = Field(8192, ge=16, description="Tokens per micro-batch: sequences packed into one row up to "
+                                                       "this length.")
     logprob_chunk_tokens: int = Field(
         1024, ge=0, description="Action tokens per chunk of the output projection and log-softmax; 0: full logits.")
     routing_replay: bool = Field(True, description="Replay recorded MoE routing (R3).")
@@ -111,7 +112,8 @@ class TrainerConfig(Section):
     work_dir: Path = Field(Path(".t1/trainer"), description="Buffer, checkpoints and published weights.")
     policy_path: Path | None = Field(None, description="Policy model folder; null uses inference.model.path.")
     critic_path: Path | None = Field(None, description="Critic model folder; null initialises from the policy.")
-    activation_checkpointing: bool = Field(False, description="Recompute every decoder layer in backward, whatever the row length.")
+    activation_checkpointing: bool = Field(False, description="Recompute every decoder layer in backward, whatever the "
+                                                              "row length.")
     activation_checkpointing_tokens: int = Field(
         4096, ge=1, description="Rows of at least this many tokens recompute each decoder layer in backward.")
     sequence_parallel_size: int = Field(

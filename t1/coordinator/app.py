@@ -180,7 +180,9 @@ class Coordinator:
         ws = cfg.trainer.warm_start
         if cfg.trainer.trains_on_demos and ws.demos_path is not None and not ws.demos_path.exists():
             self.state.phase = RunPhase.WARM_START_DEMOS
-            await stages.write_demos(parts, [t for n in ws.demo_sets or cfg.tasks.train for t in sets[n]], ws.demos_path)
+            await stages.write_demos(
+                parts, [t for n in ws.demo_sets or cfg.tasks.train for t in sets[n]], ws.demos_path
+            )
         # The trainer starts (and warm-starts) while the inference servers come up and the first eval runs.
         trainer = asyncio.ensure_future(self.local.trainer_endpoint())
         try:

@@ -66,7 +66,12 @@ class Child:
         child_env = {**inherited, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                      "TOKENIZERS_PARALLELISM": "false", "TORCH_EXTENSIONS_DIR": torch_extensions_dir(), **(env or {})}
         self.proc = await asyncio.create_subprocess_exec(
-            *lifeline_argv(self.argv), stdout=asyncio.subprocess.PIPE, stderr=logf, env=child_env, start_new_session=True)
+            *lifeline_argv(self.argv),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=logf,
+            env=child_env,
+            start_new_session=True,
+        )
         logf.close()
         assert self.proc.stdout is not None
         try:
@@ -84,7 +89,8 @@ class Child:
                         break
         except TimeoutError:
             await self.stop(0)
-            raise ChildFailed(f"{self.name} did not start serving within {timeout_s:.0f}s; see {self.log_path}") from None
+            raise ChildFailed(f"{self.name} did not start serving within {timeout_s:.0f}s; see "
+                              f"{self.log_path}") from None
         self._pump = asyncio.get_running_loop().create_task(self._copy_stdout(), name=f"{self.name}-stdout")
         log.info("%s (pid %d) serving on %s", self.name, self.proc.pid, self.address)
         return self.address

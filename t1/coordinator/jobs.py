@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS attempts (
 """
 
 
-_JOB_COLUMNS = "job_id, name, state, request, task_ids, attempts_per_task, created, updated, error, resumes, unclean_resumes"
+_JOB_COLUMNS = ("job_id, name, state, request, task_ids, attempts_per_task, created, updated, error, resumes, "
+                "unclean_resumes")
 _ADDED_COLUMNS = {"attempts": {"details": "TEXT NOT NULL DEFAULT '{}'"},
                   "jobs": {"resumes": "INTEGER NOT NULL DEFAULT 0", "unclean_resumes": "INTEGER NOT NULL DEFAULT 0"}}
 """Columns a store written by an earlier T1 lacks, added when it is opened."""

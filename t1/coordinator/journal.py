@@ -19,7 +19,8 @@ every WRITE_EVERY_S (at once when an export or the back-pressure waits) the thre
 queued, checksums and appends each frame (open, write, close: no descriptor held per episode) and
 tells waiting exports. One wake-up serves many turns: handing the GIL to the thread per frame cost
 about 1 ms of CPU a turn. A frame reaches the file, so the page cache, which survives a kill of the
-coordinator, within WRITE_EVERY_S of its turn (a kill loses the turn in flight and at most that). With `fsync_window_ms` the files reach the disk that
+coordinator, within WRITE_EVERY_S of its turn (a kill loses the turn in flight and at most that). With
+`fsync_window_ms` the files reach the disk that
 often: one syncfs of the journal's file system covers every episode written in the window (fsyncs
 per turn fall as episodes grow), so a crash of the machine loses at most that window of turns;
 without it (0), the kernel's writeback decides. A write
@@ -77,7 +78,8 @@ class Journal:
 
     def __init__(self, directory: Path, fsync_window_s: float, max_backlog_bytes: int = 256 << 20) -> None:
         if fsync_window_s < 0:
-            raise ValueError(f"fsync_window_s must be >= 0 (0: never synced, the page cache only), got {fsync_window_s}")
+            raise ValueError("fsync_window_s must be >= 0 (0: never synced, the page cache only), got "
+                             f"{fsync_window_s}")
         if max_backlog_bytes <= 0:
             raise ValueError(f"max_backlog_bytes must be positive, got {max_backlog_bytes}")
         self.directory = directory

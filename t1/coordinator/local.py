@@ -63,7 +63,9 @@ class LocalStack:
         pool = self.cfg.inference.pool
         if pool.endpoints or pool.openai or self.cfg.rollout.policy != "model":
             return list(pool.endpoints)
-        starts = [self._start(f"inference-{i}", "t1.cli.inference", ["--port", "0"]) for i in range(pool.num_local_servers)]
+        starts = [
+            self._start(f"inference-{i}", "t1.cli.inference", ["--port", "0"]) for i in range(pool.num_local_servers)
+        ]
         return list(await asyncio.gather(*starts))
 
     async def trainer_endpoint(self) -> str:

@@ -179,9 +179,17 @@ class Parts:
         if cfg.coordinator.train:
             await router.check_trainable()
         journal = open_journal(cfg, run_dir)
-        runner = RolloutRunner(cfg, renderers, sandboxes.acquire, router, run_dir / "transcripts",
-                               sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider), journal=journal, faults=faults,
-                               ports=provider if isinstance(provider, SandboxPorts) else None)
+        runner = RolloutRunner(
+            cfg,
+            renderers,
+            sandboxes.acquire,
+            router,
+            run_dir / "transcripts",
+            sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider),
+            journal=journal,
+            faults=faults,
+            ports=provider if isinstance(provider, SandboxPorts) else None,
+        )
         limiter = asyncio.Semaphore(cfg.rollout.max_concurrent_episodes)
         spool = open_spool(cfg, run_dir)
         recovered = Recovered()

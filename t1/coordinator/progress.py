@@ -4,7 +4,8 @@ It reads run status (stage, trainer step, episodes), the training episodes' tall
 progress; it owns nothing and changes nothing. Each stage change prints one line ("t1: stage ...");
 on a terminal the live bars show trainer step of N and the running eval with solve rate so far and an
 ETA, and log records are printed above them so the two do not tear each other; without a terminal a
-progress line is printed when something moved (at most every `line_every_s`; unchanged, every ten times that). The lines are records of the `t1.console` logger: the
+progress line is printed when something moved (at most every `line_every_s`; unchanged, every ten times that). The
+lines are records of the `t1.console` logger: the
 terminal shows them even when it is quiet, and the log file keeps them.
 """
 
@@ -70,7 +71,8 @@ def progress_line(st: cpb.RunStatus, total_steps: int, training: Mapping[str, fl
         return (f"{st.stage}: {ev.label} {ev.finished}/{ev.total} attempts, {_rate(ev.resolved, ev.scored)}"
                 f" so far, {format_eta(eta)}")
     return (f"{st.stage}: trainer step {st.trainer_step}/{total_steps}, {st.finished_episodes} episodes "
-            f"({st.active_episodes} running), training {_rate(training.get('resolved', 0), training.get('episodes', 0))}"
+            f"({st.active_episodes} running), training "
+            f"{_rate(training.get('resolved', 0), training.get('episodes', 0))}"
             f", {format_eta(eta)}")
 
 

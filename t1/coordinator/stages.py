@@ -71,7 +71,9 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
 
 async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) -> JobRecord:
     """The eval job of one set (label: base | warm_start | rl, or sft-N for a validation eval during SFT)."""
-    record = await parts.evals.submit(cpb.SubmitEvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}"))
+    record = await parts.evals.submit(
+        cpb.SubmitEvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}")
+    )
     log.info("eval %s on %s: job %s (%d attempts)", label, set_name, record.job_id, record.total_attempts)
     return record
 

@@ -204,7 +204,11 @@ def number(body: dict[str, Any], key: str, kind: type, lo: float | None = None) 
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not float(value).is_integer()):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (kind is int and not float(value).is_integer())
+    ):
         raise BadCall(f"{key} must be a{'n integer' if kind is int else ' number'}, got {value!r}")
     if lo is not None and value < lo:
         raise BadCall(f"{key} must be >= {lo}, got {value!r}")

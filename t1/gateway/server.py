@@ -132,8 +132,12 @@ class GatewayServer:
                 break
             else:
                 return False
-        reply = await self._answer(event.method.decode(), event.target.decode("latin-1").split("?")[0],
-                                   dict((k.decode().lower(), v.decode("latin-1")) for k, v in event.headers), bytes(body))
+        reply = await self._answer(
+            event.method.decode(),
+            event.target.decode("latin-1").split("?")[0],
+            dict((k.decode().lower(), v.decode("latin-1")) for k, v in event.headers),
+            bytes(body),
+        )
         await self._send(conn, writer, reply)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 

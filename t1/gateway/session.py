@@ -177,7 +177,9 @@ class GatewaySession:
         if buf is None or key != self._tools_key:
             if buf is not None:
                 self._end_segment_session()
-            self._buffers.append(TokenBuffer(renderer, messages, on_mismatch=MismatchPolicy(self._cfg.on_template_rewrite)))
+            self._buffers.append(
+                TokenBuffer(renderer, messages, on_mismatch=MismatchPolicy(self._cfg.on_template_rewrite))
+            )
             self._tools_key = key
             return SegmentCause.FIRST if buf is None else SegmentCause.TOOLS_CHANGED
         held = buf.messages

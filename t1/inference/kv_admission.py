@@ -19,7 +19,8 @@ else the model's context limit capped at the capacity (one episode at a time per
 A resident session's turn always starts on its replica, whatever its context has grown to: its prefix
 is cached there, and holding it back would only let the server's cache LRU drop that prefix while it
 waits (at bench/kv_admission.py's small setting, resident turns held back for room cost 20-53% of
-the turn rate: 3.90 against 4.89 turns/s with a 3,000-token expected peak, 1.99 against 4.26 with 2,000). Preemption rule (the one way a resident session's cache is given up): when sessions
+the turn rate: 3.90 against 4.89 turns/s with a 3,000-token expected peak, 1.99 against 4.26 with 2,000). Preemption
+rule (the one way a resident session's cache is given up): when sessions
 outgrow their reservations and the server runs out of KV, its cache LRU drops the least recently used
 idle session's cache; that session's next turn is prefilled again, whole, with its routes
 (t1.routing.concat: the later block wins). No turn is ever evicted mid-generation.

@@ -17,12 +17,14 @@
   GenerateBatched (UNIMPLEMENTED) is served one Generate call per request from then on.
 - Weights: `update_weights` loads the new version on the healthy replicas and skips the avoided ones
   (it fails only when no replica loaded it); with `weights: follow` the servers load versions
-  themselves (t1.inference.follow) and it waits until they serve it instead. The pool remembers the latest (path, version); a
+  themselves (t1.inference.follow) and it waits until they serve it instead. The pool remembers the latest (path,
+  version); a
   replica whose state is unknown (new, or failed since) is asked its version before anything is
   routed to it and brought up to the latest first, so a restarted server (which starts on the base
   model) never serves a stale policy. A result from an older version than the replica was known to
   serve (it restarted unnoticed) makes the pool check that replica again before its next request.
-- Stalls (t1.inference.stall, driven by t1.inference.stall_guard): a busy replica that makes no progress for `stall_s` (or loads weights
+- Stalls (t1.inference.stall, driven by t1.inference.stall_guard): a busy replica that makes no progress for `stall_s`
+(or loads weights
   past `weights_timeout_s`) is avoided and its in-flight requests fail with UNAVAILABLE, so they
   are retried elsewhere (a failover). `stalls` keeps the verdicts.
 - KV admission (`kv_admission`, t1.inference.kv_admission): a new episode starts only on a replica

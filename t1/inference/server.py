@@ -14,7 +14,8 @@ next request may send only the ids it adds (`prompt_delta`).
 
 GetModelInfo reports progress (requests running, tokens sampled since start, how long the weight
 load in progress has run), which the pool's stall watch (t1.inference.stall) reads. `hold_generation`
-is a test hook: generation (and weight loading) stops while the server keeps answering, the failure mode the watch catches.
+is a test hook: generation (and weight loading) stops while the server keeps answering, the failure mode the watch
+catches.
 """
 
 from __future__ import annotations

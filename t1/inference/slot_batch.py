@@ -22,7 +22,8 @@ from t1.inference.kv_slots import KvSlots, SlotCache
 
 @dataclass(frozen=True, slots=True)
 class _BatchRows:
-    """Where the rows of a decode batch are (slots 0..B-1, in order), their lengths before the step, what they attend."""
+    """Where the rows of a decode batch are (slots 0..B-1, in order), their lengths before the step, what they
+    attend."""
 
     slots: KvSlots
     lengths_B: torch.Tensor     # int64 cached positions of each row (its new position's index)

@@ -3,7 +3,8 @@
 A health check that answers says nothing about generation (a server can report healthy at zero
 throughput). The pool asks each busy replica (requests of its own outstanding there, or a weight
 load of its own running) for its progress every `check_s`: a replica whose `completed_tokens` and
-`model_steps` (a long prefill is progress) have not moved for `stall_s` while it reports running requests, one that has not answered a probe for
+`model_steps` (a long prefill is progress) have not moved for `stall_s` while it reports running requests, one that has
+not answered a probe for
 that long while busy, or one whose weight load has run longer than `weights_stall_s`, is stalled.
 The pool then avoids it, fails its in-flight requests over to other replicas and logs the verdict
 with what the server reported (`Stall`).

@@ -22,7 +22,8 @@ def validate_request(request: GenerateRequest, vocab_size: int, max_context: int
     bad = np.flatnonzero((ids < 0) | (ids >= vocab_size))
     if bad.size:
         pos = int(bad[0])
-        raise RequestError(f"prompt_ids: id {int(ids[pos])} at position {pos} is outside the vocabulary [0, {vocab_size})")
+        raise RequestError(f"prompt_ids: id {int(ids[pos])} at position {pos} is outside the vocabulary [0, "
+                           f"{vocab_size})")
     s = request.sampling
     if not math.isfinite(s.temperature) or s.temperature < 0:
         raise RequestError(f"sampling.temperature: must be a finite number >= 0, got {s.temperature}")

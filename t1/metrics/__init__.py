@@ -1,4 +1,5 @@
-"""Observability of the coordinator: the Prometheus registry, its HTTP endpoint, the JSONL run log, the loop-lag watchdog.
+"""Observability of the coordinator: the Prometheus registry, its HTTP endpoint, the JSONL run log, the loop-lag
+watchdog.
 
 Modules:
 - registry.py: every Prometheus metric of the coordinator, registered once on T1's own registry

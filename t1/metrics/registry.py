@@ -24,11 +24,13 @@ _LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 TRAIN_INFER_LOGPROB_ABS_DIFF = Gauge(
     "t1_train_infer_logprob_abs_diff", "Mean |logp_train - logp_rollout| over loss tokens, before the update.",
     registry=REGISTRY)
-TITO_DRIFT_TOKENS = Gauge("t1_tito_drift_tokens", "Tokens in the loss region that differ from the sampler's (must be 0).",
+TITO_DRIFT_TOKENS = Gauge("t1_tito_drift_tokens", "Tokens in the loss region that differ from the sampler's (must be "
+                                                  "0).",
                           registry=REGISTRY)
 # t1_tito_repaired_turns is counted by t1.tito (default registry) in this process and bridged.
 RETOKENIZE_MISMATCH_RATE = Gauge(
-    "t1_retokenize_mismatch_rate", "Share of sampled tokens a re-tokenizing pipeline would get wrong.", registry=REGISTRY)
+    "t1_retokenize_mismatch_rate", "Share of sampled tokens a re-tokenizing pipeline would get "
+                                   "wrong.", registry=REGISTRY)
 ROUTING_REPLAY_COVERAGE = Gauge(
     "t1_routing_replay_coverage", "Share of (token, MoE layer) rows replayed from a record in the last step",
     registry=REGISTRY)
@@ -60,7 +62,8 @@ BAD_REPLIES = Counter("t1_agent_bad_replies", "Model replies that did not parse 
                       registry=REGISTRY)
 EVENT_LOOP_LAG = Histogram("t1_event_loop_lag_seconds", "Lateness of the coordinator's event loop.",
                            buckets=_LAG_BUCKETS, registry=REGISTRY)
-GC_FULL_SECONDS = Histogram("t1_gc_full_collection_seconds", "Scheduled full garbage collections (the loop stands still).",
+GC_FULL_SECONDS = Histogram("t1_gc_full_collection_seconds", "Scheduled full garbage collections (the loop stands "
+                                                             "still).",
                             buckets=_LAG_BUCKETS, registry=REGISTRY)
 EPISODE_REWARD = Histogram("t1_episode_reward", "Episode rewards (infra errors excluded).",
                            buckets=(0, 0.25, 0.5, 0.75, 1, 2, 3, 5, 10, 20), registry=REGISTRY)
@@ -95,7 +98,8 @@ WRITE_FAILING = Gauge("t1_write_failing", "1 while writes of this file kind fail
                       "database): the run goes on without it.", ["file"], registry=REGISTRY)
 SPOOL_HELD = Gauge("t1_spool_held_trajectories", "Finished trajectories held in memory until the spool writes again.",
                    registry=REGISTRY)
-SPOOL_DAMAGED_BYTES = Counter("t1_spool_damaged_bytes", "Spool bytes found damaged on recovery (kept in .corrupt files).",
+SPOOL_DAMAGED_BYTES = Counter("t1_spool_damaged_bytes", "Spool bytes found damaged on recovery (kept in .corrupt "
+                                                        "files).",
                               registry=REGISTRY)
 SPOOL_DAMAGED_RANGES = Counter("t1_spool_damaged_ranges", "Damaged byte ranges found on spool recovery.",
                                registry=REGISTRY)

@@ -26,6 +26,7 @@ tokenizer_config.json (eos `<|im_end|>`, pad `<|endoftext|>`, a ChatML/Qwen3-sty
 tools, `<tool_call>` and `<tool_response>`), plus t1_model.json (preset, seed, weights sha256).
 Presets live in t1/model/presets.py: `tiny` (3 layers, 8 experts, top-2, hidden 64, vocab 1024) for tests,
 `small` (6 layers, 16 experts, top-4, hidden 256, vocab 4096) for local runs, and `qwen3-vocab` (2 layers,
-hidden 64) on the real Qwen3 tokenizer (qwen_tokenizer.py, 151,936 rows) with Qwen3's own chat template. Same preset, seed and
+hidden 64) on the real Qwen3 tokenizer (qwen_tokenizer.py, 151,936 rows) with Qwen3's own chat template. Same preset,
+seed and
 corpus give byte-identical files.
 """

@@ -38,4 +38,4 @@ CHAT_TEMPLATE = """\
 {{- '<|im_start|>assistant\\n' }}
 {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}
 {%- endif %}
-"""
+"""  # noqa: E501

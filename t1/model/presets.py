@@ -34,30 +34,63 @@ PRESETS: dict[str, ModelPreset] = {
     # Fast on one CPU core: a forward over a few hundred tokens takes milliseconds. head_dim 32 is
     # the smallest vLLM's CPU attention supports.
     "tiny": ModelPreset(
-        tokenizer_vocab=1024, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=64, max_position_embeddings=8192,
+        tokenizer_vocab=1024,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        max_position_embeddings=8192,
     ),
-    # Sized for the CPU learning run (examples/local.yaml): about 1.0M parameters (vocabulary 1,129), a tokenizer that also
+    # Sized for the CPU learning run (examples/local.yaml): about 1.0M parameters
+    # (vocabulary 1,129), a tokenizer that also
     # knows the tool-call prompt and the curriculum's words, so an episode of it is a few hundred tokens.
     "learn": ModelPreset(
-        tokenizer_vocab=2048, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=96, max_position_embeddings=4096, corpus="curriculum", tokenizer_split="qwen2",
+        tokenizer_vocab=2048,
+        hidden_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        max_position_embeddings=4096,
+        corpus="curriculum",
+        tokenizer_split="qwen2",
     ),
     # The real Qwen3 vocabulary and chat template on a tiny MoE: what a run on a Qwen3 model meets in tokens
     # and template (151,936 embedding rows; hidden kept small, so the two embedding matrices are 19M of its
     # parameters and a 1k-token forward's logits about 0.6 GB in float32).
     "qwen3-vocab": ModelPreset(
-        tokenizer_vocab=151_936, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=64, max_position_embeddings=8192, tokenizer_split="qwen2", tokenizer="qwen3",
+        tokenizer_vocab=151_936,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        max_position_embeddings=8192,
+        tokenizer_split="qwen2",
+        tokenizer="qwen3",
     ),
     # Still CPU-feasible, closer to a real model's proportions (about 20M parameters).
     "small": ModelPreset(
-        tokenizer_vocab=4096, hidden_size=256, num_hidden_layers=6, num_attention_heads=8,
-        num_key_value_heads=4, head_dim=32, num_experts=16, num_experts_per_tok=4,
-        moe_intermediate_size=256, max_position_embeddings=16384,
+        tokenizer_vocab=4096,
+        hidden_size=256,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=32,
+        num_experts=16,
+        num_experts_per_tok=4,
+        moe_intermediate_size=256,
+        max_position_embeddings=16384,
     ),
 }
 

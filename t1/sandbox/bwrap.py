@@ -120,7 +120,8 @@ def find_sftp_server() -> str:
     for path in SFTP_SERVER_PATHS:
         if os.access(path, os.X_OK):
             return path
-    raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install openssh-sftp-server")
+    raise FileNotFoundError(f"no sftp-server binary found (looked in {', '.join(SFTP_SERVER_PATHS)}); install "
+                            "openssh-sftp-server")
 
 
 def _readonly_root_args() -> list[str]:
@@ -158,7 +159,11 @@ def bwrap_argv(tree: SandboxTree, inner: list[str], info_fd: int | None = None, 
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
     for name, target in TREE_DIRS.items():
         argv += ["--bind", str(tree.host_path(name)), target]
-    argv += verifier_binds(tree.root, tree.overlay) + network_binds(tree.root, tree.allow_network) + supervisor_binds(tree.root)
+    argv += (
+        verifier_binds(tree.root, tree.overlay)
+        + network_binds(tree.root, tree.allow_network)
+        + supervisor_binds(tree.root)
+    )
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     if userns_block_fd is not None:

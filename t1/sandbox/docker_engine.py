@@ -4,7 +4,8 @@ Every container T1 starts carries labels naming the sandbox and the process that
 host, pid and the pid's start time, so a reused pid is not mistaken for a live owner), and, given
 a run dir, the run (`t1.sandbox.run_lease`). A provider starting up removes the containers of
 owners that are gone (a coordinator killed with -9) unless their run is live again (its restarted
-coordinator reattaches them), so none outlives the next run. The container's first process only holds its namespaces (`HOLD_COMMAND`,
+coordinator reattaches them), so none outlives the next run. The container's first process only holds its namespaces
+(`HOLD_COMMAND`,
 a bash that reaps orphans); shells enter those namespaces from the host (`t1.sandbox.docker_provider`).
 Calls go through the `docker` client library, whose calls block: callers run them in a thread.
 """
@@ -118,7 +119,8 @@ class Engine:
         try:
             self.client.ping()
         except (docker.errors.DockerException, OSError) as exc:
-            raise ConnectionError(f"sandbox.docker.socket {self.socket_path}: the Docker engine does not answer: {exc}") from exc
+            raise ConnectionError(f"sandbox.docker.socket {self.socket_path}: the Docker engine does not answer: "
+                                  f"{exc}") from exc
 
     def ensure_image(self, image: str) -> None:
         """The image is present (pulled when the policy allows), else a needs_image report naming it."""
@@ -127,7 +129,8 @@ class Engine:
             return
         except docker.errors.ImageNotFound:
             if not self.pull:
-                raise NeedsImageError(f"image {image} is not on the Docker engine and sandbox.docker.pull is off") from None
+                raise NeedsImageError(f"image {image} is not on the Docker engine and sandbox.docker.pull is "
+                                      "off") from None
         try:
             self.client.images.pull(image)
         except docker.errors.APIError as exc:

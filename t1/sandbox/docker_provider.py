@@ -87,7 +87,8 @@ class EnvironmentImages(Protocol):
 
 
 ImageBuilder = Callable[[docker.DockerClient, float], EnvironmentImages]
-"""Makes the environment builder for an engine's client and a build timeout (`t1.tasks.docker_build.EnvironmentBuilder`)."""
+"""Makes the environment builder for an engine's client and a build timeout
+(`t1.tasks.docker_build.EnvironmentBuilder`)."""
 
 
 def inside_container(pid: int, fn: Callable[[], object]) -> None:

@@ -1,4 +1,5 @@
-"""Enter a local sandbox as its verifier, never passing through the agent's uid: `python -I -S enter_verifier.py [--pristine] PID NS,... CAPS -- ARGV`.
+"""Enter a local sandbox as its verifier, never passing through the agent's uid: `python -I -S enter_verifier.py
+[--pristine] PID NS,... CAPS -- ARGV`.
 
 Started by T1 as host root (from the host's python, before anything of the sandbox runs), it
 joins the namespaces of sandbox init PID (the user namespace first), becomes the verifier uid
@@ -78,7 +79,8 @@ def _capset(effective: int, permitted: int, inheritable: int) -> None:
 
 
 def _permitted() -> int:
-    """This process's permitted capabilities (all of them in a user namespace just joined; host root's own otherwise)."""
+    """This process's permitted capabilities (all of them in a user namespace just joined; host root's own
+    otherwise)."""
     header = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)()
     _check(libc.capget(ctypes.byref(header), data), "capget")
@@ -108,7 +110,8 @@ def _without_verifier(text: bytes) -> bytes:
 
 
 def _name_the_verifier(etc: str) -> None:
-    """The sandbox's passwd and group with the verifier's own entries, bound over those under `etc` (this session only)."""
+    """The sandbox's passwd and group with the verifier's own entries, bound over those under `etc` (this session
+    only)."""
     entries = {"passwd": f"t1-verifier:x:{VERIFIER_UID}:{VERIFIER_UID}::{VERIFIER_HOME}:/bin/bash\n",
                "group": f"t1-verifier:x:{VERIFIER_UID}:\n"}
     for name, entry in entries.items():

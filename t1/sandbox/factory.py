@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from t1.sandbox.docker_provider import ImageBuilder
 
 
-def build_provider(cfg: SandboxConfig, run_dir: Path | None = None, images: ImageBuilder | None = None) -> SandboxProvider:
+def build_provider(
+    cfg: SandboxConfig, run_dir: Path | None = None, images: ImageBuilder | None = None
+) -> SandboxProvider:
     """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create.
     With `run_dir` (a coordinator's) its sandboxes outlive the coordinator: local ones live in the run's sandbox
     service (`t1.sandbox.service`), docker ones are labelled with the run; both reattach into it.

@@ -118,7 +118,9 @@ class Forker:
 
     def __init__(self) -> None:
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._jobs: queue.SimpleQueue[tuple[_Job, int, list[int | BaseException], threading.Event]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[_Job, int, list[int | BaseException], threading.Event]] = (
+            queue.SimpleQueue()
+        )
         self._lock = threading.Lock()
         started: Future[int] = Future()
         threading.Thread(target=self._run, args=(started,), name="t1-forker", daemon=True).start()
@@ -233,7 +235,9 @@ class Forker:
             received = [_dup_away(fd, numbers) if fd in numbers else fd for fd in received]
             for fd in received:
                 os.set_inheritable(fd, False)
-            actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, fd, n) for fd, n in zip(received, numbers, strict=True)]
+            actions: list[tuple[Any, ...]] = [
+                (os.POSIX_SPAWN_DUP2, fd, n) for fd, n in zip(received, numbers, strict=True)
+            ]
             actions += [(os.POSIX_SPAWN_OPEN, n, os.devnull, os.O_RDWR, 0) for n in job.devnull]
             if mount_ns is not None:
                 setns(mount_ns, CLONE_NEWNS, f"the mount namespace of {job.argv[0]!r}")

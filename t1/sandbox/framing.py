@@ -45,7 +45,7 @@ while IFS= read -r m; do
     R) worker; T=(); [[ -n $wp ]] && tree "$wp"; ((${#T[@]})) && kill -KILL "${T[@]}" 2>/dev/null; exit 0 ;;
   esac
 done
-"""
+"""  # noqa: E501
 
 _WORKER_INIT = (
     "exec 2>&1; export TERM=dumb PAGER=cat GIT_PAGER=cat MANPAGER=cat SYSTEMD_PAGER= "

@@ -140,11 +140,19 @@ class LocalSandboxHost:
         sandbox_id = "sb-" + secrets.token_hex(6)
         procs, verifier_procs = await asyncio.to_thread(self._add_cgroups, sandbox_id, request)
         tree = SandboxTree(
-            sandbox_id=sandbox_id, root=self.root / sandbox_id, uid=self._new_uid(),
-            allow_network=request.allow_network, limits=self.cfg.limits,
-            bubblewrap=self.cfg.bubblewrap, env=request.env, verifier_uid=self._new_uid(),
-            cgroup_procs=procs, verifier_cgroup_procs=verifier_procs,
-            overlay=self._overlay, storage_mb=self._storage_mb(request), verifier_storage_mb=self.cfg.verifier_storage_mb,
+            sandbox_id=sandbox_id,
+            root=self.root / sandbox_id,
+            uid=self._new_uid(),
+            allow_network=request.allow_network,
+            limits=self.cfg.limits,
+            bubblewrap=self.cfg.bubblewrap,
+            env=request.env,
+            verifier_uid=self._new_uid(),
+            cgroup_procs=procs,
+            verifier_cgroup_procs=verifier_procs,
+            overlay=self._overlay,
+            storage_mb=self._storage_mb(request),
+            verifier_storage_mb=self.cfg.verifier_storage_mb,
         )
         await asyncio.to_thread(make_tree, tree)
         try:

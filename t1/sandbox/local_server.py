@@ -1,6 +1,7 @@
 """The embedded SSH server of the local provider: loopback only, key auth, every session in bubblewrap.
 
-The SSH user name is the sandbox id (`verifier_user(id)` for its verifier sessions). Each sandbox has one bubblewrap init holding its namespaces
+The SSH user name is the sandbox id (`verifier_user(id)` for its verifier sessions). Each sandbox has one bubblewrap
+init holding its namespaces
 (`t1.sandbox.nsinit.SandboxInit`, started by `start_sandbox`, or on the first session of a tree
 registered directly in `trees`); every session (exec, shell, PTY shell, the SFTP subsystem)
 enters them, so all sessions of a sandbox see the same files, processes and loopback network.
@@ -248,8 +249,12 @@ class _SandboxSession(asyncssh.SSHServerSession[bytes]):
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
             self._stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, transport_pipe(loop, proc.stdin, "wb"))
             out, err = asyncio.StreamReader(), asyncio.StreamReader()
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(out), transport_pipe(loop, proc.stdout, "rb"))
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(err), transport_pipe(loop, proc.stderr, "rb"))
+            await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(out), transport_pipe(loop, proc.stdout, "rb")
+            )
+            await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(err), transport_pipe(loop, proc.stderr, "rb")
+            )
             pumps = [self._pump(out, chan.write), self._pump(err, chan.write_stderr)]
         if self._killed:  # the channel went away while the process was being spawned
             self.kill()
@@ -399,7 +404,8 @@ class LocalSshServer:
         return init.target
 
     async def end_setup(self, sandbox_id: str) -> None:
-        """The task's setup in sandbox `sandbox_id` is done: fix the system its verifier runs (`SandboxInit.end_setup`)."""
+        """The task's setup in sandbox `sandbox_id` is done: fix the system its verifier runs
+        (`SandboxInit.end_setup`)."""
         tree = self.trees.get(sandbox_id)
         if tree is None:
             raise RuntimeError(f"sandbox {sandbox_id} is not registered (destroyed?)")

@@ -62,8 +62,19 @@ def slirp_argv(ns_pid: int, ready_fd: int, exit_fd: int) -> list[str]:
     """
     if shutil.which(SLIRP) is None:
         raise NetworkSetupError(f"{SLIRP} is not installed; a task that allows internet needs it (scripts/setup.sh)")
-    return [SLIRP, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
-            "--enable-seccomp", f"--userns-path=/proc/{ns_pid}/ns/user", f"--ready-fd={ready_fd}", f"--exit-fd={exit_fd}", str(ns_pid), "tap0"]
+    return [
+        SLIRP,
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        f"--userns-path=/proc/{ns_pid}/ns/user",
+        f"--ready-fd={ready_fd}",
+        f"--exit-fd={exit_fd}",
+        str(ns_pid),
+        "tap0",
+    ]
 
 
 def start_slirp(sandbox_id: str, ns_pid: int) -> Child:

@@ -3,8 +3,10 @@
 Every session of one local sandbox shares one set of namespaces, as the shells of one VM do.
 `SandboxInit` starts a long-lived bubblewrap over the sandbox's tree whose only job is to hold
 its user, mount, PID, network, IPC, UTS and cgroup namespaces (its PID 1 there, a bash blocked
-on T1's lifeline pipe, also reaps orphans; see `t1.sandbox.bwrap.HOLDER_SCRIPT` and `t1.sandbox.holders`); sessions enter them with
-`nsenter` (`t1.sandbox.bwrap.enter_argv`). Killing the init kills its PID namespace and with it every process of the sandbox.
+on T1's lifeline pipe, also reaps orphans; see `t1.sandbox.bwrap.HOLDER_SCRIPT` and `t1.sandbox.holders`); sessions
+enter them with
+`nsenter` (`t1.sandbox.bwrap.enter_argv`). Killing the init kills its PID namespace and with it every process of the
+sandbox.
 
 `spawn` starts a process off the loop (a start that waits for the exec must not stall it) and
 `wait_exit` waits for a process through a pidfd on the loop, without a waiter thread per process.
@@ -192,7 +194,8 @@ class SandboxInit:
         """With an overlay root, what its verifier's system is (`t1.sandbox.pristine`)."""
 
     def ensure_pristine(self) -> None:
-        """With an overlay root, attach its pristine system if nothing is attached yet (blocking; before a verifier session)."""
+        """With an overlay root, attach its pristine system if nothing is attached yet (blocking; before a verifier
+        session)."""
         if self.tree.overlay and self.pristine is PristineState.NONE:
             mount_pristine(self.tree.root, self.proc.pid, self.target.pid, PristineState.HOST, replace=False)
             self.pristine = PristineState.HOST

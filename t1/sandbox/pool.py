@@ -127,9 +127,13 @@ class SandboxPool:
         self._closed = False
 
     @contextlib.asynccontextmanager
-    async def acquire(self, request: SandboxRequest | None = None, timeout_s: float | None = None) -> AsyncIterator[Sandbox]:
+    async def acquire(
+        self, request: SandboxRequest | None = None, timeout_s: float | None = None
+    ) -> AsyncIterator[Sandbox]:
         """A healthy sandbox for the duration of the block; destroyed (or reset) afterwards."""
-        async with self._hold(lambda deadline: self._create(request or SandboxRequest(), deadline), timeout_s) as sandbox:
+        async with self._hold(
+            lambda deadline: self._create(request or SandboxRequest(), deadline), timeout_s
+        ) as sandbox:
             yield sandbox
 
     @contextlib.asynccontextmanager
@@ -140,7 +144,9 @@ class SandboxPool:
             yield sandbox
 
     @contextlib.asynccontextmanager
-    async def _hold(self, get: Callable[[float], Awaitable[Sandbox]], timeout_s: float | None) -> AsyncIterator[Sandbox]:
+    async def _hold(
+        self, get: Callable[[float], Awaitable[Sandbox]], timeout_s: float | None
+    ) -> AsyncIterator[Sandbox]:
         """A slot, the sandbox `get(deadline)` gives, and its release when the block exits."""
         if self._closed:
             raise RuntimeError("acquire() on a closed SandboxPool")
@@ -148,7 +154,8 @@ class SandboxPool:
         try:
             await asyncio.wait_for(self._slots.acquire(), timeout)
         except TimeoutError:
-            raise TimeoutError(f"no sandbox slot free within {timeout:.1f}s (pool.max_sandboxes={self.max_sandboxes})") from None
+            raise TimeoutError(f"no sandbox slot free within {timeout:.1f}s "
+                               f"(pool.max_sandboxes={self.max_sandboxes})") from None
         try:
             sandbox = await get(time.monotonic() + timeout)
             self._live.add(sandbox)
@@ -223,7 +230,8 @@ class SandboxPool:
             last = SandboxLost(f"sandbox {sandbox.id} failed its health check: {problem}")
             self._count_failure("health", sandbox.id)
             await self._destroy_quietly(sandbox)
-        raise SandboxLost(f"could not get a healthy sandbox after {self.cfg.create_retries + 1} attempts: {last}") from last
+        raise SandboxLost(f"could not get a healthy sandbox after {self.cfg.create_retries + 1} attempts: "
+                          f"{last}") from last
 
     def _count_failure(self, stage: str, host: str | None) -> None:
         if stage == "create":

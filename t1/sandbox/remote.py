@@ -111,7 +111,8 @@ class SshProvider:
         check_record(record, "ssh", ("host", "lease"))
         name = record.data["host"]
         if name not in self._hosts:
-            raise SandboxGone(f"sandbox {record.sandbox_id}: host {name} is not in this run's inventory (sandbox.ssh.hosts)")
+            raise SandboxGone(f"sandbox {record.sandbox_id}: host {name} is not in this run's inventory "
+                              "(sandbox.ssh.hosts)")
         if name in self._busy:
             raise SandboxGone(f"sandbox {record.sandbox_id}: host {name} already serves a sandbox of this coordinator")
         self._busy.add(name)

@@ -316,7 +316,8 @@ def pristine_mount(root: Path, userns_fd: int, sealed: bool) -> int:
 
 
 def mount_overlay(root: Path, userns_fd: int) -> None:
-    """In the sandbox's namespace holder: the overlay at `root/rootfs`, lower the host's root idmapped by `userns_fd`."""
+    """In the sandbox's namespace holder: the overlay at `root/rootfs`, lower the host's root idmapped by
+    `userns_fd`."""
     lower = idmapped_clone("/", userns_fd)
     try:
         mount("overlay", str(root / ROOTFS), "overlay", MS_NOSUID | MS_NODEV,

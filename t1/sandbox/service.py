@@ -211,7 +211,8 @@ class SandboxService:
         if op == "sweep":
             return {"destroyed": await self._sweep(conn, message.get("keep"))}
         if op not in SANDBOX_OPS:
-            raise ValueError(f"unknown op {op!r} (expected attach, create, health, list, shutdown, {', '.join(SANDBOX_OPS)})")
+            raise ValueError(f"unknown op {op!r} (expected attach, create, health, list, shutdown, "
+                             f"{', '.join(SANDBOX_OPS)})")
         sandbox_id = message.get("sandbox_id")
         if not isinstance(sandbox_id, str):
             raise ValueError(f"op {op!r} needs a 'sandbox_id' string")

@@ -4,7 +4,8 @@
 or the service died) it starts `python -m t1.sandbox.service` in a session of its own, so that
 neither the coordinator's death nor a signal to its process group reaches it, with its config in
 `<run_dir>/sandbox-service.json` and its output in `<run_dir>/logs/sandbox-service.log`, and
-waits for the socket (`spawn_service` starts it ahead, while the coordinator starts). Then it attaches, which holds off the service's orphan timer for as long as
+waits for the socket (`spawn_service` starts it ahead, while the coordinator starts). Then it attaches, which holds off
+the service's orphan timer for as long as
 this connection is open. A request whose service has gone (its connection closed) raises
 SandboxLost; the next `start()` starts a new service, whose start sweeps what the dead one left.
 """

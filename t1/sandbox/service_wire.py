@@ -46,8 +46,9 @@ def request_from_json(data: object) -> SandboxRequest:
     if not isinstance(data, dict):
         raise ValueError(f"create: 'request' must be a JSON object, got {type(data).__name__}")
     env = data.get("env", [])
-    if not isinstance(env, list) or not all(isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv)
-                                            for kv in env):
+    if not isinstance(env, list) or not all(
+        isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) for kv in env
+    ):
         raise ValueError(f"create: 'env' must be a list of [name, value] strings, got {env!r}")
     for key in ("cpus", "memory_mb", "storage_mb"):
         if data.get(key) is not None and not isinstance(data[key], int | float):

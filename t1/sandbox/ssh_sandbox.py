@@ -3,7 +3,8 @@
 A sandbox holds one `asyncssh` connection with keepalives; every agent shell it opens is a
 channel on that connection. Verifier shells use a second connection, opened on first use, as the
 endpoint's verifier user where the provider has one (the local provider: a uid of its own per
-sandbox); without one they share the agent's login and `separates_verifier` is False. When the connection dies, shells raise `SandboxLost` and
+sandbox); without one they share the agent's login and `separates_verifier` is False. When the connection dies, shells
+raise `SandboxLost` and
 `SshSandbox.alive` turns False, which the pool uses to drop the sandbox.
 """
 
@@ -242,5 +243,6 @@ class SshSandbox:
 
 
 async def lost_cause(sandbox: Sandbox, exc: SandboxLost) -> SandboxLost:
-    """Why `sandbox` was lost: SandboxHostLost when T1's process serving it died (`SshSandbox.lost_cause`), else `exc`."""
+    """Why `sandbox` was lost: SandboxHostLost when T1's process serving it died (`SshSandbox.lost_cause`), else
+    `exc`."""
     return await sandbox.lost_cause(exc) if isinstance(sandbox, SshSandbox) else exc

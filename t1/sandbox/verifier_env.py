@@ -42,13 +42,56 @@ LOADER_LISTS = {
 }
 """Search lists of programs, libraries and modules (name -> separators): untrusted entries are dropped."""
 LOADER_FILES = (
-    "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONEXECUTABLE",
-    "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
-    "GEM_HOME", "VIRTUAL_ENV", "CONDA_PREFIX", "R_PROFILE", "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
-    "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_DIR",
-    "GIT_WORK_TREE", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_EDITOR",
-    "PAGER", "EDITOR", "VISUAL", "LESSOPEN", "LESSCLOSE", "PIP_CONFIG_FILE", "NPM_CONFIG_USERCONFIG",
-    "npm_config_userconfig", "CARGO_HOME", "RUSTUP_HOME", "GOFLAGS", "GOENV", "PYTEST_ADDOPTS", "PYTEST_PLUGINS",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PYTHONEXECUTABLE",
+    "PERL5OPT",
+    "RUBYOPT",
+    "NODE_OPTIONS",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "GEM_HOME",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "R_PROFILE",
+    "R_PROFILE_USER",
+    "R_ENVIRON",
+    "R_ENVIRON_USER",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "GIT_CONFIG",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_ASKPASS",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "PAGER",
+    "EDITOR",
+    "VISUAL",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "PIP_CONFIG_FILE",
+    "NPM_CONFIG_USERCONFIG",
+    "npm_config_userconfig",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "GOFLAGS",
+    "GOENV",
+    "PYTEST_ADDOPTS",
+    "PYTEST_PLUGINS",
 )
 """Variables naming one file or program to run, or options that may load one: dropped when they name an
 untrusted path (or any `$` expansion, which the host cannot resolve)."""
@@ -117,7 +160,8 @@ def git_hardening() -> dict[str, str]:
 
 def verifier_env(env: dict[str, str]) -> dict[str, str]:
     """A verifier session's environment: the agent's as a verifier may use it (`trusted_env`), a home and a
-    TMPDIR of its own (its storage: an agent that filled /tmp does not stop pytest), and git hardened (pure). Git refuses repositories owned by another uid; the verifier inspects the
+    TMPDIR of its own (its storage: an agent that filled /tmp does not stop pytest), and git hardened (pure). Git
+    refuses repositories owned by another uid; the verifier inspects the
     agent's (root's) as a root verifier would, so every directory is marked safe for it."""
     return {**trusted_env(env), "HOME": VERIFIER_HOME, "TMPDIR": VERIFIER_HOME, "USER": "t1-verifier",
             "LOGNAME": "t1-verifier", **git_hardening()}

@@ -48,11 +48,17 @@ PYTHON_PATH = "/usr/local/bin:" + SYSTEM_PATH
 """The official python images' `ENV PATH /usr/local/bin:$PATH`."""
 BASE_ENV: Env = (("PATH", SYSTEM_PATH),)
 """What every image's environment has: PATH (the default here). HOME is not in it: the engine sets HOME when a
-container starts (the sandbox's shells have it), so a Dockerfile's `${HOME}` expands to nothing, as in `docker build`."""
+container starts (the sandbox's shells have it), so a Dockerfile's `${HOME}` expands to nothing, as in `docker
+build`."""
 _UTF8: Env = (("LANG", "C.UTF-8"),)
-PYTHON_GPG_KEYS = {"3.8": "E3FF2839C048B25C084DEBE9B26995E310250568", "3.9": "E3FF2839C048B25C084DEBE9B26995E310250568",
-                   "3.10": "A035C8C19219BA821ECEA86B64E628F8D684696D", "3.11": "A035C8C19219BA821ECEA86B64E628F8D684696D",
-                   "3.12": "7169605F62C751356D054A26A821E680E5FA6305", "3.13": "7169605F62C751356D054A26A821E680E5FA6305"}
+PYTHON_GPG_KEYS = {
+    "3.8": "E3FF2839C048B25C084DEBE9B26995E310250568",
+    "3.9": "E3FF2839C048B25C084DEBE9B26995E310250568",
+    "3.10": "A035C8C19219BA821ECEA86B64E628F8D684696D",
+    "3.11": "A035C8C19219BA821ECEA86B64E628F8D684696D",
+    "3.12": "7169605F62C751356D054A26A821E680E5FA6305",
+    "3.13": "7169605F62C751356D054A26A821E680E5FA6305",
+}
 """The release manager's key each official python image sets as GPG_KEY, by minor version (3.14's set none)."""
 
 BASE_IMAGES: tuple[BaseImage, ...] = (  # first match wins: exact repositories before the prefixes they fall under

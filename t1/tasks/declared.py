@@ -86,8 +86,10 @@ def _class_factor(node: ast.ClassDef, names: dict[str, int]) -> int | None:
 
 def _is_testcase(node: ast.ClassDef) -> bool:
     """A `unittest.TestCase` subclass, which pytest collects whatever its name."""
-    return any((isinstance(b, ast.Attribute) and b.attr == "TestCase") or (isinstance(b, ast.Name) and b.id == "TestCase")
-               for b in node.bases)
+    return any(
+        (isinstance(b, ast.Attribute) and b.attr == "TestCase") or (isinstance(b, ast.Name) and b.id == "TestCase")
+        for b in node.bases
+    )
 
 
 def _module_lengths(tree: ast.Module) -> dict[str, int]:
@@ -112,7 +114,8 @@ def _module_lengths(tree: ast.Module) -> dict[str, int]:
 
 
 def generates_cases(source: str) -> bool:
-    """Whether a test file parametrizes beyond its decorators: a fixture with params or a pytest_generate_tests hook (pure)."""
+    """Whether a test file parametrizes beyond its decorators: a fixture with params or a pytest_generate_tests hook
+    (pure)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -238,5 +241,7 @@ def by_function(tests: tuple[TestResult, ...], declared: DeclaredTests) -> tuple
         if bad:
             out[i] = replace(bad[0], name=name)
         else:
-            out[i] = TestResult(name, TestStatus.PASSED if any(c.status in _PASSING for c in cases) else TestStatus.SKIPPED)
+            out[i] = TestResult(
+                name, TestStatus.PASSED if any(c.status in _PASSING for c in cases) else TestStatus.SKIPPED
+            )
     return tuple(out)

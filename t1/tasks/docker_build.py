@@ -80,7 +80,9 @@ class BuiltImage:
 
     def marker(self) -> bytes:
         """BUILT_MARKER's contents: JSON of what the image sets (the provider writes it into the container)."""
-        return json.dumps({"image": self.tag, "workdir": self.workdir, "env": dict(self.env), "user": self.user}).encode()
+        return json.dumps(
+            {"image": self.tag, "workdir": self.workdir, "env": dict(self.env), "user": self.user}
+        ).encode()
 
 
 def built_image(tag: str, config: dict[str, Any]) -> BuiltImage:

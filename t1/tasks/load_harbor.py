@@ -143,8 +143,15 @@ def _verifier(tests_dir: Path, v: Fields, default_timeout: float, refused: list[
     refused += unset
     if separate is None:
         refused += phase_network(v, public)
-    return VerifierSpec(kind=VerifierKind.TEST_SH, tests_dir=tests_dir, timeout_sec=v.number("timeout_sec", default_timeout),
-                        env=env, user=_user(v, "user"), extra_tests_dirs=extra, separate=separate)
+    return VerifierSpec(
+        kind=VerifierKind.TEST_SH,
+        tests_dir=tests_dir,
+        timeout_sec=v.number("timeout_sec", default_timeout),
+        env=env,
+        user=_user(v, "user"),
+        extra_tests_dirs=extra,
+        separate=separate,
+    )
 
 
 def _solution(sol_dir: Path, env: Fields) -> SolutionSpec | None:
@@ -217,8 +224,11 @@ class _Reader:
                                  tests_dir if own_mode else shared_tests)
             verifier = _verifier(tests_dir, v, task_timeout, self.refused, public=task_env.allow_internet, extra=extra,
                                  separate=separate)
-            verifier = replace(verifier, env=verifier.env if v.has("env") else resolve_env(task_v, "env", "verifier.env")[0],
-                               user=verifier.user or _user(task_v, "user"))
+            verifier = replace(
+                verifier,
+                env=verifier.env if v.has("env") else resolve_env(task_v, "env", "verifier.env")[0],
+                user=verifier.user or _user(task_v, "user"),
+            )
             agent = self.check_keys(s.table("agent"), "agent")
             if agent.has("user"):
                 self.refused.append(f"{agent.name('user')}: per-step agent users are not supported; "

@@ -88,7 +88,8 @@ def _solution(root: Path) -> SolutionSpec | None:
 
 HARNESS_FILES = ("task.yaml", "tests", "run-tests.sh", "solution.sh", "solution.yaml", "docker-compose.yaml",
                  "docker-compose.yml", "README.md", "LICENSE")
-"""What Terminal-Bench's harness itself reads from a task folder; anything else reaches the task through its Dockerfile."""
+"""What Terminal-Bench's harness itself reads from a task folder; anything else reaches the task through its
+Dockerfile."""
 
 
 def _check_environment_files(root: Path) -> None:

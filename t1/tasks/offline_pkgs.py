@@ -130,8 +130,13 @@ def missing_sentence(kind: str, missing: list[str]) -> str:
     return f"{kind} packages not on this host: {' '.join(dict.fromkeys(missing))} (the sandbox is offline)"
 
 
-DOWNLOADERS = {"npm": ("ci", "install", "i", "add", "update"), "yarn": ("install", "add"), "pnpm": ("install", "i", "add"),
-               "go": ("mod download", "get", "install"), "cargo": ("fetch", "install")}
+DOWNLOADERS = {
+    "npm": ("ci", "install", "i", "add", "update"),
+    "yarn": ("install", "add"),
+    "pnpm": ("install", "i", "add"),
+    "go": ("mod download", "get", "install"),
+    "cargo": ("fetch", "install"),
+}
 """Package managers' subcommands that download (outside apt, pip and uv): `npm ci`, `go mod download`, ..."""
 
 

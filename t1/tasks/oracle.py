@@ -241,7 +241,11 @@ async def run_task(
         report, detail = await _run_phases(provider, sandbox, spec, mode, local)
     except _AfterSolution as exc:
         failure = attempt_failure(exc.cause, agent_acted=True) or FailureMode.SANDBOX_DIED
-        status, detail, report = RunStatus.VERIFIER_ERROR, str(exc), VerifierReport(failure_mode=failure, detail=str(exc))
+        status, detail, report = (
+            RunStatus.VERIFIER_ERROR,
+            str(exc),
+            VerifierReport(failure_mode=failure, detail=str(exc)),
+        )
     except NeedsError as exc:
         status, detail = _NEED_STATUS[exc.kind], str(exc)
         report = VerifierReport(failure_mode=FailureMode(str(exc.kind)))

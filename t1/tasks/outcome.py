@@ -32,8 +32,19 @@ class T1Fault(InfraError):
     its retries), or the task's (a separate verifier environment that does not build)."""
 
 
-T1_FAULTS = (T1Fault, SandboxCreateError, SandboxHostLost, NeedsError, TypeError, AttributeError, NameError, LookupError,
-             AssertionError, NotImplementedError, ImportError)
+T1_FAULTS = (
+    T1Fault,
+    SandboxCreateError,
+    SandboxHostLost,
+    NeedsError,
+    TypeError,
+    AttributeError,
+    NameError,
+    LookupError,
+    AssertionError,
+    NotImplementedError,
+    ImportError,
+)
 """What is not the attempt's fault even after it acted: the provider, the task (its needs, its verifier's
 environment), inference, and bugs in T1's code."""
 SANDBOX_FAULTS = (SandboxLost, SetupError, OSError, TimeoutError)

@@ -51,7 +51,8 @@ class Provisioned:
 
 
 async def built_image(shell: Shell) -> dict[str, Any] | None:
-    """What the sandbox's image sets, where the provider built it from the task's Dockerfile (`BUILT_MARKER`), else None."""
+    """What the sandbox's image sets, where the provider built it from the task's Dockerfile (`BUILT_MARKER`), else
+    None."""
     result = await shell.run(f"cat {BUILT_MARKER} 2>/dev/null", timeout_s=30)
     if result.exit_code != 0 or not result.output.strip():
         return None
@@ -122,7 +123,8 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
             await remove_stand_ins(shell)
         workdir, docker_env, user = workdir or plan.workdir, plan.env, user or plan.user
     elif local and env.docker_image and env.dockerfile is None:
-        raise NeedsImageError(f"task {spec.id} runs in image {env.docker_image} and has no Dockerfile to replay locally")
+        raise NeedsImageError(f"task {spec.id} runs in image {env.docker_image} and has no Dockerfile to replay "
+                              "locally")
     workdir = workdir or "/app"
     await check(shell, f"mkdir -p {shlex.quote(workdir)}", f"create workdir {workdir}")
     if env.files_dir is not None:

@@ -32,9 +32,11 @@ from t1.tasks.spec import TaskSpec
 
 _T1_SHIPS = frozenset({"pytest", "_pytest", "pluggy", "iniconfig", "packaging"})
 """Shipped with the verifier's toolchain when the sandbox lacks them (t1.tasks.toolchain)."""
-_COMPILE = ("import json, sys\nbad = {}\nfor p in sys.argv[1:]:\n    try:\n        compile(open(p, 'rb').read(), p, 'exec')\n"
+_COMPILE = ("import json, sys\nbad = {}\nfor p in sys.argv[1:]:\n    try:\n"
+            "        compile(open(p, 'rb').read(), p, 'exec')\n"
             "    except (SyntaxError, ValueError) as e:\n"
-            "        bad[p] = (f'line {e.lineno}: ' if getattr(e, 'lineno', None) else '') + f'{type(e).__name__}: {e.msg if isinstance(e, SyntaxError) else e}'\n"
+            "        bad[p] = (f'line {e.lineno}: ' if getattr(e, 'lineno', None) else '') + f'{type(e).__name__}: "
+            "{e.msg if isinstance(e, SyntaxError) else e}'\n"
             "print(json.dumps(bad))")
 _PROBE = "import importlib.util, sys; print(' '.join(n for n in sys.argv[1:] if importlib.util.find_spec(n) is None))"
 
@@ -111,7 +113,8 @@ def missing_test_imports(spec: TaskSpec) -> list[str]:
 
 
 def uncollectable(spec: TaskSpec) -> str:
-    """Why pytest cannot collect the task's tests whatever the attempt does ('' when it can, as far as compiling tells)."""
+    """Why pytest cannot collect the task's tests whatever the attempt does ('' when it can, as far as compiling
+    tells)."""
     broken = broken_test_files(spec)
     return (f"verifier: {'; '.join(broken)}: the task's test file does not compile under the sandbox's python3, "
             "so pytest cannot collect it whatever the attempt does") if broken else ""

@@ -65,7 +65,8 @@ case "$1" in
 esac
 """
 PYTEST_MAIN = f"python3 -I {TOOLCHAIN_DIR}/site/t1_pytest.py"
-"""How T1 starts pytest (its own verifier and the pytest, python -m pytest, uv and uvx stand-ins): see `_PYTEST_RUNNER`."""
+"""How T1 starts pytest (its own verifier and the pytest, python -m pytest, uv and uvx stand-ins): see
+`_PYTEST_RUNNER`."""
 _PYTEST_RUNNER = f'''"""T1's pytest: plugins from the system's and T1's dirs only; the agent's dirs last on sys.path.
 
 Started with `python3 -I`: no working directory, PYTHONPATH or user site at start-up. This folder and the
@@ -132,7 +133,7 @@ if [ "$1" = -m ] && {{ [ "$2" = pytest ] || [ "$2" = py.test ]; }}; then shift 2
 IFS=: read -ra dirs <<< "$PATH"
 for d in "${{dirs[@]}}"; do [ "$d" != {TOOLCHAIN_DIR}/bin ] && [ -x "$d/python3" ] && exec "$d/python3" "$@"; done
 exec /usr/bin/python3 "$@"
-"""
+"""  # noqa: E501
 _PYTHON = """#!/bin/bash
 exec python3 "$@"
 """
@@ -250,9 +251,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 '''
 _CTRF_DIST = {"METADATA": "Metadata-Version: 2.1\nName: t1-ctrf\nVersion: 0.0\n",
               "entry_points.txt": "[pytest11]\nt1_ctrf = t1_ctrf_plugin\n"}
-SHIMS = {"git": _GIT, "pip": _PIP, "pip3": _PIP, "uv": _UV, "uvx": _UV, "pytest": _PYTEST, "python": _PYTHON, "python3": _PYTHON3,
-         "curl": _fetcher("curl"), "wget": _fetcher("wget"), "apt-get": _APT, "apt": _APT,
-         **{tool: _downloader(tool) for tool in offline_pkgs.DOWNLOADERS}}
+SHIMS = {
+    "git": _GIT,
+    "pip": _PIP,
+    "pip3": _PIP,
+    "uv": _UV,
+    "uvx": _UV,
+    "pytest": _PYTEST,
+    "python": _PYTHON,
+    "python3": _PYTHON3,
+    "curl": _fetcher("curl"),
+    "wget": _fetcher("wget"),
+    "apt-get": _APT,
+    "apt": _APT,
+    **{tool: _downloader(tool) for tool in offline_pkgs.DOWNLOADERS},
+}
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:

@@ -105,7 +105,8 @@ async def _unpack_staged(shell: Shell, remote_dir: str, what: str, put: Callable
     staged = f"{remote_dir.rstrip('/')}/.t1-upload-{uuid.uuid4().hex}.tgz"
     await check(shell, f"mkdir -p {dest}", f"create {remote_dir}")
     await put(staged)
-    await check(shell, f"( {{ {_unpack(remote_dir)}; }} < {staged}; s=$?; rm -f {staged}; exit $s )", f"upload {what} to {remote_dir}")
+    await check(shell, f"( {{ {_unpack(remote_dir)}; }} < {staged}; s=$?; rm -f {staged}; exit $s "
+                       ")", f"upload {what} to {remote_dir}")
 
 
 async def upload_dir_contents(shell: Shell, local_dir: Path, remote_dir: str, exclude: tuple[str, ...] = ()) -> None:

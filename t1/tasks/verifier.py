@@ -76,7 +76,8 @@ _COMMANDS = {
 
 
 async def install_toolchain(shell: Shell) -> None:
-    """Put the offline verifier toolchain into the sandbox, T1's pytest included (a sandbox's own may be the agent's)."""
+    """Put the offline verifier toolchain into the sandbox, T1's pytest included (a sandbox's own may be the
+    agent's)."""
     await check(shell, f"mkdir -p {TOOLCHAIN_DIR} && find {TOOLCHAIN_DIR} -mindepth 1 -delete",
                 "clear verifier toolchain")
     await upload_archive(shell, toolchain_archive(with_pytest=True), TOOLCHAIN_DIR, "verifier toolchain")
@@ -137,7 +138,8 @@ async def run_verifier(
         await install_toolchain(shell)
     # The task's environment as a verifier may use it (no loader variable into the agent's dirs), then the toolchain
     env = exports(tuple(trusted_env({**dict(provisioned.env), **dict(spec.env)}).items()))
-    inner = f"{env}{toolchain_prefix() if toolchain else ''}cd {shlex.quote(provisioned.workdir)}; {_COMMANDS[spec.kind]}"
+    inner = (f"{env}{toolchain_prefix() if toolchain else ''}cd {shlex.quote(provisioned.workdir)}; "
+             f"{_COMMANDS[spec.kind]}")
     # The verifier shell stands in for a container's root (on local sandboxes it is a uid of its own that
     # may write the agent's files): a task asking for root gets it; another user is switched to.
     user = None if spec.user == "root" else spec.user
@@ -205,7 +207,8 @@ def build_report(
         if exit_code not in (0, None) and not tests:
             mode, detail = FailureMode.VERIFIER_CRASHED, f"tests/test.sh exited {exit_code} without writing a reward"
         else:
-            mode, detail = FailureMode.REWARD_FILE_MISSING, f"tests/test.sh wrote neither {LOGS_DIR}/reward.txt nor reward.json"
+            mode, detail = FailureMode.REWARD_FILE_MISSING, (f"tests/test.sh wrote neither {LOGS_DIR}/reward.txt nor "
+                                                             "reward.json")
     elif kind is not VerifierKind.TEST_SH and tests is None:
         if exit_code == 0:
             mode, detail = FailureMode.UNPARSABLE_OUTPUT, "the verifier output has no pytest -rA summary"

@@ -41,12 +41,14 @@ def place_rewards(
         for seg, (mask, spans) in enumerate(zip(loss_masks, turns, strict=True)):
             for span in spans:
                 if not 0 <= span.start <= span.end <= mask.shape[0]:
-                    raise ValueError(f"turn span [{span.start}, {span.end}) outside segment {seg} of {mask.shape[0]} tokens")
+                    raise ValueError(f"turn span [{span.start}, {span.end}) outside segment {seg} of {mask.shape[0]} "
+                                     "tokens")
                 actions = np.flatnonzero(mask[span.start:span.end])
                 if span.reward == 0.0:
                     continue
                 if actions.size == 0:
-                    raise ValueError(f"turn [{span.start}, {span.end}) of segment {seg} has reward {span.reward} but no action token")
+                    raise ValueError(f"turn [{span.start}, {span.end}) of segment {seg} has reward {span.reward} but "
+                                     "no action token")
                 rewards[seg][span.start + int(actions[-1])] += span.reward
                 residual -= span.reward
     seg, pos = last

@@ -107,10 +107,16 @@ class TrainerCore:
             anchored = self.work_dir / REFERENCE_DIR
             reference = load_policy(anchored if (anchored / "config.json").is_file() else src)
             reference = reference.to(self.device).eval().requires_grad_(False)
-        self.learner = Learner(self.policy, self.critic, tc.rl, self.device, reference,
-                               temperature=cfg.rollout.sampling.temperature,
-                               checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens,
-                               sp=self.sp)
+        self.learner = Learner(
+            self.policy,
+            self.critic,
+            tc.rl,
+            self.device,
+            reference,
+            temperature=cfg.rollout.sampling.temperature,
+            checkpoint_tokens=1 if tc.activation_checkpointing else tc.activation_checkpointing_tokens,
+            sp=self.sp,
+        )
         routers = find_routers(self.policy.module)
         self.routing_spec = RoutingSpec(len(routers), routers[0].top_k, routers[0].num_experts)
         embeddings = cast(Any, policy).get_input_embeddings()  # a Hugging Face model's embedding table

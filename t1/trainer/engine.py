@@ -75,7 +75,9 @@ def zero_stage(ds_config: dict[str, Any]) -> int:
     return int(ds_config.get("zero_optimization", {}).get("stage", 0))
 
 
-def engine_config(ds_config: dict[str, Any], lr: float | None = None, sequence_parallel_size: int = 1) -> dict[str, Any]:
+def engine_config(
+    ds_config: dict[str, Any], lr: float | None = None, sequence_parallel_size: int = 1
+) -> dict[str, Any]:
     """The DeepSpeed config an engine gets: the user's section, trainer-owned accumulation, lr, SP size."""
     cfg = copy.deepcopy(ds_config)
     if sequence_parallel_size > 1:
@@ -102,7 +104,8 @@ def moe_block_classes(model: nn.Module) -> list[type]:
 
 def build_engine(model: nn.Module, ds_config: dict[str, Any], lr: float | None = None,
                  activation_checkpointing: bool = False, mpu: Any = None, sequence_parallel_size: int = 1) -> Any:
-    """A DeepSpeedEngine over `model`, optimizer from the config; `mpu`: the SP groups (t1.trainer.sequence_parallel)."""
+    """A DeepSpeedEngine over `model`, optimizer from the config; `mpu`: the SP groups
+    (t1.trainer.sequence_parallel)."""
     import deepspeed
 
     cfg = engine_config(ds_config, lr, sequence_parallel_size)
@@ -145,7 +148,8 @@ def copy_backbone(src: Any, dst: Any) -> bool:
     target = dst.module.backbone
     missing, unexpected = target.load_state_dict(source, strict=False)
     if missing or unexpected:
-        raise ValueError(f"critic backbone does not match the policy's: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise ValueError(f"critic backbone does not match the policy's: missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]}")
     _refresh_master(dst)
     return True
 

@@ -183,7 +183,9 @@ class Learner:
         metrics["return_mean"] = float(r_all.mean()) if r_all.size else 0.0
         return Prepared(prox, values, advs, rets, metrics)
 
-    def _advantages(self, seqs: Sequence[TrainSequence], values: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _advantages(
+        self, seqs: Sequence[TrainSequence], values: list[np.ndarray]
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         by_episode: dict[str, list[int]] = defaultdict(list)
         for i, s in enumerate(seqs):
             by_episode[s.trajectory_id].append(i)

@@ -1,7 +1,8 @@
 """TrainerService over gRPC: durable intake of trajectories, status, version announcements, checkpoints.
 
 The servicer only adapts: PushTrajectories decodes each record, checks it against the model
-(t1/trainer/admission.py), stores it in the durable buffer (off the event loop) and acknowledges it by id; training happens in the loop of
+(t1/trainer/admission.py), stores it in the durable buffer (off the event loop) and acknowledges it by id; training
+happens in the loop of
 t1/trainer/app.py, which the servicer wakes when data arrives and asks for manual checkpoints.
 A rejected record that decodes leaves an infra-error stand-in in its group, so the group completes.
 """

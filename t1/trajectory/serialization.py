@@ -194,7 +194,8 @@ def trajectory_from_obj(obj: Any) -> Trajectory:
     try:
         status = EpisodeStatus(_field(obj, "status", "trajectory"))
     except ValueError:
-        raise CodecError(f"trajectory.status: {obj['status']!r} is not one of {[s.value for s in EpisodeStatus]}") from None
+        raise CodecError(f"trajectory.status: {obj['status']!r} is not one of "
+                         f"{[s.value for s in EpisodeStatus]}") from None
     ver, tito = _field(obj, "verifier", "trajectory"), _field(obj, "tito", "trajectory")
     return Trajectory(
         id=_field(obj, "id", "trajectory"), task_id=_field(obj, "task_id", "trajectory"),

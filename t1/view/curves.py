@@ -121,7 +121,9 @@ def reward_chart(rows: Iterable[EpisodeRow]) -> Chart:
     return Chart("reward", "Reward and solve rate (training episodes)", "policy version", series)
 
 
-def run_charts(records: Sequence[Mapping[str, Any]], steps: Sequence[StepRecord], rows: Iterable[EpisodeRow]) -> list[Chart]:
+def run_charts(
+    records: Sequence[Mapping[str, Any]], steps: Sequence[StepRecord], rows: Iterable[EpisodeRow]
+) -> list[Chart]:
     """Every chart of the run page, in page order."""
     trainer = trainer_charts(trainer_points(steps, records))
     status = status_charts(records)

@@ -176,7 +176,8 @@ class RunIndex:
         self.jobs = src.eval_jobs(db)
         for job, attempts in self.jobs:
             for o, finished in attempts:
-                # the coordinator's names: group eval-<job>-<task>, episode <group>-a<k>-<hex> (hex: in the transcript's name)
+                # the coordinator's names: group eval-<job>-<task>, episode <group>-a<k>-<hex>
+                # (hex: in the transcript's name)
                 group = f"eval-{job.job_id}-{o.task_id}"
                 self._add(EpisodeRow(
                     id=f"{group}-a{o.attempt}", task_id=o.task_id, family=task_family(o.task_id), split="eval",

@@ -66,7 +66,9 @@ async def test_scripted_episode_resolves_with_exact_tokens(tmp_path: Path, provi
         replies.append(res.token_ids)
         return res
 
-    result = await Episode(spec, recording, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-1")).run()
+    result = await Episode(
+        spec, recording, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-1")
+    ).run()
     assert result.status is EpisodeStatus.OK, result.failure_mode
     assert result.report.resolved and result.trajectory.reward == 1.0
     assert result.turns == 2
@@ -137,7 +139,9 @@ async def test_a_reply_with_no_valid_action_costs_its_penalty(tmp_path: Path, pr
 
     overrides = ["rollout.max_turns=10", "rollout.max_bad_replies=2", "reward.bad_reply_penalty=0.25",
                  *(["reward.process_every_k_turns=1"] if process else [])]
-    spec = EpisodeSpec("ep-p", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64), limits(*overrides))
+    spec = EpisodeSpec(
+        "ep-p", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64), limits(*overrides)
+    )
     result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-p")).run()
     assert result.turns == 4 and result.report.resolved
     assert result.trajectory.reward == pytest.approx(1.0 - 3 * 0.25)
@@ -157,7 +161,9 @@ async def test_inference_failure_past_retries_is_infra_error(tmp_path: Path, pro
 
     spec = EpisodeSpec("ep-3", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=64),
                        limits("rollout.turn_retries=2"))
-    result = await Episode(spec, dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e")).run()
+    result = await Episode(
+        spec, dead, acquire_from(provider), renderers[FormatName.TOOL_CALLS], Transcript(None, task.id, "e")
+    ).run()
     assert calls == 3
     assert result.status is EpisodeStatus.INFRA_ERROR and result.trajectory.reward == 0.0
     assert "InferenceFailed" in result.failure_mode
@@ -168,7 +174,9 @@ async def test_process_rewards_sum_to_final_count(tmp_path: Path, provider, rend
     renderer = renderers[FormatName.TOOL_CALLS]
     fmt = get_format("tool_calls")
     scripted = ScriptedPolicy(renderer).for_episode(task, fmt)
-    spec = EpisodeSpec("ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits("reward.process_every_k_turns=1"))
+    spec = EpisodeSpec(
+        "ep-4", task, "g", 0, fmt, SamplingParams(max_tokens=400), limits("reward.process_every_k_turns=1")
+    )
     result = await Episode(spec, scripted, acquire_from(provider), renderer, Transcript(None, task.id, "ep-4")).run()
     turns = result.trajectory.segments[0].turns
     # The solution turn takes the passing count from 0 to 1; the finish turn adds nothing.

@@ -37,7 +37,9 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewra
 @pytest.fixture()
 async def small_provider(sandbox_root: Path) -> AsyncIterator[LocalProvider]:
     limits = LimitsConfig(max_processes=48)
-    p = LocalProvider(LocalProviderConfig(root=sandbox_root / "trees", limits=limits), ShellConfig(output_cap_bytes=4096))
+    p = LocalProvider(
+        LocalProviderConfig(root=sandbox_root / "trees", limits=limits), ShellConfig(output_cap_bytes=4096)
+    )
     yield p
     await p.close()
 

@@ -37,7 +37,9 @@ async def test_a_journaled_episode_exports_the_trajectory_an_in_memory_one_does(
             spec = EpisodeSpec("ep-1", task, "g-1", 0, fmt, SamplingParams(max_tokens=400),
                                limits("reward.process_every_k_turns=1"))
             policy = ScriptedPolicy(renderer, policy_version=3).for_episode(task, fmt)
-            episode = Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, name), journal=j)
+            episode = Episode(
+                spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, name), journal=j
+            )
             result = await episode.run()
             assert result.status is EpisodeStatus.OK and result.report.resolved, result.failure_mode
             assert result.drift_tokens == 0 and result.turns == 2
@@ -72,8 +74,9 @@ async def test_an_episode_its_coordinator_left_unfinished_is_spooled_as_infra_er
         spec = EpisodeSpec("g-1-a0", task, "g-1", 0, get_format(FormatName.TOOL_CALLS), SamplingParams(max_tokens=64),
                            limits("rollout.max_turns=10"))
         ep = journal.episode(spec.episode_id)
-        run = asyncio.create_task(Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "x"),
-                                          journal=ep).run())
+        run = asyncio.create_task(
+            Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "x"), journal=ep).run()
+        )
         await asyncio.wait_for(stuck.wait(), 60)
         await ep.written()
         run.cancel()

@@ -61,7 +61,8 @@ class Policy:
         command = self.commands[turn] if turn < len(self.commands) else None
         call = json.dumps({"name": "finish", "arguments": {}} if command is None else
                           {"name": "bash", "arguments": {"command": command}})
-        ids = np.asarray(self.renderer.encode(f"<tool_call>\n{call}\n</tool_call>") + list(self.renderer.end_of_turn_ids),
+        ids = np.asarray(self.renderer.encode(f"<tool_call>\n{call}\n"
+                                              "</tool_call>") + list(self.renderer.end_of_turn_ids),
                          np.int32)
         n, prompt = len(ids), len(req.prompt_ids)
         start = self.seen.get(req.session_id, 0)

@@ -62,7 +62,9 @@ async def test_policy_summary_closes_its_segment_and_opens_the_next(tmp_path: Pa
     policy, asked = _policy(renderer, SUMMARY)
     before = m.COMPACTIONS.labels(note="policy")._value.get()
     spec = _spec(task, "rollout.compaction.mode=policy")
-    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-c")).run()
+    result = await Episode(
+        spec, policy, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-c")
+    ).run()
     assert result.status is EpisodeStatus.OK and result.report.resolved, result.failure_mode
     segs = result.trajectory.segments
     summaries = asked.count("summary")
@@ -106,7 +108,9 @@ async def test_rule_mode_asks_for_no_summary(tmp_path: Path, provider, renderers
     task = load_task(_task(tmp_path, "t", "hello"))
     renderer = renderers[FormatName.TOOL_CALLS]
     policy, asked = _policy(renderer, SUMMARY)
-    result = await Episode(_spec(task), policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-c")).run()
+    result = await Episode(
+        _spec(task), policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-c")
+    ).run()
     assert "summary" not in asked and len(result.trajectory.segments) >= 2 and result.drift_tokens == 0
     last = result.trajectory.segments[-1]
     assert renderer.decode(last.token_ids[:last.turns[0].start].tolist()).count(NOTE_HEAD) == 1  # not piled up
@@ -157,7 +161,9 @@ async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider,
                        limits("rollout.max_turns=40", "rollout.max_context_tokens=1500",
                               "rollout.compaction.mode=policy", "rollout.compaction.keep_last_turns=1",
                               "rollout.compaction.max_segments=30"))
-    result = await Episode(spec, scripted, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "t")).run()
+    result = await Episode(
+        spec, scripted, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "t")
+    ).run()
     assert result.status is EpisodeStatus.OK and result.report.resolved and result.drift_tokens == 0
     assert len(scripted.summaries) >= 2 and len(result.trajectory.segments) == len(scripted.summaries) + 1
     carried = [target in s.split("Values still needed:")[-1] for s in scripted.summaries if "Values" in s]

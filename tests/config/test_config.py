@@ -67,7 +67,13 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 def test_missing_tls_files_are_named(tmp_path):
     with pytest.raises(ConfigError) as err:
-        validate({"auth": {"tls": {"enabled": True, "cert_file": str(tmp_path / "c.pem"), "key_file": str(tmp_path / "k.pem")}}})
+        validate(
+            {
+                "auth": {
+                    "tls": {"enabled": True, "cert_file": str(tmp_path / "c.pem"), "key_file": str(tmp_path / "k.pem")}
+                }
+            }
+        )
     assert any(line.startswith("auth.tls.cert_file: file not found") for line in err.value.problems)
 
 
@@ -84,13 +90,17 @@ def test_warm_start_sets_must_be_task_sets():
             validate({"tasks": sets, "trainer": {"warm_start": {field: value}}})
         assert any(f"trainer.warm_start.{field}: 'nope' is not in tasks.sets (known: a)" in p
                    for p in err.value.problems), err.value.problems
-    assert validate({"tasks": sets, "trainer": {"warm_start": {"demo_sets": ["a"]}}}).trainer.warm_start.demo_sets == ["a"]
+    assert validate({"tasks": sets, "trainer": {"warm_start": {"demo_sets": ["a"]}}}).trainer.warm_start.demo_sets == [
+        "a"
+    ]
 
 
 def test_overrides_apply_typed_values(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("rollout:\n  max_turns: 10\n")
-    cfg = load_config(path, ["rollout.max_turns=50", "rollout.sampling.temperature=0.7", "trainer.rl.routing_replay=false"])
+    cfg = load_config(
+        path, ["rollout.max_turns=50", "rollout.sampling.temperature=0.7", "trainer.rl.routing_replay=false"]
+    )
     assert cfg.rollout.max_turns == 50
     assert cfg.rollout.sampling.temperature == 0.7
     assert cfg.trainer.rl.routing_replay is False

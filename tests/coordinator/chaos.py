@@ -53,7 +53,8 @@ def finished_attempts(db: Path, job_id: str) -> set[tuple[str, int]]:
 
 def trained_steps(buffer: Path) -> list[tuple[int, list[str]]]:
     with sqlite3.connect(buffer) as con:
-        return [(int(s), json.loads(ids)) for s, ids in con.execute("SELECT step, trajectory_ids FROM steps ORDER BY step")]
+        return [(int(s), json.loads(ids)) for s, ids in con.execute("SELECT step, trajectory_ids FROM steps ORDER BY "
+                                                                    "step")]
 
 
 def accepted_ids(buffer: Path) -> set[str]:

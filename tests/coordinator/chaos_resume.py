@@ -46,7 +46,8 @@ def _chain_task(root: Path, name: str) -> Path:
     (d / "tests").mkdir(parents=True)
     (d / "solution").mkdir()
     (d / "task.toml").write_text(f'version = "1.0"\n[task]\nname = "{name}"\n[agent]\ntimeout_sec = 900\n'
-                                 '[verifier]\ntimeout_sec = 60\n[environment]\nworkdir = "/app"\nallow_internet = false\n')
+                                 '[verifier]\ntimeout_sec = 60\n[environment]\nworkdir = "/app"\n'
+                                 'allow_internet = false\n')
     (d / "instruction.md").write_text(f"Leave step-1 .. step-{TURNS} in /app/w, each made in turn.\n")
     turns = ["mkdir -p /app/w && cd /app/w && export STEP=1 && touch step-1"]
     turns += [f'sleep 0.3; [ "$PWD" = /app/w ] && [ "$STEP" = {i - 1} ] && touch step-{i}; export STEP={i}'

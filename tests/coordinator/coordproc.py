@@ -1,4 +1,5 @@
-"""Helpers of the coordinator tests: Harbor task folders, and a t1-coordinator child process (start, SIGTERM, kill -9)."""
+"""Helpers of the coordinator tests: Harbor task folders, and a t1-coordinator child process (start, SIGTERM, kill
+-9)."""
 
 from __future__ import annotations
 

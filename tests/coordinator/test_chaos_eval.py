@@ -86,7 +86,8 @@ def test_coordinator_kill_9_mid_eval_loses_nothing_and_leaves_nothing(root: Path
             left = _trees(root)
             # Its child services exit; its sandboxes outlive it in the run's sandbox service, which the restart
             # attaches to, destroying the sandboxes it does not resume (all of them: eval attempts rerun).
-            wait_until(lambda c=children: not [p for p in c if _alive(p)], 30, "the killed coordinator's children to exit")
+            wait_until(lambda c=children: not [p for p in c if _alive(p)], 30, "the killed coordinator's children to "
+                                                                               "exit")
             stuck = {p for p, _ in processes_under(root)} - service
             assert children, "the coordinator had a child inference server"
             coord.start(timeout_s=240)

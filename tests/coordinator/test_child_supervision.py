@@ -155,6 +155,7 @@ def test_a_run_whose_inference_server_is_killed_finishes(root: Path, tiny_model_
     log = out.read_text(errors="replace")
     assert rc == 0, log[-4000:]
     detail = (root / "run" / "logs" / "coordinator.log").read_text(errors="replace")
-    assert f"inference-0 (pid {inference}) was killed by SIGKILL" in detail and "restarting it (restart 1 of 3)" in detail
+    assert (f"inference-0 (pid {inference}) was killed by "
+            "SIGKILL") in detail and "restarting it (restart 1 of 3)" in detail
     assert "inference-0 is serving again on" in detail
     assert log.rstrip().splitlines()[-1].startswith("t1: run local-small done")

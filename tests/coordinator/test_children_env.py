@@ -31,7 +31,9 @@ def _child_sees(tmp_path: Path, *names: str) -> dict[str, str | None]:
 
 def test_a_child_looks_for_the_ops_in_this_virtualenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
-    assert _child_sees(tmp_path, "TORCH_EXTENSIONS_DIR") == {"TORCH_EXTENSIONS_DIR": str(Path(sys.prefix) / "torch_extensions")}
+    assert _child_sees(tmp_path, "TORCH_EXTENSIONS_DIR") == {
+        "TORCH_EXTENSIONS_DIR": str(Path(sys.prefix) / "torch_extensions")
+    }
 
 
 def test_a_child_keeps_the_folder_it_was_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,4 +47,8 @@ def test_a_child_does_not_inherit_a_rendezvous(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("MASTER_PORT", "29512")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("T1_KEPT", "yes")
-    assert _child_sees(tmp_path, "RANK", "MASTER_PORT", "T1_KEPT") == {"RANK": None, "MASTER_PORT": None, "T1_KEPT": "yes"}
+    assert _child_sees(tmp_path, "RANK", "MASTER_PORT", "T1_KEPT") == {
+        "RANK": None,
+        "MASTER_PORT": None,
+        "T1_KEPT": "yes",
+    }

@@ -244,7 +244,9 @@ def test_a_job_running_at_two_sigkills_is_failed_and_a_clean_stop_still_resumes(
         assert not marker.exists()
         address = coord.start()
         with grpc.insecure_channel(address) as channel:
-            events = list(pb_grpc.CoordinatorServiceStub(channel).WatchJob(pb.WatchJobRequest(job_id=again), timeout=300))
+            events = list(
+                pb_grpc.CoordinatorServiceStub(channel).WatchJob(pb.WatchJobRequest(job_id=again), timeout=300)
+            )
         assert events[-1].state == pb.JOB_STATE_SUCCEEDED
         assert _resumes(db, again) == (1, 0)
         assert _job(address, job).state == pb.JOB_STATE_FAILED  # not resumed by a later start either

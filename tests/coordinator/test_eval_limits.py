@@ -217,7 +217,8 @@ async def _exhausted(call: Awaitable[object], needle: str) -> None:
 
 
 async def test_the_number_of_active_jobs_is_bounded(tmp_path: Path, task_root: Path) -> None:
-    """100 jobs held 0.9 GB and their tasks for ever: at most max_active_jobs run, and an ended job lets its tasks go."""
+    """100 jobs held 0.9 GB and their tasks for ever: at most max_active_jobs run, and an ended job lets its tasks
+    go."""
     runner = CountingRunner(delay_s=0.3)
     async with _served(tmp_path, runner, RequestLimits(max_active_jobs=2)) as (stub, jobs):
         first = await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10)

@@ -39,7 +39,9 @@ class ParityRunner:
         self.runs.append((a.task.id, a.attempt))
         await asyncio.sleep(self.delay_s)
         if a.task.id == "task-2" and a.attempt == 1:
-            return AttemptOutcome(a.task.id, a.attempt, 0.0, 0, 0, EpisodeStatus.INFRA_ERROR, failure_mode="sandbox_lost")
+            return AttemptOutcome(
+                a.task.id, a.attempt, 0.0, 0, 0, EpisodeStatus.INFRA_ERROR, failure_mode="sandbox_lost"
+            )
         ok = a.attempt % 2 == 0
         why: dict[str, Any] = {} if ok else {"why": "1 of 1 tests failed: t.py::test_x (assert 1 == 2)",
                              "failed_tests": (("t.py::test_x", "assert 1 == 2"),), "verifier_output_tail": "E   assert"}
@@ -153,7 +155,9 @@ async def test_resume_runs_only_unfinished_attempts(tmp_path: Path, task_root: P
 async def test_cli_submit_wait_and_report(tmp_path: Path, task_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server, jobs = await _serve(tmp_path, ParityRunner())
     addr = ["--address", server.address]
-    rc = await asyncio.to_thread(t1_main, ["eval", "submit", "--tasks", str(task_root), "--attempts", "2", "--wait", *addr])
+    rc = await asyncio.to_thread(
+        t1_main, ["eval", "submit", "--tasks", str(task_root), "--attempts", "2", "--wait", *addr]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     job_id = out.splitlines()[0].strip()

@@ -91,7 +91,13 @@ def test_eval_summary_is_one_value_with_the_reports_layout() -> None:
     d = s.as_dict()
     assert list(d) == ["job_id", "resolve_rate", "mean_reward", "pass_at_k", "infra_errors", "num_tasks", "ci95",
                        "ci_method", "attempts", "resolved", "state", "by_family"]
-    assert (d["job_id"], d["state"], d["ci_method"], d["attempts"], d["resolved"]) == ("job-1", "succeeded", "wilson", 3, 2)
+    assert (d["job_id"], d["state"], d["ci_method"], d["attempts"], d["resolved"]) == (
+        "job-1",
+        "succeeded",
+        "wilson",
+        3,
+        2,
+    )
     assert d["resolve_rate"] == pytest.approx(2 / 3) and d["mean_reward"] == pytest.approx(2.5 / 3)
     assert d["pass_at_k"] == pytest.approx({1: 0.5, 2: 1.0})  # files: 2 of 2; logs: 0 of 1 (no k=2 row)
     assert (d["infra_errors"], d["num_tasks"]) == (1, 2)

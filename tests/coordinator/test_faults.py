@@ -66,7 +66,9 @@ async def test_killing_one_of_two_inference_servers_mid_episode(tmp_path: Path, 
                      tmp_path / f"inference-{i}.log") for i in range(2)]
     try:
         addresses = await asyncio.gather(*(s.start(180) for s in servers))
-        pool = InferencePool(InferencePoolConfig(request_timeout_s=60, retries=2, backoff_s=0.1, unhealthy_s=60), addresses)
+        pool = InferencePool(
+            InferencePoolConfig(request_timeout_s=60, retries=2, backoff_s=0.1, unhealthy_s=60), addresses
+        )
         # Weight sync first: the trainer's WatchVersions announces v1, every server loads it.
         trainer = GrpcServer([ServiceBinding("t1.v1.TrainerService", tpb_grpc.add_TrainerServiceServicer_to_server,
                                              OneVersion(str(tiny_model_dir)))], ServerConfig(port=0), AuthConfig())

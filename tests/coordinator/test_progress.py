@@ -68,8 +68,15 @@ async def test_not_a_terminal_prints_plain_stage_and_progress_lines(caplog: pyte
         return st
 
     plan = [1212]  # SFT's cap in the plan until SFT ends early, then the steps it took
-    view = ProgressView(status, lambda: ev[0], total_steps=lambda: plan[0],
-                        training=lambda: {"episodes": 4, "resolved": 1}, every_s=0.02, line_every_s=0.05, console=console)
+    view = ProgressView(
+        status,
+        lambda: ev[0],
+        total_steps=lambda: plan[0],
+        training=lambda: {"episodes": 4, "resolved": 1},
+        every_s=0.02,
+        line_every_s=0.05,
+        console=console,
+    )
     with caplog.at_level(logging.INFO, logger="t1.console"):
         task = asyncio.create_task(view.run())
         await asyncio.sleep(0.15)

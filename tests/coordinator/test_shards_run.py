@@ -98,7 +98,8 @@ def test_two_shards_one_trainer_two_servers_survive_a_dead_shard(root: Path, tin
         procs["coordinator-1"].start()
         rcs = [procs[f"coordinator-{i}"].proc.wait(900) for i in range(2)]  # type: ignore[union-attr]
         for i in range(2):  # the servers follow the trainer to its last version by themselves
-            wait_until(lambda i=i: MAX_STEPS in _loads(root / f"inference-{i}.log"), 120, f"inference-{i} at v{MAX_STEPS}")
+            wait_until(lambda i=i: MAX_STEPS in _loads(root / f"inference-{i}.log"), 120, f"inference-{i} at "
+                                                                                          f"v{MAX_STEPS}")
     finally:
         for name in ("coordinator-0", "coordinator-1", "trainer", "inference-0", "inference-1"):
             procs[name].stop()

@@ -36,7 +36,9 @@ async def test_warmup_steps_and_set_aside_groups_reopen_admission(tmp_path: Path
     poller = TrainerStatusPoller("127.0.0.1:1", None)
     poller._apply(_status(600, 600, pb.TRAINER_STAGE_CRITIC_WARMUP))  # SFT is over: 600 versions, no group taken
     spool = Spool.open(tmp_path / "spool", 1 << 30, 1 << 20)
-    sched = Scheduler(GROUP, asyncio.Semaphore(100), spool, LAG, PER_STEP, lambda task: f"{task.id}-{sched.admitted_groups}")
+    sched = Scheduler(
+        GROUP, asyncio.Semaphore(100), spool, LAG, PER_STEP, lambda task: f"{task.id}-{sched.admitted_groups}"
+    )
     task = load_task(synthesize_curriculum(tmp_path / "tasks", 1)[0])
 
     async def attempt(task: TaskSpec, group_id: str, i: int) -> None:

@@ -11,8 +11,11 @@ from t1.coordinator.model_setup import make_renderers
 def test_prompt_without_schemas_is_shorter_and_replies_unchanged(tiny_model_dir: Path) -> None:
     fmt = get_format("tool_calls")
     messages = fmt.first_messages("The file alpha.txt holds a code. Write that code to red.txt.")
-    call = {"role": "assistant", "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": "bash", "arguments": {"command": "cat alpha.txt"}}}]}
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "bash", "arguments": {"command": "cat alpha.txt"}}}],
+    }
     full = make_renderers(tiny_model_dir)[FormatName.TOOL_CALLS]
     bare = make_renderers(tiny_model_dir, tool_schemas=False)[FormatName.TOOL_CALLS]
     with_schemas = full.render(messages, add_generation_prompt=True)

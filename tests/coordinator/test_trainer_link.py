@@ -45,8 +45,11 @@ class ContractTrainer(pb_grpc.TrainerServiceServicer):
 
 async def _start(held: dict[str, bytes], port: int = 0, ack_delay_s: float = 0.0) -> tuple[GrpcServer, ContractTrainer]:
     servicer = ContractTrainer(held, ack_delay_s)
-    server = GrpcServer([ServiceBinding("t1.v1.TrainerService", pb_grpc.add_TrainerServiceServicer_to_server, servicer)],
-                        ServerConfig(port=port), AuthConfig())
+    server = GrpcServer(
+        [ServiceBinding("t1.v1.TrainerService", pb_grpc.add_TrainerServiceServicer_to_server, servicer)],
+        ServerConfig(port=port),
+        AuthConfig(),
+    )
     await server.start()
     return server, servicer
 

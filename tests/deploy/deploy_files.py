@@ -133,7 +133,17 @@ def parse_dockerfile(path: Path) -> list[Instruction]:
     return instructions
 
 
-_PIP_VALUE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-r", "--requirement", "-f", "--find-links"}
+_PIP_VALUE_OPTIONS = {
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-c",
+    "--constraint",
+    "-r",
+    "--requirement",
+    "-f",
+    "--find-links",
+}
 
 
 def shell_commands(run_value: str) -> list[list[str]]:

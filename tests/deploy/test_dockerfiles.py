@@ -144,7 +144,8 @@ def test_k8s_uses_each_image_with_exposed_ports(image: str, k8s_objects: list[K8
                 used = True
                 ports |= {p["containerPort"] for p in container.get("ports", [])}
     assert used, f"no manifest runs the t1-{image} image"
-    assert ports <= exposed_ports(image), f"{image}: container ports {sorted(ports - exposed_ports(image))} are not EXPOSEd"
+    assert ports <= exposed_ports(image), (f"{image}: container ports {sorted(ports - exposed_ports(image))} are not "
+                                           "EXPOSEd")
 
 
 def test_kustomize_images_cover_every_dockerfile(kustomization: dict[str, Any]) -> None:

@@ -181,7 +181,9 @@ def test_coordinators_are_shards_with_a_volume_each_and_enough_grace(k8s_objects
     (index_env,) = [e for e in container["env"] if e["name"] == "T1_SHARD_INDEX"]
     assert index_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
     # The episodes' grace, the 5 s the driver adds before it abandons a stage, then the teardown's bound.
-    assert spec["terminationGracePeriodSeconds"] > coordinator["shutdown_grace_s"] + 5 + coordinator["shutdown_timeout_s"]
+    assert (
+        spec["terminationGracePeriodSeconds"] > coordinator["shutdown_grace_s"] + 5 + coordinator["shutdown_timeout_s"]
+    )
     (claim,) = sts.body["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"], "one writer per shard's volume"
     assert claim["metadata"]["name"] not in {v["name"] for v in spec["volumes"]}, "the template, not a shared claim"
@@ -225,5 +227,6 @@ def test_network_policies_cover_every_workload_on_real_ports(k8s_objects: list[K
             ports = {p["containerPort"] for c in pod_spec(workload)["containers"] for p in c.get("ports", [])}
             for rule in policy.body["spec"]["ingress"]:
                 for port in rule.get("ports", []):
-                    assert port["port"] in ports, f"{policy.label}: port {port['port']} is not a port of {workload.label}"
+                    assert port["port"] in ports, (f"{policy.label}: port {port['port']} is not a port of "
+                                                   f"{workload.label}")
     assert covered == {w.name for w in running}

@@ -161,7 +161,9 @@ WORKLOADS = (("StatefulSet", "t1-coordinator"), ("StatefulSet", "t1-inference"),
 
 
 @pytest.mark.parametrize(("kind", "name"), WORKLOADS)
-def test_commands_are_real_entry_points(kind: str, name: str, k8s_objects: list[K8sObject], pyproject: dict[str, Any]) -> None:
+def test_commands_are_real_entry_points(
+    kind: str, name: str, k8s_objects: list[K8sObject], pyproject: dict[str, Any]
+) -> None:
     obj, container = workload(k8s_objects, kind, name)
     argv = _entry_argv(container)
     assert argv[0] in pyproject["project"]["scripts"], f"{obj.label}: runs {argv[0]}, not a T1 console script"

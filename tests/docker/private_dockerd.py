@@ -34,8 +34,14 @@ BINARIES = ("bash", "sh", "ls", "cat", "echo", "head", "tail", "sleep", "env", "
             "nproc", "seq", "yes", "od", "base64", "md5sum", "sha256sum", "tee", "date", "pwd", "whoami", "ip",
             "tar", "gzip", "awk", "mawk", "diff", "chown", "which", "basename", "dirname", "mktemp", "cmp", "du",
             "nohup", "setsid", "pgrep", "pkill", "git")
-EXTRA_TREES = ("/usr/lib/python3.11", "/usr/lib/python3/dist-packages/pygments", "/usr/lib/openssh/sftp-server", "/etc/passwd", "/etc/group",
-               "/usr/lib/locale/C.utf8")
+EXTRA_TREES = (
+    "/usr/lib/python3.11",
+    "/usr/lib/python3/dist-packages/pygments",
+    "/usr/lib/openssh/sftp-server",
+    "/etc/passwd",
+    "/etc/group",
+    "/usr/lib/locale/C.utf8",
+)
 
 
 def docker_config(dockerd: PrivateDockerd, **overrides: object) -> DockerProviderConfig:
@@ -87,7 +93,9 @@ def base_tar() -> bytes:
             if path.startswith(("/lib/", "/lib64/", "/bin/", "/sbin/")):
                 arc = "usr/" + arc
             if os.path.isdir(real):
-                tar.add(real, arcname=arc, filter=lambda t: None if "__pycache__" in t.name or "/test/" in t.name else t)
+                tar.add(
+                    real, arcname=arc, filter=lambda t: None if "__pycache__" in t.name or "/test/" in t.name else t
+                )
             else:
                 tar.add(real, arcname=arc)
     return buf.getvalue()

@@ -112,10 +112,13 @@ def test_real_task_builds_once_oracle_resolves_untouched_does_not(dockerd: Priva
         assert not client.containers.list(all=True)
 
 
-async def test_concurrent_sandboxes_of_one_task_build_once(dockerd: PrivateDockerd, ubuntu: str, tmp_path: Path) -> None:
+async def test_concurrent_sandboxes_of_one_task_build_once(
+    dockerd: PrivateDockerd, ubuntu: str, tmp_path: Path
+) -> None:
     context = tmp_path / "environment"
     context.mkdir()
-    (context / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo built > /built.txt\nENV T1_MARK=from-image\nWORKDIR /srv\n")
+    (context / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo built > /built.txt\nENV T1_MARK=from-image\n"
+                                        "WORKDIR /srv\n")
     provider = DockerProvider(docker_config(dockerd), ShellConfig(), images=EnvironmentBuilder)
     try:
         boxes = await asyncio.gather(*(provider.create(SandboxRequest(build_context=context)) for _ in range(2)))
@@ -150,6 +153,7 @@ async def test_failed_build_is_a_setup_report_with_the_log_tail(dockerd: Private
     finally:
         await provider.close()
     assert run.status is RunStatus.SETUP_FAILED and not run.resolved, run.as_json()
-    assert run.detail.startswith("task simple-task: docker build of") and "returned a non-zero code: 3" in run.detail, run.detail
+    assert run.detail.startswith("task simple-task: docker build "
+                                 "of") and "returned a non-zero code: 3" in run.detail, run.detail
     assert "t1-broken-step" in run.setup_output
     shutil.rmtree(task)

@@ -79,7 +79,8 @@ async def test_memory_limit_holds(docker_provider: DockerProvider) -> None:
     sandbox = await docker_provider.create(SandboxRequest(memory_mb=64))
     shell = await sandbox.open_shell()
     # 200 MiB touched in one process: the container's memory cgroup (64 MiB, no swap) kills it.
-    await shell.write_file("/tmp/hog.py", b"b = bytearray(200 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('held')\n")
+    await shell.write_file("/tmp/hog.py", b"b = bytearray(200 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+                                          b"print('held')\n")
     hog = await shell.run("python3 /tmp/hog.py; echo rc=$?", timeout_s=60)
     assert "held" not in hog.output and "rc=137" in hog.output
     after = await shell.run("echo alive")

@@ -1,4 +1,5 @@
-"""A vendored real task through `t1 tasks oracle|verify --set sandbox.provider=docker`: the oracle resolves, untouched does not."""
+"""A vendored real task through `t1 tasks oracle|verify --set sandbox.provider=docker`: the oracle resolves, untouched
+does not."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def test_missing_image_and_internet_are_reports(dockerd: PrivateDockerd, tmp_pat
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from t1.cli.main import main
 
-    absent = offline_copy(REAL / "harbor" / "simple-task", tmp_path / "a", 'allow_internet = false\ndocker_image = "t1-absent:3"\n')
+    absent = offline_copy(REAL / "harbor" / "simple-task", tmp_path / "a", 'allow_internet = false\n'
+                                                                           'docker_image = "t1-absent:3"\n')
     assert main(["tasks", "oracle", str(absent), *sets(dockerd)]) == 1
     run = json.loads(capsys.readouterr().out)
     assert run["status"] == "needs_image" and "t1-absent:3" in run["detail"], run

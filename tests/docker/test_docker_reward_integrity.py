@@ -83,7 +83,11 @@ async def test_filling_the_containers_storage_is_the_attempts_failure(small_dock
     finally:
         await provider.close()
     assert run.status is not RunStatus.INFRA_ERROR and not run.resolved, run.as_json()
-    assert (run.reward, run.report.passed, run.report.total) == HONEST, (run.why, run.detail, run.report.output_tail[-800:])
+    assert (run.reward, run.report.passed, run.report.total) == HONEST, (
+        run.why,
+        run.detail,
+        run.report.output_tail[-800:],
+    )
 
 
 async def test_the_provider_separates_the_verifier(provider: DockerProvider) -> None:
@@ -91,7 +95,9 @@ async def test_the_provider_separates_the_verifier(provider: DockerProvider) -> 
     assert provider.separates_verifier
 
 
-async def test_without_the_isolation_a_planted_python_forges_the_reward(provider: DockerProvider, tmp_path: Path) -> None:
+async def test_without_the_isolation_a_planted_python_forges_the_reward(
+    provider: DockerProvider, tmp_path: Path
+) -> None:
     await provider.start()
     provider.separates_verifier = False  # what the provider did before: the verifier logs in as the agent
     forged = await oracle_run(provider, tmp_path / "forged", ATTACKS["plant_python3"])
@@ -123,15 +129,19 @@ async def test_the_verifier_runs_the_system_as_setup_left_it(provider: DockerPro
     pristine = provider.server.pristine[box.id]
     try:
         agent = await box.open_shell()
-        setup = await agent.run("mkdir -p /usr/local/bin && printf '#!/bin/sh\\necho from-setup\\n' > /usr/local/bin/t1-tool && "
-                                "chmod 755 /usr/local/bin/t1-tool && rm /usr/bin/od && mkdir -p /opt/t1 && echo setup > /opt/t1/data")
+        setup = await agent.run("mkdir -p /usr/local/bin && printf '#!/bin/sh\\necho from-setup\\n' > "
+                                "/usr/local/bin/t1-tool && "
+                                "chmod 755 /usr/local/bin/t1-tool && rm /usr/bin/od && mkdir -p /opt/t1 && echo setup "
+                                "> /opt/t1/data")
         assert setup.exit_code == 0, setup.output
         await box.end_setup()
-        acted = await agent.run("printf '#!/bin/sh\\necho from-agent\\n' > /usr/local/bin/t1-tool; cp /usr/bin/cat /usr/bin/od; "
+        acted = await agent.run("printf '#!/bin/sh\\necho from-agent\\n' > /usr/local/bin/t1-tool; cp /usr/bin/cat "
+                                "/usr/bin/od; "
                                 "echo agent > /opt/t1/data; echo mine > /app/work.txt")
         assert acted.exit_code == 0, acted.output
         verifier = await box.open_shell(role=ShellRole.VERIFIER)
-        seen = await verifier.run("t1-tool; test -e /usr/bin/od && echo od-present || echo od-gone; cat /opt/t1/data /app/work.txt")
+        seen = await verifier.run("t1-tool; test -e /usr/bin/od && echo od-present || echo od-gone; cat /opt/t1/data "
+                                  "/app/work.txt")
         assert seen.output.split() == ["from-setup", "od-gone", "setup", "mine"], seen.output
         assert pristine.layers.setup_copy.is_dir()
     finally:
@@ -175,7 +185,8 @@ async def test_verifier_sessions_hold_no_capability_of_the_hosts(provider: Docke
         assert "errno" in probe.output and "['" not in probe.output, probe.output  # EPERM: no host-wide capability
         uid_map = probe.output.strip().splitlines()[-1].split()
         assert uid_map[:2] == ["0", "0"] and uid_map[2] != "4294967295", probe.output  # a user namespace of its own
-        mine = await verifier.run("echo ok > /app/verifier-wrote && chown 1000 /app/verifier-wrote && stat -c %u /app/verifier-wrote")
+        mine = await verifier.run("echo ok > /app/verifier-wrote && chown 1000 /app/verifier-wrote && stat -c %u "
+                                  "/app/verifier-wrote")
         assert mine.output.split() == ["1000"], mine.output  # its file capabilities still work on the container's files
     finally:
         await provider.destroy(box)

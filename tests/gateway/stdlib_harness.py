@@ -11,12 +11,22 @@ import sys
 import urllib.request
 
 BASE, KEY = os.environ["T1_GATEWAY_URL"], os.environ["OPENAI_API_KEY"]
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a command",
-                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "run a command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
 
 
 def post(path, body, headers):
-    req = urllib.request.Request(BASE + path, json.dumps(body).encode(), {"content-type": "application/json", **headers})
+    req = urllib.request.Request(
+        BASE + path, json.dumps(body).encode(), {"content-type": "application/json", **headers}
+    )
     with urllib.request.urlopen(req, timeout=300) as resp:
         return resp.read().decode()
 

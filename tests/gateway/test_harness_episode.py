@@ -26,7 +26,8 @@ HARNESS = (Path(__file__).parent / "stdlib_harness.py").read_text()
 def echo_task(root: Path, word: str) -> Path:
     d = root / "echo-task"
     (d / "tests").mkdir(parents=True)
-    (d / "task.toml").write_text('[task]\nname = "echo-task"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 30\n'
+    (d / "task.toml").write_text('[task]\nname = "echo-task"\n[agent]\ntimeout_sec = 120\n[verifier]\n'
+                                 'timeout_sec = 30\n'
                                  '[environment]\nallow_internet = false\n')
     (d / "instruction.md").write_text(f"Write {word} into /app/answer.txt\n")
     (d / "tests" / "test.sh").write_text(

@@ -1,4 +1,5 @@
-"""Real harnesses through the whole system: mini-swe-agent, Harbor's Terminus-2 and aider, unmodified, in an eval job submitted over gRPC
+"""Real harnesses through the whole system: mini-swe-agent, Harbor's Terminus-2 and aider, unmodified, in an eval job
+submitted over gRPC
 to a coordinator process, and in a short training run whose trajectories reach the trainer; the
 tiny model serves through the coordinator's own inference server (exact ids, routing capture).
 

@@ -83,7 +83,8 @@ async def test_mini_swe_agent_solves_with_tool_calls_in_one_segment(tmp_path: Pa
     installed("mini-swe-agent")
     renderer = renderers[next(iter(renderers))]
     script = ['<tool_call>\n{"name": "bash", "arguments": {"command": "echo hello > /app/answer.txt"}}\n</tool_call>',
-              'Done.\n<tool_call>\n{"name": "bash", "arguments": {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}'
+              'Done.\n<tool_call>\n{"name": "bash", "arguments": {"command": "echo '
+              'COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}'
               '\n</tool_call>']
     prompts: list[int] = []
 

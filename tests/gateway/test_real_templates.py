@@ -36,8 +36,15 @@ async def test_harness_conversation_on_a_real_template(tokenizer, backend, templ
         sampled.append(res.token_ids.copy())
         return res
 
-    sess = GatewaySession("ep", generate, renderer, SamplingParams(max_tokens=12), HarnessConfig(command="x", on_template_rewrite=on_rewrite),
-                          4096, 0)
+    sess = GatewaySession(
+        "ep",
+        generate,
+        renderer,
+        SamplingParams(max_tokens=12),
+        HarnessConfig(command="x", on_template_rewrite=on_rewrite),
+        4096,
+        0,
+    )
     messages: list[dict] = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Go."}]
     for i in range(5):
         done = await sess.complete(ChatCall(tuple(messages), TOOLS))

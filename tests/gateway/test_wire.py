@@ -22,8 +22,16 @@ from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, Sa
 
 KEY = "test-key-" + "x" * 32
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls /app"}}\n</tool_call>'
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run",
-                                           "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "run",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
 
 
 class Scripted:

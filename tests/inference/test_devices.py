@@ -1,4 +1,5 @@
-"""Device safety of the torch backend: sampling and routing capture where the model lives (CPU here; CUDA when present)."""
+"""Device safety of the torch backend: sampling and routing capture where the model lives (CPU here; CUDA when
+present)."""
 
 from __future__ import annotations
 

@@ -152,7 +152,9 @@ async def test_weights_skip_a_dead_server_and_a_restarted_one_catches_up_before_
     """One of two t1-inference processes dies: updates land on the survivor; its restart is caught up first."""
     server_processes += [ServerProcess(tiny_model_dir), ServerProcess(tiny_model_dir)]
     victim, survivor = server_processes
-    pool = InferencePool(InferencePoolConfig(backoff_s=0.05, retries=2, unhealthy_s=1.0), [victim.address, survivor.address])
+    pool = InferencePool(
+        InferencePoolConfig(backoff_s=0.05, retries=2, unhealthy_s=1.0), [victim.address, survivor.address]
+    )
     assert pool.healthy_endpoints == [victim.address, survivor.address]
     victim.kill()
     weights = str(tiny_model_dir)  # a published folder (config.json + safetensors); the version is the label
@@ -192,7 +194,9 @@ async def test_requests_waiting_on_a_dead_replicas_check_move_on_without_probing
                                                                                          tiny_model_dir) -> None:
     addresses, _ = two_servers
     dead = closed_port()
-    pool = InferencePool(InferencePoolConfig(backoff_s=0.01, retries=2, unhealthy_s=0.2, probe_timeout_s=1.0), [dead, addresses[0]])
+    pool = InferencePool(
+        InferencePoolConfig(backoff_s=0.01, retries=2, unhealthy_s=0.2, probe_timeout_s=1.0), [dead, addresses[0]]
+    )
     update = await pool.update_weights(str(tiny_model_dir), 1)
     assert update.skipped == (dead,)
     await asyncio.sleep(0.3)  # the avoidance ends: new sessions pick the dead replica first, and must check it

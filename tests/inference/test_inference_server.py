@@ -73,7 +73,13 @@ async def test_model_info_and_health(served) -> None:
             health_pb2.HealthCheckRequest(service="t1.v1.InferenceService"), timeout=10)
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     assert "t1.v1.InferenceService" in await asyncio.to_thread(list_services, served)
-    assert (info.backend, info.vocab_size, info.num_moe_layers, info.num_experts, info.top_k) == ("torch", 1024, 3, 8, 2)
+    assert (info.backend, info.vocab_size, info.num_moe_layers, info.num_experts, info.top_k) == (
+        "torch",
+        1024,
+        3,
+        8,
+        2,
+    )
     assert info.routing_dtype == "uint8" and info.logprob_distribution == "sampling" and info.dtype == "float32"
     assert list(info.eos_token_ids) == [2, 0]
 

@@ -33,8 +33,11 @@ def req(ids: np.ndarray, session: str = "", **sampling) -> GenerateRequest:
 
 async def start_server(servicer: InferenceServicer) -> GrpcServer:
     """A loopback InferenceService around this servicer (its backend may be wrapped)."""
-    server = GrpcServer([ServiceBinding("t1.v1.InferenceService", inference_pb2_grpc.add_InferenceServiceServicer_to_server,
-                                        servicer)], ServerConfig(host="127.0.0.1", port=0, grace_s=0.5), AuthConfig())
+    server = GrpcServer(
+        [ServiceBinding("t1.v1.InferenceService", inference_pb2_grpc.add_InferenceServiceServicer_to_server, servicer)],
+        ServerConfig(host="127.0.0.1", port=0, grace_s=0.5),
+        AuthConfig(),
+    )
     await server.start()
     return server
 
@@ -51,7 +54,8 @@ async def raw_stream(address: str, messages: list[pb.GenerateBatchRequest]) -> l
 
 
 async def test_batched_results_equal_generate_calls(served) -> None:
-    """Same seeded requests, both transports: identical ids, versions, routing and cache counts; logprobs to rounding."""
+    """Same seeded requests, both transports: identical ids, versions, routing and cache counts; logprobs to
+    rounding."""
     prompts = [prompt(20 + 3 * i, seed=i) for i in range(6)]
     calls = InferencePool(InferencePoolConfig(batched_stream=False), [served])
     batched = InferencePool(InferencePoolConfig(), [served])

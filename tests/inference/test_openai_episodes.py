@@ -38,7 +38,8 @@ TOOL_REPLIES = [
 def _task(root: Path) -> Path:
     d = root / "echo-task"
     (d / "tests").mkdir(parents=True)
-    (d / "task.toml").write_text('[task]\nname = "echo-task"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n')
+    (d / "task.toml").write_text('[task]\nname = "echo-task"\n[agent]\ntimeout_sec = 60\n[verifier]\n'
+                                 'timeout_sec = 30\n')
     (d / "instruction.md").write_text("Write hello into /app/answer.txt\n")
     (d / "tests" / "test.sh").write_text(
         '#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/answer.txt 2>/dev/null)" = "hello" ]; then '
@@ -52,7 +53,9 @@ async def _run(tmp_path: Path, provider, renderer: ChatRenderer, fmt: FormatName
     task = load_task(_task(tmp_path))
     spec = EpisodeSpec("ep-oa", task, "g", 0, get_format(fmt), SamplingParams(max_tokens=200),
                        EpisodeLimits.from_config(cfg.rollout, cfg.reward))
-    return await Episode(spec, pool, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-oa")).run()
+    return await Episode(
+        spec, pool, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "ep-oa")
+    ).run()
 
 
 def _pool(url: str, **endpoint: object) -> InferencePoolConfig:

@@ -171,7 +171,8 @@ CHAT_MALFORMED = {
     "no message": (b'{"choices": [{"finish_reason": "stop"}]}', "reply.choices[0].message: missing"),
     "content a number": (b'{"choices": [{"message": {"content": 5}, "finish_reason": "stop"}]}',
                          "message.content: expected text or null"),
-    "tool_calls not a list": (b'{"choices": [{"message": {"content": "", "tool_calls": {"a": 1}}, "finish_reason": "stop"}]}',
+    "tool_calls not a list": (b'{"choices": [{"message": {"content": "", "tool_calls": {"a": 1}}, "finish_reason": '
+                              b'"stop"}]}',
                               "message.tool_calls: expected a list"),
 }
 

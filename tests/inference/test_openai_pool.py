@@ -27,7 +27,9 @@ def pool_cfg(*urls: str, **endpoint: object) -> InferencePoolConfig:
 
 
 def request(prompt: list[int], session: str = "s1", max_tokens: int = 8) -> GenerateRequest:
-    return GenerateRequest(session, np.asarray(prompt, np.int32), SamplingParams(temperature=1.0, max_tokens=max_tokens))
+    return GenerateRequest(
+        session, np.asarray(prompt, np.int32), SamplingParams(temperature=1.0, max_tokens=max_tokens)
+    )
 
 
 async def test_token_level_turn_returns_the_servers_ids_logprobs_and_sends_the_key(monkeypatch) -> None:

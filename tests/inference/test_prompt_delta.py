@@ -192,10 +192,16 @@ async def test_a_delta_with_a_bad_suffix_is_invalid_argument_naming_the_field(re
     try:
         async with grpc.aio.insecure_channel(server.address) as channel:
             stub = inference_pb2_grpc.InferenceServiceStub(channel)
-            bad = pb.GenerateRequest(session_id="s", request_id="x", sampling=pb.SamplingParams(max_tokens=2),
-                                     prompt_delta=pb.PromptDelta(base_request_id="r", base_tokens=1,
-                                                                 suffix_ids=common_pb2.Tensor(dtype="float32", shape=[1],
-                                                                                      data=b"\0\0\0\0")))
+            bad = pb.GenerateRequest(
+                session_id="s",
+                request_id="x",
+                sampling=pb.SamplingParams(max_tokens=2),
+                prompt_delta=pb.PromptDelta(
+                    base_request_id="r",
+                    base_tokens=1,
+                    suffix_ids=common_pb2.Tensor(dtype="float32", shape=[1], data=b"\0\0\0\0"),
+                ),
+            )
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 async for _ in stub.Generate(bad):
                     pass

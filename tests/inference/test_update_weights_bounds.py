@@ -16,7 +16,8 @@ async def test_update_weights_refuses_negative_versions(served: str, tiny_model_
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.UpdateWeights(pb.UpdateWeightsRequest(path=str(tiny_model_dir), version=-4), timeout=30)
-        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "version: must be in [0, " in info.value.details()
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and ("version: must be in "
+                                                                          "[0, ") in info.value.details()
         with pytest.raises(grpc.aio.AioRpcError) as info:  # would make every honest version after it "older"
             await stub.UpdateWeights(pb.UpdateWeightsRequest(path=str(tiny_model_dir), version=2**62), timeout=30)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

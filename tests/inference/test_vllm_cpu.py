@@ -145,7 +145,9 @@ def test_kv_cache_in_tokens_comes_from_the_engine(engine_backend) -> None:
                 break
         await stream.aclose()
         await asyncio.sleep(0.5)  # the abort's engine step
-        res = await collect(backend.stream(GenerateRequest("kv2", _prompt(20, 8), SamplingParams(seed=1, max_tokens=4))))
+        res = await collect(
+            backend.stream(GenerateRequest("kv2", _prompt(20, 8), SamplingParams(seed=1, max_tokens=4)))
+        )
         return seen, res
 
     seen, res = loop.run_until_complete(during_and_after())

@@ -119,7 +119,8 @@ def vllm_renderers() -> dict[FormatName, ChatRenderer]:
 def _task(root: Path) -> Path:
     d = root / "tasks" / "echo-task"
     (d / "tests").mkdir(parents=True)
-    (d / "task.toml").write_text('[task]\nname = "echo-task"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 30\n')
+    (d / "task.toml").write_text('[task]\nname = "echo-task"\n[agent]\ntimeout_sec = 120\n[verifier]\n'
+                                 'timeout_sec = 30\n')
     (d / "instruction.md").write_text("Write hello into /app/answer.txt\n")
     (d / "tests" / "test.sh").write_text(
         '#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat /app/answer.txt 2>/dev/null)" = "hello" ]; then '
@@ -197,7 +198,9 @@ async def test_weight_updates_through_vllms_dev_endpoints_change_and_restore_the
     pool_cfg = InferencePoolConfig.model_validate(
         {"openai": [{"base_url": server, "model": "tiny", "weight_updates": "vllm_dev"}]})
     pool = OpenAIPool.from_model(pool_cfg, models() / "tiny")
-    req = GenerateRequest("w", np.arange(40, 90, dtype=np.int32), SamplingParams(temperature=1.0, seed=7, max_tokens=12))
+    req = GenerateRequest(
+        "w", np.arange(40, 90, dtype=np.int32), SamplingParams(temperature=1.0, seed=7, max_tokens=12)
+    )
     try:  # the server's weights are whatever an earlier test left: load the base model first
         await pool.update_weights(str(models() / "tiny"), 1)
         base = await pool(req)

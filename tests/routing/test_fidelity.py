@@ -28,7 +28,9 @@ async def _episode(model_dir, turns: int, max_tokens: int) -> Segment:
         buf = TokenBuffer(renderer, [{"role": "system", "content": "You are a shell agent."},
                                      {"role": "user", "content": "Count the files in /tmp."}])
         for t in range(turns):
-            res = await backend(GenerateRequest("episode", buf.prompt_ids(), SamplingParams(max_tokens=max_tokens, seed=t)))
+            res = await backend(
+                GenerateRequest("episode", buf.prompt_ids(), SamplingParams(max_tokens=max_tokens, seed=t))
+            )
             buf.append_generation(res)
             buf.append_observation([{"role": "tool", "content": f"{t} files\nREADME.md"}])
         traj = buf.export(id="e", task_id="t", group_id="g", attempt=0, reward=0.0, status=EpisodeStatus.OK)

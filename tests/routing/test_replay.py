@@ -47,7 +47,9 @@ def test_forced_routing_is_selected_and_disagreement_is_measured(qwen3_moe):
     with torch.no_grad(), replay_routing(qwen3_moe, forced) as stats, capture_routing(qwen3_moe) as cap:
         qwen3_moe(input_ids=ids)
     assert np.array_equal(cap.concatenated().reshape(forced.shape), forced)
-    overlap = np.mean([len(set(a) & set(b)) / K for a, b in zip(live.reshape(-1, K), forced.reshape(-1, K), strict=True)])
+    overlap = np.mean(
+        [len(set(a) & set(b)) / K for a, b in zip(live.reshape(-1, K), forced.reshape(-1, K), strict=True)]
+    )
     assert stats.disagreement_rate == pytest.approx(1 - overlap)
 
 

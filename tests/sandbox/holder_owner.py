@@ -1,8 +1,10 @@
 """A stand-in T1 process for the holder-lifetime tests: `python holder_owner.py ROOT MODE`.
 
 MODE `sandboxes`: a local provider on ROOT with an overlay sandbox (with internet, where slirp4netns
-is installed) and a read-only-root one, each running a background job and a detached daemon; prints `ready` and the holders' host pids, then
-waits to be killed. MODE `lifeline-closed`: the same, then, after a line on stdin, it closes its lifeline's write end (as
+is installed) and a read-only-root one, each running a background job and a detached daemon; prints `ready` and the
+holders' host pids, then
+waits to be killed. MODE `lifeline-closed`: the same, then, after a line on stdin, it closes its lifeline's write end
+(as
 its death would) and stays alive. MODE `stuck-bwrap`: a bubblewrap over ROOT/sb-stuck whose child
 waits forever for uid maps: its outer process is killed with this one (--die-with-parent) while
 `keeper` holds the block pipe, the way a run killed mid-start leaves one.

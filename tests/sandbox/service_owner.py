@@ -2,7 +2,8 @@
 
 Builds the local provider a coordinator of RUN_DIR builds (its sandboxes in the run's sandbox
 service), creates a sandbox, leaves a file and a detached process in it, creates another, and prints one JSON line
-(the record, the process's pid, the service's and the holder's pids, the service's cgroup folders); then waits to be killed.
+(the record, the process's pid, the service's and the holder's pids, the service's cgroup folders); then waits to be
+killed.
 """
 
 from __future__ import annotations
@@ -31,8 +32,19 @@ async def main(root: Path, run_dir: Path, grace_s: float, overlay: bool) -> None
     assert provider.service is not None and target is not None
     other = await provider.create(SandboxRequest())  # one the next coordinator does not reattach
     health = await provider.service.health()
-    print(json.dumps({"record": sandbox.record().to_json(), "other": other.id, "pid": pid, "service": provider.service.pid,
-                      "holder": target.pid, "cgroups": health["cgroups"]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "record": sandbox.record().to_json(),
+                "other": other.id,
+                "pid": pid,
+                "service": provider.service.pid,
+                "holder": target.pid,
+                "cgroups": health["cgroups"],
+            }
+        ),
+        flush=True,
+    )
     await asyncio.sleep(3600)
 
 

@@ -26,7 +26,9 @@ def root_override() -> str:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def test_exec_prints_output_and_exits_with_the_command_status(root_override: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_exec_prints_output_and_exits_with_the_command_status(
+    root_override: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = main(["sandbox", "exec", "--set", root_override, "--", "cd /app && pwd && echo err >&2; exit 7"])
     out = capsys.readouterr().out
     assert code == 7 and out == "/app\nerr\n"

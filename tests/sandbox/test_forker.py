@@ -59,7 +59,8 @@ def test_pipes_fds_cwd_session_and_env(tmp_path: Path) -> None:
     os.dup2(write, target)
     os.close(write)
     try:
-        proc = popen(["bash", "-c", f'echo "$PWD $X $$ $(ps -o sid= -p $$)" >&{target}; cat; echo err >&2; ls /proc/self/fd'],
+        proc = popen(["bash", "-c", f'echo "$PWD $X $$ $(ps -o sid= -p $$)" >&{target}; cat; echo err >&2; ls '
+                                    '/proc/self/fd'],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(target,),
                      env={"PATH": "/usr/bin:/bin", "X": "x1"}, cwd=tmp_path, start_new_session=True)
     finally:

@@ -78,7 +78,8 @@ async def test_no_network_unless_allowed(local_provider: LocalProvider) -> None:
     try:
         closed = await (await (await local_provider.create(SandboxRequest())).open_shell()).run(probe)
         assert closed.exit_code != 0 and "hello-from-host" not in closed.output
-        routes = await (await (await local_provider.create(SandboxRequest())).open_shell()).run("cat /proc/net/dev | grep -c :")
+        routes = await (await (await local_provider.create(SandboxRequest())).open_shell()).run("cat /proc/net/dev | "
+                                                                                                "grep -c :")
         assert routes.output.strip() == "1"  # loopback only
         online = await (await local_provider.create(SandboxRequest(allow_network=True))).open_shell()
         opened = await online.run(probe)  # its own loopback: the host's listener is not there

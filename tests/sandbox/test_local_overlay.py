@@ -65,10 +65,18 @@ async def test_writes_anywhere_stay_in_the_sandbox(provider: LocalProvider) -> N
         " cp /usr/bin/true /tmp/t1-moved && mv /tmp/t1-moved /usr/local/bin/t1-moved; mkdir -p /data/output;"
         " echo ok")
     assert wrote.exit_code == 0 and wrote.output.strip() == "ok", wrote
-    seen = await shell.run("cat /t1-top /usr/bin/t1-tool; grep -c intruder /etc/passwd; /usr/local/bin/t1-moved && echo ran;"
+    seen = await shell.run("cat /t1-top /usr/bin/t1-tool; grep -c intruder /etc/passwd; /usr/local/bin/t1-moved && "
+                           "echo ran;"
                            " ls -d /custom-workdir /data/output")
     assert seen.output.split() == ["top", "tool", "1", "ran", "/custom-workdir", "/data/output"], seen
-    for path in ["/custom-workdir", "/t1-top", "/usr/bin/t1-tool", "/usr/bin/bash.t1", "/usr/local/bin/t1-moved", "/data/output"]:
+    for path in [
+        "/custom-workdir",
+        "/t1-top",
+        "/usr/bin/t1-tool",
+        "/usr/bin/bash.t1",
+        "/usr/local/bin/t1-moved",
+        "/data/output",
+    ]:
         assert not os.path.lexists(path), f"{path} reached the host"
     assert _digest("/etc/passwd") == passwd and _digest("/usr/bin/bash") == bash
 
@@ -80,7 +88,8 @@ async def test_users_can_be_added_and_used(provider: LocalProvider) -> None:
         " mkdir /srv/data && chown alice:alice /srv/data && stat -c %U:%G /srv/data /home/alice /home/bob")
     assert made.exit_code == 0 and made.output.split() == ["alice:alice", "alice:alice", "bob:bob"], made
     as_alice = await shell.run("su alice -c 'id -un; touch /srv/data/f; echo $HOME'; runuser -u bob -- id -un;"
-                               " stat -c %U /srv/data/f; su bob -c 'touch /srv/data/g' 2>&1 | grep -c 'Permission denied'")
+                               " stat -c %U /srv/data/f; su bob -c 'touch /srv/data/g' 2>&1 | grep -c 'Permission "
+                               "denied'")
     assert as_alice.output.split() == ["alice", "/home/alice", "bob", "alice", "1"], as_alice
     host_passwd = Path("/etc/passwd").read_text()
     assert "alice:" not in host_passwd and "bob:" not in host_passwd and not os.path.exists("/home/alice")
@@ -90,7 +99,8 @@ async def test_two_sandboxes_never_see_each_others_writes(provider: LocalProvide
     one = await (await provider.create(SandboxRequest())).open_shell()
     two = await (await provider.create(SandboxRequest())).open_shell()
     await one.run("echo one > /etc/t1-mine; echo one > /usr/bin/t1-mine; rm -f /etc/motd; useradd carol")
-    fresh = await two.run("ls /etc/t1-mine /usr/bin/t1-mine 2>&1 | grep -c 'No such file'; id carol 2>&1 | grep -c 'no such user'")
+    fresh = await two.run("ls /etc/t1-mine /usr/bin/t1-mine 2>&1 | grep -c 'No such file'; id carol 2>&1 | grep -c 'no "
+                          "such user'")
     assert fresh.output.split() == ["2", "1"], fresh
     await two.run("echo two > /etc/t1-mine")
     mine = await one.run("cat /etc/t1-mine")
@@ -103,7 +113,8 @@ async def test_two_sandboxes_never_see_each_others_writes(provider: LocalProvide
 async def test_every_shell_of_a_sandbox_shares_its_root(provider: LocalProvider, tmp_path: Path) -> None:
     box = await provider.create(SandboxRequest())
     first = await box.open_shell()
-    await first.run("printf '#!/bin/sh\\necho shared-tool\\n' > /usr/local/bin/t1-shared; chmod +x /usr/local/bin/t1-shared")
+    await first.run("printf '#!/bin/sh\\necho shared-tool\\n' > /usr/local/bin/t1-shared; chmod +x "
+                    "/usr/local/bin/t1-shared")
     second = await box.open_shell()
     terminal = await box.open_shell(terminal=True)
     assert (await second.run("t1-shared")).output.strip() == "shared-tool"
@@ -131,7 +142,8 @@ async def test_destroy_frees_the_layer(provider: LocalProvider) -> None:
     root = provider.tree(box.id).root
     shell = await box.open_shell()
     before = _shmem_kib()
-    wrote = await shell.run("head -c 200000000 /dev/zero > /usr/t1-big && head -c 20000000 /dev/zero > /app/big && echo ok")
+    wrote = await shell.run("head -c 200000000 /dev/zero > /usr/t1-big && head -c 20000000 /dev/zero > /app/big && "
+                            "echo ok")
     assert wrote.output.strip() == "ok", wrote
     assert _shmem_kib() - before > 180_000, "the writes should sit in the sandbox's tmpfs"
     assert _mounts_naming(root), "the sandbox's mounts should be visible in its own namespaces"
@@ -152,7 +164,8 @@ async def test_writing_past_the_storage_limit_gets_enospc(provider: LocalProvide
     for path in ["/usr/t1-fill", "/app/fill", "/tmp/fill", "/root/fill"]:
         full = await shell.run(f"dd if=/dev/zero of={path} bs=1M count=1024 2>&1; rm -f {path}")
         assert "No space left on device" in full.output, (path, full)
-    many = await shell.run("for i in $(seq 40); do head -c 1000000 /dev/zero > /etc/t1-$i || { echo full; break; }; done")
+    many = await shell.run("for i in $(seq 40); do head -c 1000000 /dev/zero > /etc/t1-$i || { echo full; break; }; "
+                           "done")
     assert "full" in many.output
     assert free_before - shutil.disk_usage("/").free < 512 * 2**20, "the host's disk took the sandbox's writes"
     df = await shell.run("df -m / | tail -1")
@@ -198,7 +211,9 @@ def test_sweep_tree_unmounts_and_removes_a_stale_tree(tmp_path: Path) -> None:
         assert str(stale) not in mountinfo.read()
 
 
-async def test_a_failed_overlay_start_leaves_no_process(provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failed_overlay_start_leaves_no_process(
+    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """If mounting the overlay fails, the create fails naming it, and bubblewrap's waiting child dies too."""
     import t1.sandbox.nsinit as nsinit
 
@@ -218,7 +233,9 @@ async def test_a_failed_overlay_start_leaves_no_process(provider: LocalProvider,
 def _bwrap_parent(pid: str) -> str:
     """The parent pid of `pid` if it is a live bubblewrap, else ''."""
     try:
-        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+        status = dict(
+            line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line
+        )
     except OSError:
         return ""
     alive = status.get("Name") == "bwrap" and not status.get("State", "").startswith("Z")

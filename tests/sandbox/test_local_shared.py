@@ -26,14 +26,17 @@ pytestmark = [
 ]
 
 PORT = 8000
-SERVE = f"echo served-by-one > /app/marker; python3 -m http.server {PORT} --bind 127.0.0.1 >/tmp/http.log 2>&1 & echo $!"
+SERVE = (f"echo served-by-one > /app/marker; python3 -m http.server {PORT} --bind 127.0.0.1 >/tmp/http.log 2>&1 & echo "
+         "$!")
 # Wait (bounded) until something listens, then fetch /marker over plain bash /dev/tcp.
 FETCH = (f"for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/{PORT}) 2>/dev/null && break; sleep 0.05; done; "
          f"exec 3<>/dev/tcp/127.0.0.1/{PORT} && printf 'GET /marker HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3; exec 3<&-")
 PROBE = f"(exec 3<>/dev/tcp/127.0.0.1/{PORT}) && echo reached || echo refused"
 
 
-async def test_server_in_one_shell_is_reachable_from_another_shell_only_in_its_sandbox(local_provider: LocalProvider) -> None:
+async def test_server_in_one_shell_is_reachable_from_another_shell_only_in_its_sandbox(
+    local_provider: LocalProvider,
+) -> None:
     box = await local_provider.create(SandboxRequest())
     other = await local_provider.create(SandboxRequest())
     one, two = await box.open_shell(), await box.open_shell()
@@ -103,7 +106,8 @@ async def test_closing_a_shell_keeps_the_sandbox_alive(local_provider: LocalProv
     await one.run("echo kept > /tmp/kept")
     await one.close()
     two = await box.open_shell()
-    result = await two.run("cat /tmp/kept; ps -eo args= | grep -c '^/bin/bash --norc --noprofile -c echo t1-sandbox-ready'")
+    result = await two.run("cat /tmp/kept; ps -eo args= | grep -c '^/bin/bash --norc --noprofile -c echo "
+                           "t1-sandbox-ready'")
     assert result.output.split() == ["kept", "1"], result  # one init holds the namespaces, none leaked per shell
 
 

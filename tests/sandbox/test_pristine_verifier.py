@@ -35,7 +35,8 @@ AGENT = ("printf '#!/bin/sh\\necho agent-tool\\n' > /usr/local/bin/t1tool; "
          "echo agent > /app/made.txt; echo top > /conftest.py; ln -s /data/output /results; echo agent done")
 PROBE = ("t1tool; python3 -c 'print(\"real python\")'; cat /etc/ld.so.preload 2>&1 | head -1; "
          "grep -c forged /etc/bash.bashrc; getent passwd alice bob t1-verifier | cut -d: -f1,6; "
-         "grep -h -e setuphost -e agenthost /etc/hosts; cat /skills/s.txt /data/output/r.txt /results/r.txt /app/made.txt; "
+         "grep -h -e setuphost -e agenthost /etc/hosts; cat /skills/s.txt /data/output/r.txt /results/r.txt "
+         "/app/made.txt; "
          "ls /conftest.py 2>&1 | head -1; ( echo x > /usr/local/bin/t1tool ) 2>&1 | grep -o 'Read-only file system'; "
          "echo v > /app/verifier.txt && cat /app/verifier.txt")
 

@@ -144,7 +144,8 @@ async def test_background_writers_do_not_break_framing(server: Server) -> None:
 
 async def test_observations_are_cleaned(server: Server) -> None:
     shell = await _shell(server)
-    result = await shell.run("printf '\\033[31mred\\033[0m\\n'; printf '10%%\\r50%%\\r100%%\\n'; printf '\\033]0;title\\007done\\n'")
+    result = await shell.run("printf '\\033[31mred\\033[0m\\n'; printf '10%%\\r50%%\\r100%%\\n'; printf "
+                             "'\\033]0;title\\007done\\n'")
     assert result.output == "red\n100%\ndone\n"
 
 

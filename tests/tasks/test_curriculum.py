@@ -111,7 +111,8 @@ def _hidden_state_allows_shortcut(family: str, seed: int) -> bool | None:
 async def test_shortcuts_resolve_only_when_hidden_state_allows(provider: LocalProvider, tmp_path: Path) -> None:
     """Each shortcut, run as the task's solution in a real sandbox, resolves exactly where the state the
     instruction does not show allows it, and passes one check of three where it does not; retry_fetch's single
-    call fails on some attempts and its robust loop on none. The robust turns resolve everywhere (test_oracle_resolves_untouched_scores_zero)."""
+    call fails on some attempts and its robust loop on none. The robust turns resolve everywhere
+    (test_oracle_resolves_untouched_scores_zero)."""
     plan = [(f, s) for f, s in curriculum_plan(60, 6, "train") if f in ("read_copy", "fix_error")][:12]
     allows = {s: _hidden_state_allows_shortcut(f, s) for f, s in plan}
     assert set(allows.values()) == {True, False}, allows

@@ -56,7 +56,11 @@ env = { S = "1" }
     env = spec.environment
     assert env.workdir == "/srv" and env.storage_mb == 2048 and env.memory_mb == 512 and env.skills_dir == "/skills"
     assert dict(env.env) == {"TOKEN": "s3cret", "MODE": "fast"}
-    assert env.healthcheck is not None and env.healthcheck.interval_sec == 5.0 and env.healthcheck.start_interval_sec == 0.5
+    assert (
+        env.healthcheck is not None
+        and env.healthcheck.interval_sec == 5.0
+        and env.healthcheck.start_interval_sec == 0.5
+    )
     assert spec.agent_user == "1000" and spec.verifier.user == "tester" and spec.agent_timeout_sec == 30
     assert spec.metadata.source == "example" and spec.solution is None
     assert spec.ignored_fields == ("surprise", "verifier.color")

@@ -15,7 +15,12 @@ def test_argument_parsing() -> None:
                                 "./local"]) == ["pandas>=2", "pyyaml[extra]==6", "./local"]
     assert [op.dist_name(r) for r in ("pandas>=2", "PyYAML[x]==6", "./local", "git+https://h/r", "")] == [
         "pandas", "PyYAML", None, None, None]
-    assert op.uv_with(["--with", "pytest==8.4.1", "--with=a,b", "-w", "c", "pytest"]) == ["pytest==8.4.1", "a", "b", "c"]
+    assert op.uv_with(["--with", "pytest==8.4.1", "--with=a,b", "-w", "c", "pytest"]) == [
+        "pytest==8.4.1",
+        "a",
+        "b",
+        "c",
+    ]
 
 
 def test_requirement_files_are_read(tmp_path: Path) -> None:

@@ -205,7 +205,8 @@ def test_tb1_parser_t1_lacks_is_refused_not_malformed(fixtures: Path, tmp_path: 
 
 
 def test_a_base_image_starts_with_its_environment(tmp_path: Path) -> None:
-    """`ENV PATH="/opt/x/bin:${PATH}"` keeps the image's PATH (it expanded to nothing, and the next RUN lost /usr/bin)."""
+    """`ENV PATH="/opt/x/bin:${PATH}"` keeps the image's PATH (it expanded to nothing, and the next RUN lost
+    /usr/bin)."""
     df = tmp_path / "Dockerfile"
     df.write_text('FROM python:3.12-slim\nENV PATH="/opt/x/bin:${PATH}" V=$PYTHON_VERSION\nRUN cp a b\n')
     plan = build_plan(df)

@@ -126,7 +126,8 @@ async def test_a_large_sparse_file_is_honest_work(tmp_path: Path, overlay: Local
     do): no per-file size cap fails it (before: `File too large` under the default max_file_mb of 1 GiB); the
     sandbox's storage, not a file's size, bounds what it writes."""
     root = variant("harbor/simple-task", tmp_path, "solution/solve.sh",
-                   lambda text: text + "truncate -s 2G /app/disk.img && test $(stat -c %s /app/disk.img) = 2147483648\n")
+                   lambda text: text + "truncate -s 2G /app/disk.img && test $(stat -c %s /app/disk.img) = "
+                                       "2147483648\n")
     oracle = await run_task(overlay, load_task(root), RunMode.ORACLE)
     assert oracle.status is RunStatus.OK and oracle.resolved, oracle.as_json()
 
@@ -189,7 +190,9 @@ async def test_tests_importing_a_package_the_host_lacks_is_needs_network_not_the
     root = variant("tb1/evoeval-0", tmp_path, "tests/test_outputs.py", lambda text: "import numpy as np\n" + text)
     want = ("verifier: the tests import numpy, which this host does not have and the task does not install "
             "(the sandbox is offline)")
-    probe = subprocess.run(["python3", "-c", "import numpy"], env={"PATH": SYSTEM_PATH}, capture_output=True, check=False)
+    probe = subprocess.run(
+        ["python3", "-c", "import numpy"], env={"PATH": SYSTEM_PATH}, capture_output=True, check=False
+    )
     if probe.returncode == 0:
         pytest.skip("this host's python3 has numpy")
     check = check_folder(root)

@@ -73,7 +73,8 @@ async def test_setup_installers_offline(provider: LocalProvider, tmp_path: Path)
     present = _task(tmp_path / "present", "FROM ubuntu:24.04\nWORKDIR /app\n"
                     "RUN apt-get update && apt-get install -y --no-install-recommends curl bash \\\n"
                     "    && pip3 install --break-system-packages pyyaml && echo ok > /app/ran\n",
-                    test_sh="[ -f /app/ran ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+                    test_sh="[ -f /app/ran ] && echo 1 > /logs/verifier/reward.txt || echo 0 > "
+                            "/logs/verifier/reward.txt\n")
     spec = load_task(present)
     assert package_needs(spec) == []
     run = await run_task(provider, spec, RunMode.VERIFY)

@@ -38,7 +38,8 @@ async def test_fixture_oracles_full_and_noop_less(provider: LocalProvider, fixtu
 
 def _harbor_task(root: Path, test_sh: str, toml_extra: str = "", dockerfile: str | None = None) -> Path:
     (root / "tests").mkdir(parents=True)
-    (root / "task.toml").write_text(f"[verifier]\ntimeout_sec = 3.0\n[environment]\nallow_internet = false\n{toml_extra}")
+    (root / "task.toml").write_text("[verifier]\ntimeout_sec = 3.0\n[environment]\nallow_internet = false\n"
+                                    f"{toml_extra}")
     (root / "instruction.md").write_text("Nothing to do.\n")
     (root / "tests" / "test.sh").write_text(test_sh)
     (root / "tests" / "test_outputs.py").write_text("def test_ok():\n    assert True\n")

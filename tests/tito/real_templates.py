@@ -55,32 +55,100 @@ def _enable_thinking(on: bool) -> dict[str, Any]:
     return {"enable_thinking": on}
 
 
-FAMILIES: dict[str, RealFamily] = {f.name: f for f in (
-    RealFamily("qwen3", "qwen3", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, thinking=_enable_thinking, qwen=True),
-    RealFamily("qwen3.5", "qwen3_5", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, thinking=_enable_thinking, qwen=True),
-    RealFamily("qwen3-coder", "qwen3_coder", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, qwen=True),
-    RealFamily("glm-4.6", "glm4_6", ("[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
-                                     "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
-                                     "<arg_value>", "</arg_value>", "<tool_response>", "</tool_response>",
-                                     "<|endoftext|>"),
-               "<|endoftext|>", ("<|endoftext|>", "<|user|>", "<|observation|>"), thinking=_enable_thinking,
-               close=lambda m: "<|observation|>" if m.get("tool_calls") else "<|user|>"),
-    RealFamily("deepseek-v3.1", "deepseek_v3_1",
-               ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
-                "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
-                "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
-               "<｜end▁of▁sentence｜>", thinking=lambda on: {"thinking": on}, json_arguments=True,
-               bos="<｜begin▁of▁sentence｜>"),
-    RealFamily("kimi-k2", "kimi_k2",
-               ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
-                "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                "<|tool_call_argument_begin|>", "<|tool_call_end|>"), "<|im_end|>"),
-    RealFamily("gpt-oss", "gpt_oss", ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
-                                      "<|call|>", "<|return|>", "<|endoftext|>"),
-               "<|return|>", ("<|return|>", "<|endoftext|>", "<|call|>"),
-               thinking=lambda on: {"reasoning_effort": "medium" if on else "low"}, reasoning_key="thinking",
-               content_with_tool_calls=False),
-)}
+FAMILIES: dict[str, RealFamily] = {
+    f.name: f
+    for f in (
+        RealFamily("qwen3", "qwen3", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, thinking=_enable_thinking, qwen=True),
+        RealFamily("qwen3.5", "qwen3_5", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, thinking=_enable_thinking, qwen=True),
+        RealFamily("qwen3-coder", "qwen3_coder", QWEN_SPECIAL, "<|im_end|>", QWEN_STOPS, qwen=True),
+        RealFamily(
+            "glm-4.6",
+            "glm4_6",
+            (
+                "[gMASK]",
+                "<sop>",
+                "<|system|>",
+                "<|user|>",
+                "<|assistant|>",
+                "<|observation|>",
+                "<think>",
+                "</think>",
+                "<tool_call>",
+                "</tool_call>",
+                "<arg_key>",
+                "</arg_key>",
+                "<arg_value>",
+                "</arg_value>",
+                "<tool_response>",
+                "</tool_response>",
+                "<|endoftext|>",
+            ),
+            "<|endoftext|>",
+            ("<|endoftext|>", "<|user|>", "<|observation|>"),
+            thinking=_enable_thinking,
+            close=lambda m: "<|observation|>" if m.get("tool_calls") else "<|user|>",
+        ),
+        RealFamily(
+            "deepseek-v3.1",
+            "deepseek_v3_1",
+            (
+                "<｜begin▁of▁sentence｜>",
+                "<｜end▁of▁sentence｜>",
+                "<｜User｜>",
+                "<｜Assistant｜>",
+                "<think>",
+                "</think>",
+                "<｜tool▁calls▁begin｜>",
+                "<｜tool▁calls▁end｜>",
+                "<｜tool▁call▁begin｜>",
+                "<｜tool▁call▁end｜>",
+                "<｜tool▁sep｜>",
+                "<｜tool▁output▁begin｜>",
+                "<｜tool▁output▁end｜>",
+            ),
+            "<｜end▁of▁sentence｜>",
+            thinking=lambda on: {"thinking": on},
+            json_arguments=True,
+            bos="<｜begin▁of▁sentence｜>",
+        ),
+        RealFamily(
+            "kimi-k2",
+            "kimi_k2",
+            (
+                "<|im_end|>",
+                "<|im_user|>",
+                "<|im_assistant|>",
+                "<|im_system|>",
+                "<|im_middle|>",
+                "<|tool_calls_section_begin|>",
+                "<|tool_calls_section_end|>",
+                "<|tool_call_begin|>",
+                "<|tool_call_argument_begin|>",
+                "<|tool_call_end|>",
+            ),
+            "<|im_end|>",
+        ),
+        RealFamily(
+            "gpt-oss",
+            "gpt_oss",
+            (
+                "<|start|>",
+                "<|end|>",
+                "<|message|>",
+                "<|channel|>",
+                "<|constrain|>",
+                "<|call|>",
+                "<|return|>",
+                "<|endoftext|>",
+            ),
+            "<|return|>",
+            ("<|return|>", "<|endoftext|>", "<|call|>"),
+            thinking=lambda on: {"reasoning_effort": "medium" if on else "low"},
+            reasoning_key="thinking",
+            content_with_tool_calls=False,
+        ),
+    )
+}
 
 
 class Scenario:
@@ -131,7 +199,10 @@ class SessionResult:
 
 def _tool_call(fam: RealFamily, i: int) -> dict[str, Any]:
     args: Any = {"command": f"ls -la /work/step{i}"}
-    return {"type": "function", "function": {"name": "bash", "arguments": json.dumps(args) if fam.json_arguments else args}}
+    return {
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps(args) if fam.json_arguments else args},
+    }
 
 
 def _assistant(fam: RealFamily, i: int, thinking: bool, tool: bool) -> Message:

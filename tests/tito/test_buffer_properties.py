@@ -53,9 +53,15 @@ class FakeSampler:
         self.cached_ids = np.concatenate([prompt, ids])[:-1]  # the last token is not fed yet
         self.calls.append((segment, prompt.copy(), ids))
         lp = -self.rng.random(len(ids)).astype(np.float32)
-        return GenerateResult(token_ids=ids, logprobs=lp, finish_reason=FinishReason.STOP if stop else FinishReason.LENGTH,
-                              policy_version=3, token_versions=np.full(len(ids), 3, np.int32), routing=routing,
-                              prompt_tokens=len(prompt))
+        return GenerateResult(
+            token_ids=ids,
+            logprobs=lp,
+            finish_reason=FinishReason.STOP if stop else FinishReason.LENGTH,
+            policy_version=3,
+            token_versions=np.full(len(ids), 3, np.int32),
+            routing=routing,
+            prompt_tokens=len(prompt),
+        )
 
 
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)

@@ -40,9 +40,14 @@ def test_retokenize_changes_zero_for_canonical_ids_and_positive_for_split_ones()
     assert retokenize_changes(canonical, enc, dec) == 0
     split = [i for ch in "echo hello world" for i in enc(ch)]  # same text, one token per character
     assert len(split) > len(canonical) and retokenize_changes(split, enc, dec) > 0
-    seg = Segment(np.array([0, *split, *canonical], np.int32), np.zeros(1 + len(split) + len(canonical), np.float32),
-                  np.array([False] + [True] * (len(split) + len(canonical))), np.zeros(1 + len(split) + len(canonical), np.int32),
-                  None, (TurnSpan(1, 1 + len(split)), TurnSpan(1 + len(split), 1 + len(split) + len(canonical))))
+    seg = Segment(
+        np.array([0, *split, *canonical], np.int32),
+        np.zeros(1 + len(split) + len(canonical), np.float32),
+        np.array([False] + [True] * (len(split) + len(canonical))),
+        np.zeros(1 + len(split) + len(canonical), np.int32),
+        None,
+        (TurnSpan(1, 1 + len(split)), TurnSpan(1 + len(split), 1 + len(split) + len(canonical))),
+    )
     changed, total = retokenize_mismatch(seg, enc, dec)
     assert total == len(split) + len(canonical) and changed == retokenize_changes(split, enc, dec)
     assert 0 < rate(changed, total) < 1 and rate(0, 0) == 0.0

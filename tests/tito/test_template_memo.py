@@ -65,7 +65,8 @@ def test_reasoning_stripped_before_a_user_turn_is_refused_and_rendered_by_the_te
     """ChatML (Qwen3-style) tests `'</think>' in content` of an assistant turn followed by a user turn."""
     fast, ref = renderers("chatml")
     assert fast.memo is not None
-    anchor = [NEUTRAL, {"role": "assistant", "content": "<think>\nplan\n</think>\n\nls"}, {"role": "user", "content": "q"}]
+    anchor = [NEUTRAL, {"role": "assistant", "content": "<think>\nplan\n</think>\n\n"
+                                                        "ls"}, {"role": "user", "content": "q"}]
     assert "__contains__" in (fast.memo.refusal(anchor, True, fixed=1) or "")
     assert fast.memo.render(anchor, True, fixed=1) == ref.render(anchor, True)
     assert "plan" not in ref.render(anchor, True)
@@ -80,7 +81,8 @@ def test_messages_with_other_fields_are_rendered_by_the_template():
     assert fast.memo.render(messages, True, fixed=1) == ref.render(messages, True)
 
 
-CONCAT = "{%- for m in messages %}{{- '<|start_header_id|>' + m.role + '<|end_header_id|>' + m.content + '<|eot_id|>' }}{%- endfor %}"
+CONCAT = ("{%- for m in messages %}{{- '<|start_header_id|>' + m.role + '<|end_header_id|>' + m.content + '<|eot_id|>' "
+          "}}{%- endfor %}")
 # Each renders more than the contents concatenated (or reads the clock); a content that hits the difference.
 INSPECTING = {
     "upper": ("{%- for m in messages %}{{- m.content | upper }}{%- endfor %}", "quiet"),

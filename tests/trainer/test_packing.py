@@ -67,7 +67,9 @@ def test_packed_attention_finds_each_sequence_from_restarting_positions() -> Non
     # per-sequence causal attention equals attention under the dense block-causal mask
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 4, 6, 8, generator=g) for _ in range(3))
-    out, _ = packed_sdpa(torch.nn.Module(), q, k[:, :2], v[:, :2], None, position_ids=torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    out, _ = packed_sdpa(
+        torch.nn.Module(), q, k[:, :2], v[:, :2], None, position_ids=torch.tensor([[0, 1, 2, 0, 1, 0]])
+    )
     seq = torch.tensor([0, 0, 0, 1, 1, 2])
     mask = (seq[:, None] == seq[None, :]) & torch.ones(6, 6, dtype=torch.bool).tril()
     ref = torch.nn.functional.scaled_dot_product_attention(q, k[:, :2], v[:, :2], attn_mask=mask, enable_gqa=True)

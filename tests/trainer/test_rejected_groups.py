@@ -47,9 +47,15 @@ def test_a_group_completes_without_its_rejected_member(tmp_path: Path) -> None:
         assert wake.is_set()
         # A record that does not decode names no group; one with another id than its envelope is not
         # trusted to name one. Neither completes group "h".
-        acks = await _push(servicer, [_envelope("h-0", "h"), _envelope("h-1", "h"),
-                                      pb.TrajectoryEnvelope(trajectory_id="h-2", payload=b"\x01\x02"),
-                                      pb.TrajectoryEnvelope(trajectory_id="h-3", payload=_envelope("h-9", "h").payload)])
+        acks = await _push(
+            servicer,
+            [
+                _envelope("h-0", "h"),
+                _envelope("h-1", "h"),
+                pb.TrajectoryEnvelope(trajectory_id="h-2", payload=b"\x01\x02"),
+                pb.TrajectoryEnvelope(trajectory_id="h-3", payload=_envelope("h-9", "h").payload),
+            ],
+        )
         assert acks["h-2"].status == acks["h-3"].status == pb.ACK_STATUS_REJECTED
         # Sent again (a reconnect before the ack arrived): rejected again, the group unchanged.
         again = await _push(servicer, [_envelope("g-2", "g", sampled_from=0)])

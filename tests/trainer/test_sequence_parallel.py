@@ -33,7 +33,9 @@ def test_slices_of_a_row_put_back_together_are_the_row(size: int) -> None:
     pos = torch.cat([s.batch.position_ids for s in shards], dim=1)
     assert torch.equal(ids[:, :t], batch.input_ids) and torch.equal(pos[:, :t], batch.position_ids)
     # padding continues the last sequence (no new start: it is nobody's context but its own)
-    assert pos[0, t:].tolist() == list(range(int(batch.position_ids[0, -1]) + 1, int(batch.position_ids[0, -1]) + 1 + ids.shape[1] - t))
+    assert pos[0, t:].tolist() == list(
+        range(int(batch.position_ids[0, -1]) + 1, int(batch.position_ids[0, -1]) + 1 + ids.shape[1] - t)
+    )
     assert not torch.cat([s.batch.loss_mask for s in shards], dim=1)[:, t:].any()
     # every action once, in order, each slice's at its own positions
     c = widths.pop()
@@ -73,7 +75,11 @@ def test_sizes_that_cannot_split_the_model_are_refused(size: int, world: int, he
 
 def test_sp2_over_gloo_matches_sp1(tmp_path: Path, tiny_model_dir: Path) -> None:
     out = tmp_path / "sp.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), str(WORKER), str(tiny_model_dir), str(out)]

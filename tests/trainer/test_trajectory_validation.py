@@ -27,7 +27,9 @@ def test_routing_and_turns_that_do_not_fit_are_named() -> None:
     ok[-1] = 255  # the last token has no routing
     validate_trajectory(trajectory("t", "g", [segment([1, 2, 3, 4], 2, routing=ok)], 1.0), spec)
     with pytest.raises(ValueError, match="does not fit"):
-        validate_trajectory(trajectory("t", "g", [segment([1, 2, 3, 4], 2, routing=np.zeros((4, 2, 2), np.uint8))], 1.0), spec)
+        validate_trajectory(
+            trajectory("t", "g", [segment([1, 2, 3, 4], 2, routing=np.zeros((4, 2, 2), np.uint8))], 1.0), spec
+        )
     wrong = ok.copy()
     wrong[0, 0, 0] = 9
     with pytest.raises(ValueError, match="expert 9"):

@@ -66,7 +66,11 @@ def _run_service(tmp_path: Path, model_dir: Path, nproc: int, sp: int = 1) -> Pa
                                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}}}}
     path = tmp_path / f"cfg{nproc}sp{sp}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(OMP_NUM_THREADS="1", T1_API_TOKEN="")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                 "--master_addr", "127.0.0.1", "--master_port", str(free_port())] if nproc > 1 else [sys.executable]

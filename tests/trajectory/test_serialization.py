@@ -61,7 +61,9 @@ def test_round_trip_is_exact(routing_dtype):
 def test_segment_without_routing_and_empty_segment_round_trip():
     t = make()
     empty = Segment(np.zeros(0, np.int32), np.zeros(0, np.float32), np.zeros(0, bool), np.zeros(0, np.int32), None)
-    t2 = Trajectory(id="x", task_id="t", group_id="g", attempt=0, segments=(empty,), reward=0.0, status=EpisodeStatus.OK)
+    t2 = Trajectory(
+        id="x", task_id="t", group_id="g", attempt=0, segments=(empty,), reward=0.0, status=EpisodeStatus.OK
+    )
     assert decode_trajectory(encode_trajectory(t2)).segments[0].routing is None
     assert_same(t, decode_trajectory(encode_trajectory(t)))
 
@@ -136,4 +138,8 @@ def test_pack_parts_joins_to_msgpack_of_the_same_list_without_copying_arrays():
     assert b"".join(parts) == msgpack.packb(items, default=_default, use_bin_type=True)
     assert any(isinstance(p, memoryview) and p.obj is routing for p in parts)  # the array's own buffer, not a copy
     kind, fields = unpack_obj(b"".join(parts))
-    assert kind == "gen" and np.array_equal(fields["routing"], routing) and fields["commands"] == [["ls", 0], ["make", None]]
+    assert (
+        kind == "gen"
+        and np.array_equal(fields["routing"], routing)
+        and fields["commands"] == [["ls", 0], ["make", None]]
+    )

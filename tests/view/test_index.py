@@ -30,13 +30,17 @@ EOT = 2
 SPECIAL = {1, 2}
 
 
-def segment(ids: list[int], mask: list[bool], turns: tuple[TurnSpan, ...], routing: np.ndarray | None = None) -> Segment:
+def segment(
+    ids: list[int], mask: list[bool], turns: tuple[TurnSpan, ...], routing: np.ndarray | None = None
+) -> Segment:
     lp = np.where(mask, -0.5, np.nan).astype(np.float32)
     return Segment(np.asarray(ids, np.int32), lp, np.asarray(mask, bool),
                    np.where(mask, 3, -1).astype(np.int32), routing, turns)
 
 
-def trajectory(tid: str, group: str, attempt: int, reward: float, status: EpisodeStatus = EpisodeStatus.OK) -> Trajectory:
+def trajectory(
+    tid: str, group: str, attempt: int, reward: float, status: EpisodeStatus = EpisodeStatus.OK
+) -> Trajectory:
     seg = segment([1, 10, 11, 2, 20, 21, 2, 1, 30], [False, False, False, False, True, True, True, False, True],
                   (TurnSpan(4, 7, 0.5), TurnSpan(8, 9, 1.0)))
     return Trajectory(tid, "sqlite-train-7", group, attempt, (seg,), reward, status, VerifierSummary(1, 2))

@@ -137,7 +137,8 @@ def write_task(task: SynthTask, root: Path, task_id: str, split: str, seed: int)
     elif task.check_sh:
         _write(out / "tests" / "test.sh", task.check_sh, 0o755)
         # no set -e: a turn may fail on purpose (the error it prints is what the next one reads)
-        _write(out / "solution" / "solve.sh", "#!/bin/bash\ncd /app\n" + (task.solve or "\n".join(task.turns)) + "\n", 0o755)
+        _write(out / "solution" / "solve.sh", "#!/bin/bash\n"
+                                              "cd /app\n" + (task.solve or "\n".join(task.turns)) + "\n", 0o755)
         _write(out / "solution" / TURNS_FILE, "\n".join(task.turns) + "\n")
     else:
         _write(out / "tests" / "test.sh", TEST_SH, 0o755)

@@ -11,7 +11,8 @@ _OPS = {
     "sum": ("long long r = 0; for (long long x : v) r += x; return r;", lambda v: sum(v)),
     "max": ("long long r = v[0]; for (long long x : v) if (x > r) r = x; return r;", lambda v: max(v)),
     "sumsq": ("long long r = 0; for (long long x : v) r += x * x; return r;", lambda v: sum(x * x for x in v)),
-    "range": ("long long lo = v[0], hi = v[0]; for (long long x : v) { if (x < lo) lo = x; if (x > hi) hi = x; } return hi - lo;",
+    "range": ("long long lo = v[0], hi = v[0]; for (long long x : v) { if (x < lo) lo = x; if (x > hi) hi = x; } "
+              "return hi - lo;",
               lambda v: max(v) - min(v)),
 }
 _GOOD_MAKEFILE = """CXX ?= g++
@@ -59,7 +60,8 @@ def build_test(rng: random.Random, difficulty: str) -> SynthTask:
             }
             """),
         "proj/Makefile": makefile,
-        "proj/tests/check.sh": f'set -e\nout=$(./build/{prog} {" ".join(map(str, sample))})\n[ "$out" = "{fn(sample)}" ]\necho check ok\n',
+        "proj/tests/check.sh": f'set -e\nout=$(./build/{prog} {" ".join(map(str, sample))})\n'
+                               f'[ "$out" = "{fn(sample)}" ]\necho check ok\n',
     }
     hidden = [[rng.randint(-1000, 1000) for _ in range(rng.randint(1, 8))] for _ in range(3)]
     instruction = dedent(f"""

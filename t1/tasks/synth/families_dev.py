@@ -77,7 +77,11 @@ def shell_scripting(rng: random.Random, difficulty: str) -> SynthTask:
 
 
 def git_repair(rng: random.Random, difficulty: str) -> SynthTask:
-    note, branch_msg, version = word(rng), f"Add {word(rng)} {word(rng)} support", f"{rng.randint(1, 9)}.{rng.randint(0, 20)}"
+    note, branch_msg, version = (
+        word(rng),
+        f"Add {word(rng)} {word(rng)} support",
+        f"{rng.randint(1, 9)}.{rng.randint(0, 20)}",
+    )
     note_line = f"{word(rng)} {word(rng)} {rng.randint(0, 9999)}"
     note_text = note_line + "\n"
     cfg_value = rng.randint(100, 999)
@@ -105,7 +109,8 @@ def git_repair(rng: random.Random, difficulty: str) -> SynthTask:
          "    assert 'config.ini' not in _git('status', '--porcelain')\n",
          "git checkout -- config.ini\n"),
         (f"Create a branch release-{version} pointing at the commit whose message is \"{branch_msg}\".",
-         f"def test_branch():\n    want = _git('log', '--format=%H', '--grep', {branch_msg!r}, '--fixed-strings').split()[0]\n"
+         f"def test_branch():\n    want = _git('log', '--format=%H', '--grep', {branch_msg!r}, "
+         "'--fixed-strings').split()[0]\n"
          f"    assert _git('rev-parse', 'release-{version}').strip() == want\n",
          f"git branch release-{version} \"$(git log --format=%H --fixed-strings --grep {branch_msg!r} | head -n1)\"\n"),
         (f"Create an annotated tag v{version} on the final commit of main (after your restoration commit).",
@@ -127,7 +132,7 @@ def git_repair(rng: random.Random, difficulty: str) -> SynthTask:
 
         def test_history_kept():
             assert _git("log", "--format=%s", "main").split("\\n")[-4:-1] == ["Polish feature", BRANCH_MSG, "Initial import"]
-        """).replace("BRANCH_MSG", repr(branch_msg))
+        """).replace("BRANCH_MSG", repr(branch_msg))  # noqa: E501
     tests += "\n\n" + "\n\n".join(a[1] for a in chosen)
     solution = "cd repo\n" + "".join(a[2] for a in chosen)
     task = SynthTask("git_repair", difficulty, "version-control", instruction, tests, solution, setup=setup)
@@ -136,7 +141,8 @@ def git_repair(rng: random.Random, difficulty: str) -> SynthTask:
 
 def sqlite_task(rng: random.Random, difficulty: str) -> SynthTask:
     cities = words(rng, 4)
-    customers = [(i + 1, f"{word(rng).title()} {word(rng).title()}", rng.choice(cities)) for i in range(rng.randint(5, 9))]
+    customers = [(i + 1, f"{word(rng).title()} "
+                         f"{word(rng).title()}", rng.choice(cities)) for i in range(rng.randint(5, 9))]
     orders = [(j + 1, j % len(customers) + 1 if j < len(customers) else rng.randint(1, len(customers)),
                rng.randint(100, 50000), rng.randint(1, 28)) for j in range(30)]
     totals = {c[0]: sum(o[2] for o in orders if o[1] == c[0]) for c in customers}
@@ -162,26 +168,36 @@ def sqlite_task(rng: random.Random, difficulty: str) -> SynthTask:
         db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", {orders!r})
         db.commit()
         EOF
-        """)
+        """)  # noqa: E501
     n = {"easy": 3, "medium": 4, "hard": 5}[difficulty]
     asks = [
         ("/app/out/top_customer.txt: the name of the customer with the largest total order amount.",
          f"def test_top_customer():\n    assert open('/app/out/top_customer.txt').read().strip() == {top!r}\n",
-         "open('out/top_customer.txt','w').write(db.execute('SELECT c.name FROM customers c JOIN orders o ON o.customer_id=c.id GROUP BY c.id ORDER BY SUM(o.amount_cents) DESC LIMIT 1').fetchone()[0] + '\\n')\n"),
+         "open('out/top_customer.txt','w').write(db.execute('SELECT c.name FROM customers c JOIN orders o ON "
+         "o.customer_id=c.id GROUP BY c.id ORDER BY SUM(o.amount_cents) DESC LIMIT 1').fetchone()[0] + '\\n')\n"),
         ("/app/out/city_totals.csv: `city,total_cents` rows (no header), by total descending.",
          f"def test_city_totals():\n    assert open('/app/out/city_totals.csv').read().split() == {city_rows!r}\n",
-         "open('out/city_totals.csv','w').write(''.join(f'{c},{t}\\n' for c, t in db.execute('SELECT c.city, SUM(o.amount_cents) t FROM customers c JOIN orders o ON o.customer_id=c.id GROUP BY c.city ORDER BY t DESC, c.city')))\n"),
+         "open('out/city_totals.csv','w').write(''.join(f'{c},{t}\\n' for c, t in db.execute('SELECT c.city, "
+         "SUM(o.amount_cents) t FROM customers c JOIN orders o ON o.customer_id=c.id GROUP BY c.city ORDER BY t DESC, "
+         "c.city')))\n"),
         ("An index named idx_orders_customer on orders(customer_id).",
-         "def test_index():\n    row = _db().execute(\"SELECT tbl_name, sql FROM sqlite_master WHERE type='index' AND name='idx_orders_customer'\").fetchone()\n"
+         "def test_index():\n    row = _db().execute(\"SELECT tbl_name, sql FROM sqlite_master WHERE type='index' AND "
+         "name='idx_orders_customer'\").fetchone()\n"
          "    assert row and row[0] == 'orders' and 'customer_id' in row[1]\n",
          "db.execute('CREATE INDEX IF NOT EXISTS idx_orders_customer ON orders(customer_id)')\n"),
         (f"A view big_orders selecting the orders with amount_cents >= {threshold}.",
-         f"def test_view():\n    d = _db()\n    assert d.execute(\"SELECT type FROM sqlite_master WHERE name='big_orders'\").fetchone() == ('view',)\n"
-         f"    assert d.execute('SELECT COUNT(*) FROM big_orders').fetchone()[0] == {sum(o[2] >= threshold for o in orders)}\n",
-         f"db.execute('CREATE VIEW IF NOT EXISTS big_orders AS SELECT * FROM orders WHERE amount_cents >= {threshold}')\n"),
+         "def test_view():\n    d = _db()\n    assert d.execute(\"SELECT type FROM sqlite_master WHERE "
+         "name='big_orders'\").fetchone() == ('view',)\n"
+         "    assert d.execute('SELECT COUNT(*) FROM big_orders').fetchone()[0] == "
+         f"{sum(o[2] >= threshold for o in orders)}\n",
+         "db.execute('CREATE VIEW IF NOT EXISTS big_orders AS SELECT * FROM orders WHERE amount_cents >= "
+         f"{threshold}')\n"),
         (f"A column vip (INTEGER, default 0) on customers, set to 1 for customers whose total is >= {vip_cut} cents.",
-         f"def test_vip():\n    assert [r[0] for r in _db().execute('SELECT id FROM customers WHERE vip=1 ORDER BY id')] == {vips!r}\n",
-         f"db.execute('ALTER TABLE customers ADD COLUMN vip INTEGER DEFAULT 0')\ndb.execute('UPDATE customers SET vip=1 WHERE id IN (SELECT customer_id FROM orders GROUP BY customer_id HAVING SUM(amount_cents) >= {vip_cut})')\n"),
+         "def test_vip():\n    assert [r[0] for r in _db().execute('SELECT id FROM customers WHERE vip=1 ORDER BY "
+         f"id')] == {vips!r}\n",
+         "db.execute('ALTER TABLE customers ADD COLUMN vip INTEGER DEFAULT 0')\n"
+         "db.execute('UPDATE customers SET vip=1 WHERE id IN (SELECT customer_id FROM orders GROUP BY customer_id "
+         f"HAVING SUM(amount_cents) >= {vip_cut})')\n"),
     ][:n]
     instruction = ("The SQLite database /app/data/store.db has tables customers(id, name, city) and "
                    "orders(id, customer_id, amount_cents, day). Using SQL (python3's sqlite3 module is available), "

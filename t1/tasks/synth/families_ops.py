@@ -23,7 +23,7 @@ def process_service(rng: random.Random, difficulty: str) -> SynthTask:
           n=$((n + 1)); echo "$n" > /app/svc/run/heartbeat.tmp && mv -f /app/svc/run/heartbeat.tmp /app/svc/run/heartbeat
           sleep {rng.choice(["0.1", "0.15", "0.2"])}
         done
-        """)
+        """)  # noqa: E501
     instruction = dedent(f"""
         /app/svc/worker.sh is the {svc} worker, a long-running process. Write an executable control script
         /app/svc/ctl.sh with these sub-commands:
@@ -166,21 +166,31 @@ def _pipeline_data(rng: random.Random) -> tuple[dict[str, str], list[dict[str, A
 def long_horizon(rng: random.Random, difficulty: str) -> SynthTask:
     chunks, rows, cats = _pipeline_data(rng)
     merged = "id,sku,category,qty\n" + "".join(f"{r['id']},{r['sku']},{r['category']},{r['qty']}\n" for r in rows)
-    report = {c: {"items": sum(r["category"] == c for r in rows), "qty": sum(int(r["qty"]) for r in rows if r["category"] == c)}
-              for c in sorted(cats)}
+    report = {
+        c: {
+            "items": sum(r["category"] == c for r in rows),
+            "qty": sum(int(r["qty"]) for r in rows if r["category"] == c),
+        }
+        for c in sorted(cats)
+    }
     report = {c: v for c, v in report.items() if v["items"]}
     p = "/app/project"
     merge_py = ("import csv, glob\nrows = {}\nfor f in sorted(glob.glob('/app/incoming/*.csv')):\n"
                 "    for r in csv.DictReader(open(f)):\n        rows[int(r['id'])] = r\n"
                 "with open('/app/project/data/all.csv', 'w') as out:\n    out.write('id,sku,category,qty\\n')\n"
-                "    for i in sorted(rows):\n        r = rows[i]\n        out.write(f\"{r['id']},{r['sku']},{r['category']},{r['qty']}\\n\")\n")
-    load_py = ("import csv, sqlite3, os\ndb_path = '/app/project/data/inv.db'\nif os.path.exists(db_path):\n    os.remove(db_path)\n"
-               "db = sqlite3.connect(db_path)\ndb.execute('CREATE TABLE items (id INTEGER PRIMARY KEY, sku TEXT, category TEXT, qty INTEGER)')\n"
-               "rows = [(int(r['id']), r['sku'], r['category'], int(r['qty'])) for r in csv.DictReader(open('/app/project/data/all.csv'))]\n"
+                "    for i in sorted(rows):\n        r = rows[i]\n"
+                "        out.write(f\"{r['id']},{r['sku']},{r['category']},{r['qty']}\\n\")\n")
+    load_py = ("import csv, sqlite3, os\ndb_path = '/app/project/data/inv.db'\nif os.path.exists(db_path):\n"
+               "    os.remove(db_path)\n"
+               "db = sqlite3.connect(db_path)\ndb.execute('CREATE TABLE items (id INTEGER PRIMARY KEY, sku TEXT, "
+               "category TEXT, qty INTEGER)')\n"
+               "rows = [(int(r['id']), r['sku'], r['category'], int(r['qty'])) for r in "
+               "csv.DictReader(open('/app/project/data/all.csv'))]\n"
                "db.executemany('INSERT INTO items VALUES (?, ?, ?, ?)', rows)\ndb.commit()\n")
     report_py = ("import json, sqlite3, os\nos.makedirs('/app/project/out', exist_ok=True)\n"
                  "db = sqlite3.connect('/app/project/data/inv.db')\n"
-                 "rep = {c: {'items': n, 'qty': q} for c, n, q in db.execute('SELECT category, COUNT(*), SUM(qty) FROM items GROUP BY category ORDER BY category')}\n"
+                 "rep = {c: {'items': n, 'qty': q} for c, n, q in db.execute('SELECT category, COUNT(*), SUM(qty) FROM "
+                 "items GROUP BY category ORDER BY category')}\n"
                  "json.dump(rep, open('/app/project/out/report.json', 'w'), indent=2)\n")
     makefile = ("all: out/report.json\ndata/all.csv: src/merge.py\n\tpython3 src/merge.py\n"
                 "data/inv.db: data/all.csv src/load.py\n\tpython3 src/load.py\n"
@@ -194,18 +204,25 @@ def long_horizon(rng: random.Random, difficulty: str) -> SynthTask:
     t_merge = (f"def test_merged_csv():\n    assert open('{p}/data/all.csv').read() == {merged!r}\n\n\n"
                f"def test_merge_script():\n    assert os.path.isfile('{p}/src/merge.py')\n")
     t_load = (f"def test_db_rows():\n    db = sqlite3.connect('{p}/data/inv.db')\n"
-              f"    assert db.execute('SELECT COUNT(*), SUM(qty) FROM items').fetchone() == ({len(rows)}, {sum(int(r['qty']) for r in rows)})\n\n\n"
+              f"    assert db.execute('SELECT COUNT(*), SUM(qty) FROM items').fetchone() == ({len(rows)}, "
+              f"{sum(int(r['qty']) for r in rows)})\n\n\n"
               f"def test_db_ids():\n    db = sqlite3.connect('{p}/data/inv.db')\n"
-              f"    assert [r[0] for r in db.execute('SELECT id FROM items ORDER BY id')] == {[r['id'] for r in rows]!r}\n")
+              "    assert [r[0] for r in db.execute('SELECT id FROM items ORDER BY id')] == "
+              f"{[r['id'] for r in rows]!r}\n")
     t_report = f"def test_report():\n    assert json.load(open('{p}/out/report.json')) == {report!r}\n"
-    t_make = (f"def test_make_rebuilds():\n    r = subprocess.run(['make', '-C', '{p}', 'clean', 'all'], capture_output=True, timeout=120)\n"
-              f"    assert r.returncode == 0, r.stderr\n    assert json.load(open('{p}/out/report.json')) == {report!r}\n\n\n"
-              f"def test_make_clean():\n    subprocess.run(['make', '-C', '{p}', 'clean'], capture_output=True, timeout=60)\n"
+    t_make = (f"def test_make_rebuilds():\n    r = subprocess.run(['make', '-C', '{p}', 'clean', 'all'], "
+              "capture_output=True, timeout=120)\n"
+              f"    assert r.returncode == 0, r.stderr\n    assert json.load(open('{p}/out/report.json')) == "
+              f"{report!r}\n\n\n"
+              f"def test_make_clean():\n    subprocess.run(['make', '-C', '{p}', 'clean'], capture_output=True, "
+              "timeout=60)\n"
               f"    gone = os.path.isfile('{p}/Makefile') and not os.path.exists('{p}/out/report.json')\n"
               f"    subprocess.run(['make', '-C', '{p}', 'all'], capture_output=True, timeout=120)\n    assert gone\n")
-    t_git = (f"def test_git_commit():\n    r = subprocess.run(['git', '-C', '{p}', 'log', '--format=%s'], capture_output=True, text=True)\n"
+    t_git = (f"def test_git_commit():\n    r = subprocess.run(['git', '-C', '{p}', 'log', '--format=%s'], "
+             "capture_output=True, text=True)\n"
              "    assert 'pipeline v1' in r.stdout.split('\\n')\n\n\n"
-             f"def test_gitignore():\n    r = subprocess.run(['git', '-C', '{p}', 'ls-files'], capture_output=True, text=True)\n"
+             f"def test_gitignore():\n    r = subprocess.run(['git', '-C', '{p}', 'ls-files'], capture_output=True, "
+             "text=True)\n"
              "    files = r.stdout.split()\n    assert 'src/merge.py' in files and 'Makefile' in files\n"
              "    assert not any(f.startswith('out/') or f.endswith('.db') for f in files)\n")
     steps = [

@@ -113,11 +113,13 @@ def text_logs(rng: random.Random, difficulty: str) -> SynthTask:
     parts = [
         (f"/app/report/top_ips.txt: the {k} client IPs with the most requests, as `COUNT IP` lines, most first.",
          f"def test_top_ips():\n    assert open('/app/report/top_ips.txt').read().split('\\n')[:{k}] == {top!r}\n",
-         f"awk '{{print $1}}' {log} | sort | uniq -c | sort -k1,1nr -k2,2 | head -n {k} | awk '{{print $1\" \"$2}}' > report/top_ips.txt\n"),
+         f"awk '{{print $1}}' {log} | sort | uniq -c | sort -k1,1nr -k2,2 | head -n {k} | awk '{{print $1\" \"$2}}' > "
+         "report/top_ips.txt\n"),
         ("/app/report/status_counts.csv: header `status,count`, then one row per HTTP status, by status ascending.",
          "def test_status_counts():\n    rows = open('/app/report/status_counts.csv').read().split()\n"
          f"    assert rows == ['status,count'] + {[f'{s},{c}' for s, c in status_counts]!r}\n",
-         f"(echo status,count; awk '{{print $9}}' {log} | sort -n | uniq -c | awk '{{print $2\",\"$1}}') > report/status_counts.csv\n"),
+         f"(echo status,count; awk '{{print $9}}' {log} | sort -n | uniq -c | awk '{{print $2\",\"$1}}') > "
+         "report/status_counts.csv\n"),
         ("/app/report/error_paths.txt: every distinct request path that got a 5xx status, sorted, one per line.",
          f"def test_error_paths():\n    assert open('/app/report/error_paths.txt').read().split() == {error_paths!r}\n",
          f"awk '$9 >= 500 {{print $7}}' {log} | LC_ALL=C sort -u > report/error_paths.txt\n"),
@@ -192,7 +194,8 @@ def data_conversion(rng: random.Random, difficulty: str) -> SynthTask:
     if n >= 4:
         tests += f"\n\ndef test_by_tag():\n    assert json.load(open('/app/out/by_tag.json')) == {by_tag!r}\n"
     if n >= 5:
-        tests += f"\n\ndef test_extra_csv():\n    assert open('/app/out/extra.csv').read() == {extra_csv.getvalue()!r}\n"
+        tests += ("\n\ndef test_extra_csv():\n    assert open('/app/out/extra.csv').read() == "
+                  f"{extra_csv.getvalue()!r}\n")
     solution = dedent("""
         mkdir -p out
         python3 - <<'EOF'

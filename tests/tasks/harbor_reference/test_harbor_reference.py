@@ -192,7 +192,10 @@ def test_separate_verifier_without_a_table_is_built_from_tests_dockerfile(tmp_pa
     assert ref["verifier_env"]["directory"] == "tests", ref
     spec = load_task(root)
     assert differences(harbor_view(ref, root.resolve()), t1_view(spec)) == []
-    assert spec.verifier.separate is not None and spec.verifier.separate.environment.dockerfile == root.resolve() / "tests" / "Dockerfile"
+    assert (
+        spec.verifier.separate is not None
+        and spec.verifier.separate.environment.dockerfile == root.resolve() / "tests" / "Dockerfile"
+    )
 
 
 def _schema_14(tmp_path: Path, name: str, agent_network: str) -> Path:
@@ -213,7 +216,8 @@ def test_schema_14_task_version_and_per_phase_network(tmp_path: Path) -> None:
     from t1.tasks.validate import check_folder
 
     same = _schema_14(tmp_path, "same", 'network_mode = "no-network"')
-    allow = _schema_14(tmp_path, "allow", 'network_mode = "allowlist"\nallowed_hosts = ["pypi.org", "*.pythonhosted.org"]')
+    allow = _schema_14(tmp_path, "allow", 'network_mode = "allowlist"\nallowed_hosts = ["pypi.org", '
+                                          '"*.pythonhosted.org"]')
     refs = harbor_reads([same, allow])
     assert all("error" not in r for r in refs), refs
     assert refs[0]["config"]["task"]["version"] == "2.1.0" and refs[1]["config"]["agent"]["allowed_hosts"]

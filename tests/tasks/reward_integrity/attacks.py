@@ -39,7 +39,8 @@ def test_answer_mode():
 '''
 
 FORGED_PY = "".join(f"def test_forged_{i}():\n    pass\n" for i in range(200))
-FORGED_JUNIT = "<testsuite>" + "".join(f'<testcase classname="t" name="test_{i}"/>' for i in range(200)) + "</testsuite>"
+FORGED_JUNIT = "<testsuite>" + "".join('<testcase classname="t" '
+                                       f'name="test_{i}"/>' for i in range(200)) + "</testsuite>"
 FORGED_CTRF = '{"results":{"tests":[' + ",".join(f'{{"name":"test_{i}","status":"passed"}}' for i in range(200)) + "]}}"
 FORGERIES = (f"cat > /tmp/forged.py <<'EOF'\n{FORGED_PY}EOF\n"
              f"cat > /tmp/forged.xml <<'EOF'\n{FORGED_JUNIT}\nEOF\n"
@@ -68,7 +69,11 @@ __attribute__((constructor)) static void forge(void) {{
     if (strstr(cmd, "pytest")) {{ fputs({FORGED_RUN!r}, stdout); fflush(stdout); _exit(0); }}
 }}
 """.replace("'", '"')
-SITE_DIRS = ("/usr/lib/python3/dist-packages", "/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3.11/site-packages")
+SITE_DIRS = (
+    "/usr/lib/python3/dist-packages",
+    "/usr/local/lib/python3.11/dist-packages",
+    "/usr/lib/python3.11/site-packages",
+)
 
 
 def quote(text: str) -> str:
@@ -91,15 +96,18 @@ def loop(body: str) -> str:
 
 def plant_plugin(where: str, dist: str) -> str:
     """A pytest plugin that passes every test, registered (pytest11 entry point) by a distribution `dist` in `where`."""
-    return (f"mkdir -p {where}/{dist}; printf '[pytest11]\\nt1forge = t1forge_plugin\\n' > {where}/{dist}/entry_points.txt; "
+    return (f"mkdir -p {where}/{dist}; printf '[pytest11]\\nt1forge = t1forge_plugin\\n' > "
+            f"{where}/{dist}/entry_points.txt; "
             f"printf 'Metadata-Version: 2.1\\nName: t1forge\\nVersion: 0\\n' > {where}/{dist}/METADATA; "
-            f"cp {where}/{dist}/METADATA {where}/{dist}/PKG-INFO; printf '%s\\n' {quote(PASS_ALL_PLUGIN)} > {where}/t1forge_plugin.py\n")
+            f"cp {where}/{dist}/METADATA {where}/{dist}/PKG-INFO; printf '%s\\n' {quote(PASS_ALL_PLUGIN)} > "
+            f"{where}/t1forge_plugin.py\n")
 
 
 ATTACKS = {
     "honest_failure": "true\n",
     "rewrite_tests_in_background": FORGERIES + loop("cp /tmp/forged.py /tests/test_outputs.py 2>/dev/null"),
-    "write_reward_txt": "echo 1 > /logs/verifier/reward.txt\n" + loop("echo 200 > /logs/verifier/reward.txt 2>/dev/null"),
+    "write_reward_txt": "echo 1 > /logs/verifier/reward.txt\n" + loop("echo 200 > /logs/verifier/reward.txt "
+                                                                      "2>/dev/null"),
     "forge_junit_and_ctrf": FORGERIES + loop("cp /tmp/forged.xml /logs/verifier/junit.xml 2>/dev/null; "
                                               "cp /tmp/forged.json /logs/verifier/ctrf.json 2>/dev/null"),
     "kill_everything_else": loop("kill -9 -1 2>/dev/null; pkill -9 -u 64999 2>/dev/null"),
@@ -107,8 +115,10 @@ ATTACKS = {
                                  "ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0)\" $p; kill -STOP $p; done"),
     "break_verifier_logs": "rm -rf /logs/verifier; touch /logs/verifier\n",
     # Code left for the verifier to run: a python3 earlier on PATH that writes a reward, a preload.
-    "plant_code_for_the_verifier": "mkdir -p /usr/local/bin 2>/dev/null; printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n'"
-                                   " > /usr/local/bin/python3 2>/dev/null; chmod +x /usr/local/bin/python3 2>/dev/null; "
+    "plant_code_for_the_verifier": "mkdir -p /usr/local/bin 2>/dev/null; printf '#!/bin/sh\\necho 1 > "
+                                   "/logs/verifier/reward.txt\\n'"
+                                   " > /usr/local/bin/python3 2>/dev/null; chmod +x /usr/local/bin/python3 "
+                                   "2>/dev/null; "
                                    "echo /tmp/x.so > /etc/ld.so.preload 2>/dev/null; true\n",
     # Code left in the system for the verifier to load or run (with the copy-on-write root the agent may write
     # anywhere): it prints a forged pass of every declared test. The verifier runs the system as setup left it.
@@ -119,13 +129,16 @@ ATTACKS = {
         replace_with(f"/usr/local/bin/{tool}", forger_sh()) for tool in ("python3", "python", "pytest", "bash", "env")),
     "plant_preloaded_library": (
         f"cat > /tmp/forge.c <<'EOF'\n{PRELOAD_C}EOF\n"
-        "gcc -shared -fPIC -o /usr/lib/libt1forge.so /tmp/forge.c && echo /usr/lib/libt1forge.so > /etc/ld.so.preload\n"),
+        "gcc -shared -fPIC -o /usr/lib/libt1forge.so /tmp/forge.c && echo /usr/lib/libt1forge.so > "
+        "/etc/ld.so.preload\n"),
     "plant_python_startup": "".join(
-        f"mkdir -p {d}; printf %s {quote(FORGER_PY_LINE)} > {d}/t1forge.pth; printf '%s\\n' {quote(FORGER_PY)} > {d}/sitecustomize.py; "
+        f"mkdir -p {d}; printf %s {quote(FORGER_PY_LINE)} > {d}/t1forge.pth; printf '%s\\n' {quote(FORGER_PY)} > "
+        f"{d}/sitecustomize.py; "
         f"cp {d}/sitecustomize.py {d}/usercustomize.py\n" for d in SITE_DIRS)
         + f"printf '\\n%s\\n' {quote(FORGER_PY)} >> /usr/lib/python3.11/os.py\n",
     "plant_pytest_plugin": "".join(
-        f"mkdir -p {d}/t1forge-0.dist-info; printf '[pytest11]\\nt1forge = t1forge_plugin\\n' > {d}/t1forge-0.dist-info/entry_points.txt; "
+        f"mkdir -p {d}/t1forge-0.dist-info; printf '[pytest11]\\nt1forge = t1forge_plugin\\n' > "
+        f"{d}/t1forge-0.dist-info/entry_points.txt; "
         f"printf 'Metadata-Version: 2.1\\nName: t1forge\\nVersion: 0\\n' > {d}/t1forge-0.dist-info/METADATA; "
         f"printf '%s\\n' {quote(PASS_ALL_PLUGIN)} > {d}/t1forge_plugin.py\n" for d in SITE_DIRS),
     "plant_shell_startup": "".join(f"printf '%s\\n' {quote(FORGED_ECHO + 'exit 0')} >> {f}\n" for f in (
@@ -137,10 +150,12 @@ ATTACKS = {
     "shadow_pytest_in_the_workdir": f"mkdir -p /app/_pytest; printf '%s\\n' {quote(FORGER_PY)} > /app/pytest.py; "
                                     f"cp /app/pytest.py /app/pluggy.py; cp /app/pytest.py /app/_pytest/__init__.py\n",
     "steer_pytest_from_the_root": f"printf '%s\\n' {quote(PASS_ALL_PLUGIN)} > /conftest.py; touch /setup.py; "
-                                  "printf '[pytest]\\naddopts = -p no:terminal\\n' > /pytest.ini; cp /conftest.py /tests-conftest.py\n",
+                                  "printf '[pytest]\\naddopts = -p no:terminal\\n' > /pytest.ini; cp /conftest.py "
+                                  "/tests-conftest.py\n",
     "kill_pid_1": "kill -9 1; python3 -c \"import ctypes; print(ctypes.CDLL(None).ptrace(16, 1, 0, 0))\"\n",
     "read_and_plant_tests": "cat /tests/test_outputs.py > /app/stolen.txt; ls /tests >> /app/stolen.txt; "
-                            "printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport():\\n"
+                            "printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef "
+                            "pytest_runtest_makereport():\\n"
                             "    o = yield\\n    o.get_result().outcome = \"passed\"\\n' > /app/conftest.py; "
                             "printf '[pytest]\\naddopts = -p no:terminal\\n' > /app/pytest.ini\n",
     # A pytest plugin registered by a distribution in the working directory (pytest autoloads entry points
@@ -173,7 +188,8 @@ def replays(provider: SandboxProvider) -> bool:
 
 
 FILL_INODES = ("python3 -c 'import os\nos.makedirs(\"/tmp/f\", exist_ok=True)\ni = 0\nwhile True:\n"
-               "    try:\n        open(f\"/tmp/f/{i}\", \"w\").close()\n    except OSError:\n        break\n    i += 1\n'\n")
+               "    try:\n        open(f\"/tmp/f/{i}\", \"w\").close()\n    except OSError:\n        break\n"
+               "    i += 1\n'\n")
 """A solution that fills the sandbox's storage with empty files until it refuses one (its inodes, or its space)."""
 
 
@@ -195,7 +211,8 @@ HARBOR_BASE = "python:3.13-slim-bookworm"
 def harbor_task(root: Path, runner: str, solution: str, base: str = HARBOR_BASE) -> Path:
     (root / "environment").mkdir(parents=True)
     (root / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
-    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[environment]\nallow_internet = false\n')
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[environment]\n'
+                                    'allow_internet = false\n')
     (root / "instruction.md").write_text("Write 42 into /app/answer.txt.\n")
     (root / "tests").mkdir()
     (root / "tests" / "test_outputs.py").write_text(TESTS)

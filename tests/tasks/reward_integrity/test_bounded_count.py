@@ -33,11 +33,13 @@ def test_declared_tests_count_parametrized_cases(tmp_path: Path) -> None:
         "def test_q(): pass\nclass TestK:\n    @pytest.mark.parametrize('y', (1, 2))\n    def test_m(self, y): pass\n"
         "def helper(): pass\n")
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "b_test.py").write_text("import unittest\nclass Case(unittest.TestCase):\n    def test_u(self): pass\n")
+    (tmp_path / "sub" / "b_test.py").write_text("import unittest\nclass Case(unittest.TestCase):\n"
+                                                "    def test_u(self): pass\n")
     declared = declared_tests(tmp_path)
     assert declared == DeclaredTests(frozenset({"test_p", "test_q", "TestK::test_m", "Case::test_u"}), 3 + 1 + 2 + 1)
     found, _ = declared_in_source("import pytest\nVALS = [1, 2]\nN = range(2, 7)\nLATER = []\nLATER = [1]\n"
-                                  "@pytest.mark.parametrize('x', VALS)\n@pytest.mark.parametrize('y', list(N))\ndef test_d(x, y): pass\n"
+                                  "@pytest.mark.parametrize('x', VALS)\n@pytest.mark.parametrize('y', list(N))\n"
+                                  "def test_d(x, y): pass\n"
                                   "@pytest.mark.parametrize('x', range(4))\ndef test_r(x): pass\n"
                                   "@pytest.mark.parametrize('x', [str(i) for i in range(9)])\ndef test_c(x): pass\n"
                                   "@pytest.mark.parametrize('x', LATER)\ndef test_l(x): pass\n")
@@ -47,7 +49,8 @@ def test_declared_tests_count_parametrized_cases(tmp_path: Path) -> None:
 
 def test_a_case_count_the_files_do_not_say_counts_functions(tmp_path: Path) -> None:
     (tmp_path / "test_a.py").write_text("import pytest\nCASES = [str(i) for i in range(6)]\n"
-                                        "@pytest.mark.parametrize('c', CASES)\ndef test_case(c): pass\ndef test_one(): pass\n")
+                                        "@pytest.mark.parametrize('c', CASES)\ndef test_case(c): pass\n"
+                                        "def test_one(): pass\n")
     declared = declared_tests(tmp_path)
     assert declared == DeclaredTests(frozenset({"test_case", "test_one"}), 2, frozenset({"test_case"}))
     forged = tuple(TestResult(f"test_a.py::test_case[{i}]", TestStatus.PASSED) for i in range(100_000))
@@ -58,7 +61,8 @@ def test_a_case_count_the_files_do_not_say_counts_functions(tmp_path: Path) -> N
     report = build_report(VerifierKind.PYTEST, "", {"ctrf.json": ctrf(one_failed)}, exit_code=1, timed_out=False,
                           declared=declared)
     assert (report.passed, report.total, report.tests[0].message) == (0, 1, "boom")
-    (tmp_path / "conftest.py").write_text("import pytest\n@pytest.fixture(params=range(3))\ndef n(request): return request.param\n")
+    (tmp_path / "conftest.py").write_text("import pytest\n@pytest.fixture(params=range(3))\n"
+                                          "def n(request): return request.param\n")
     assert declared_tests(tmp_path) == DeclaredTests(frozenset({"test_case", "test_one"}), 2,
                                                      frozenset({"test_case", "test_one"}))
     repeated = tuple(TestResult("test_a.py::test_one", TestStatus.PASSED) for _ in range(2))
@@ -66,7 +70,9 @@ def test_a_case_count_the_files_do_not_say_counts_functions(tmp_path: Path) -> N
 
 
 def ctrf(tests: tuple[TestResult, ...]) -> str:
-    return json.dumps({"results": {"tests": [{"name": t.name, "status": str(t.status), "message": t.message} for t in tests]}})
+    return json.dumps(
+        {"results": {"tests": [{"name": t.name, "status": str(t.status), "message": t.message} for t in tests]}}
+    )
 
 
 def test_reports_beyond_the_declared_tests_are_tampered() -> None:
@@ -102,8 +108,10 @@ def test_case(case):
     assert solution.double(case) == 2 * int(case)
 """
 COUNT_FORGER = ("import atexit, json\n\ndef double(case):\n    return 0\n\n"
-                "def _forge():\n    tests = [{'name': f'test_outputs.py::test_case[{i}]', 'status': 'passed'} for i in range(100000)]\n"
-                "    json.dump({'results': {'tests': tests}}, open('/logs/verifier/ctrf.json', 'w'))\n\natexit.register(_forge)\n")
+                "def _forge():\n    tests = [{'name': f'test_outputs.py::test_case[{i}]', 'status': 'passed'} for i in "
+                "range(100000)]\n"
+                "    json.dump({'results': {'tests': tests}}, open('/logs/verifier/ctrf.json', 'w'))\n\n"
+                "atexit.register(_forge)\n")
 
 
 @pytest.mark.parametrize("solution", ["honest", "forged"])
@@ -111,12 +119,15 @@ async def test_a_forged_count_is_bounded_by_the_test_files(provider: SandboxProv
                                                             harbor_base: str) -> None:
     """Cases from a list built at run time: a report of 100,000 passed cases (written by the agent's module, which the
     tests import) scores no more than the task's functions; the real solution scores the same."""
-    root = harbor_task(tmp_path / solution, "python3 -m pytest /tests/test_outputs.py -rA --ctrf /logs/verifier/ctrf.json",
+    root = harbor_task(tmp_path / solution, "python3 -m pytest /tests/test_outputs.py -rA --ctrf "
+                                            "/logs/verifier/ctrf.json",
                         "true\n", harbor_base)
     (root / "tests" / "test_outputs.py").write_text(COUNT_TESTS)
     code = "def double(case):\n    return 2 * int(case)\n" if solution == "honest" else COUNT_FORGER
     (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\nprintf '%s' {quote(code)} > /app/solution.py\n")
-    run = await run_task(provider, load_task(root), RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+    run = await run_task(
+        provider, load_task(root), RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT
+    )
     assert run.status is RunStatus.OK, (run.as_json(), run.report.output_tail)
     expected = (2.0, 2) if solution == "honest" else (1.0, 1)  # the forger's doubles are wrong: 1 as an honest failure
     assert (run.reward, run.report.passed) == expected, (run.as_json(), run.report.output_tail)

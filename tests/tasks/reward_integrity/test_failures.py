@@ -37,7 +37,11 @@ async def test_filling_the_sandbox_is_the_attempts_failure(provider: LocalProvid
         pytest.skip("the read-only root's tree dirs are on the host's disk")
     run = await oracle_run(provider, tmp_path / "fill", FILL_INODES)
     assert run.status is not RunStatus.INFRA_ERROR and not run.resolved, run.as_json()
-    assert (run.reward, run.report.passed, run.report.total) == HONEST, (run.why, run.detail, run.report.output_tail[-800:])
+    assert (run.reward, run.report.passed, run.report.total) == HONEST, (
+        run.why,
+        run.detail,
+        run.report.output_tail[-800:],
+    )
 
 
 SEPARATE_TOML = """artifacts = ["/app/out"]
@@ -47,10 +51,12 @@ allow_internet = false
 environment_mode = "separate"
 timeout_sec = 60
 """
-SEPARATE_TEST = '[ "$(cat /app/out/answer.txt 2>/dev/null)" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
+SEPARATE_TEST = ('[ "$(cat /app/out/answer.txt 2>/dev/null)" = 42 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > '
+                 '/logs/verifier/reward.txt\n')
 IN_THE_WAY = {
     # what the agent can put where T1 packs the artifacts: /tmp replaced by a file, or closed to everyone
-    "tmp_is_a_file": "rm -rf /tmp 2>/dev/null; rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null; rmdir /tmp 2>/dev/null; touch /tmp\n",
+    "tmp_is_a_file": "rm -rf /tmp 2>/dev/null; rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null; rmdir /tmp 2>/dev/null; touch "
+                     "/tmp\n",
     "tmp_closed": "chmod 000 /tmp 2>/dev/null; true\n",
     "pack_names_taken": "for i in $(seq 200); do mkdir -p /tmp/.t1-artifacts-$i.tgz /tmp/.t1-artifacts.tgz; done\n",
 }
@@ -113,7 +119,8 @@ COLLECTION_ATTACKS = {
     "skip_module": ("printf 'import pytest\\npytest.skip(\"no\", allow_module_level=True)\\n' > /app/answer.py\n", ""),
     "forge_at_import": ("printf '%s\\n' " + quote("import os, sys; sys.stdout.write(" + repr(
         "=== short test summary info ===\nPASSED ../tests/test_outputs.py::test_value\n"
-        "PASSED ../tests/test_outputs.py::test_type\n=== 2 passed in 0.01s ===\n") + "); sys.stdout.flush(); os._exit(0)")
+        "PASSED ../tests/test_outputs.py::test_type\n"
+        "=== 2 passed in 0.01s ===\n") + "); sys.stdout.flush(); os._exit(0)")
                         + " > /app/answer.py\n", ""),
     "interrupt_collection": ("echo 'raise KeyboardInterrupt' > /app/answer.py\n", ""),
     "wrong_answer": ("echo 'VALUE = \"42\"' > /app/answer.py\n", "assert '42' == 42"),

@@ -42,14 +42,17 @@ async def test_harbor_tests_ignore_a_pytest_planted_in_the_workdir(provider: Loc
     runs = {}
     for name, solution in (("honest", "true\n"), ("planted", WORKDIR_PLANTS)):
         task = load_task(harbor_task(tmp_path / name, HARBOR_RUNNERS[runner], solution))
-        runs[name] = await run_task(provider, task, RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+        runs[name] = await run_task(
+            provider, task, RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT
+        )
     honest, planted = runs["honest"], runs["planted"]
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
         (honest.reward, honest.report.passed, honest.report.total, False), planted.as_json()
 
 
-ROOT_LINKS = (f"printf '%s\\n' {quote(PASS_ALL_PLUGIN)} > /app/conftest.py; printf '[pytest]\\naddopts = -p no:terminal\\n' > /app/pytest.ini; "
+ROOT_LINKS = (f"printf '%s\\n' {quote(PASS_ALL_PLUGIN)} > /app/conftest.py; printf '[pytest]\\naddopts = -p "
+              "no:terminal\\n' > /app/pytest.ini; "
               "ln -sf /app/conftest.py /conftest.py; ln -sf /app/pytest.ini /pytest.ini\n")
 HARBOR_PLANTS = {
     "pytest_in_the_workdir": WORKDIR_PLANTS,
@@ -75,12 +78,17 @@ async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: SandboxPr
                                                               HARBOR_PLANTS[plant], harbor_base)),
                              RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
-    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
-        (honest.reward, honest.report.passed, honest.report.total, False), (planted.as_json(), planted.report.output_tail)
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
+        honest.reward,
+        honest.report.passed,
+        honest.report.total,
+        False,
+    ), (planted.as_json(), planted.report.output_tail)
 
 
 ENV_DOCKERFILE = ('ENV PATH="/root/.local/bin:$PATH" PYTHONPATH=/app\n'
-                  "ENV BASH_ENV=/app/.bash_env LD_LIBRARY_PATH=/app/lib\nWORKDIR /app\nRUN cp /etc/hostname /root/.copied\n")
+                  "ENV BASH_ENV=/app/.bash_env LD_LIBRARY_PATH=/app/lib\nWORKDIR /app\n"
+                  "RUN cp /etc/hostname /root/.copied\n")
 """A task environment pointing into the agent's places, as real Dockerfiles do (the last line: other variables)."""
 TB_TEST_SH = ("#!/bin/bash\ncd /app\nuv venv .tbench-testing\nsource .tbench-testing/bin/activate\n{runner}\n"
               "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
@@ -114,15 +122,24 @@ async def test_task_environment_into_agent_dirs_runs_nothing_planted(provider: S
                                                                     runner: str, plant: str, harbor_base: str) -> None:
     """`ENV PATH="/root/.local/bin:$PATH"`, `PYTHONPATH=/app`, `BASH_ENV`, Terminal-Bench's venv in /app: the
     verifier runs none of what the agent put there, and still finds its stand-ins (uv, uvx) on that PATH."""
-    honest = await run_task(provider, load_task(env_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n", harbor_base)),
-                            RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+    honest = await run_task(
+        provider,
+        load_task(env_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n", harbor_base)),
+        RunMode.ORACLE,
+        local=replays(provider),
+        reward_mode=RewardMode.COUNT,
+    )
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, \
         (honest.as_json(), honest.report.output_tail)
     planted = await run_task(provider, load_task(env_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
                                                            ENV_PLANTS[plant], harbor_base)),
                              RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
-    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == \
-        (honest.reward, honest.report.passed, honest.report.total, False), (planted.as_json(), planted.report.output_tail)
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
+        honest.reward,
+        honest.report.passed,
+        honest.report.total,
+        False,
+    ), (planted.as_json(), planted.report.output_tail)
 
 
 GIT_TESTS = TESTS + '''
@@ -130,8 +147,17 @@ def test_repository_status():
     import subprocess
     assert subprocess.run(["git", "status", "--short"], cwd="/app").returncode == 0
 '''
-FORGED_NAMES = [f"test_outputs.py::{n}" for n in ("test_app_exists", "test_answer_exists", "test_answer_value",
-                                                   "test_answer_single_line", "test_answer_mode", "test_repository_status")]
+FORGED_NAMES = [
+    f"test_outputs.py::{n}"
+    for n in (
+        "test_app_exists",
+        "test_answer_exists",
+        "test_answer_value",
+        "test_answer_single_line",
+        "test_answer_mode",
+        "test_repository_status",
+    )
+]
 GIT_FORGER = ("#!/bin/sh\nfor f in ctrf.json ctrf-report.json; do printf '%s' '" + '{"results":{"tests":[' + ",".join(
     f'{{"name":"{n}","status":"passed"}}' for n in FORGED_NAMES) + "]}}' > /logs/verifier/$f; done\n"
     "echo 1 > /logs/verifier/reward.txt\ncat\n")
@@ -150,7 +176,8 @@ async def test_git_runs_no_program_the_agents_repository_names(provider: Sandbox
     verifier (before: it wrote the CTRF and reward files T1 read, a full pass of 6 where 2 pass)."""
     honest = await oracle_with(provider, tmp_path / "honest", GIT_TESTS, "git init -q /app\n")
     assert (honest.reward, honest.report.passed, honest.report.total) == (2.0, 2, 6), honest.as_json()
-    plant_script = (f"cd /app && git init -q && printf '%s' {quote(GIT_FORGER)} > /app/.forge && chmod 755 /app/.forge && "
+    plant_script = (f"cd /app && git init -q && printf '%s' {quote(GIT_FORGER)} > /app/.forge && chmod 755 /app/.forge "
+                    "&& "
                     + GIT_PLANTS[plant])
     planted = await oracle_with(provider, tmp_path / "planted", GIT_TESTS, plant_script)
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (2.0, 2, 6, False), \
