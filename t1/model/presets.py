@@ -45,9 +45,8 @@ PRESETS: dict[str, ModelPreset] = {
         moe_intermediate_size=64,
         max_position_embeddings=8192,
     ),
-    # Sized for the CPU learning run (examples/local.yaml): about 1.0M parameters
-    # (vocabulary 1,129), a tokenizer that also
-    # knows the tool-call prompt and the curriculum's words, so an episode of it is a few hundred tokens.
+    # Sized for the CPU learning run (examples/local.yaml): about 1.0M parameters (vocabulary 1,129), a tokenizer
+    # that also knows the tool-call prompt and the curriculum's words, so an episode of it is a few hundred tokens.
     "learn": ModelPreset(
         tokenizer_vocab=2048,
         hidden_size=96,
