@@ -190,7 +190,7 @@ async def measure_ending(setup: Setup, work: Path, n: int, turns: int) -> dict[s
     ready = {ep.spec.group_id: ep for ep in eps}
     eps.clear()
 
-    async def run_episode(task: Any, group_id: str, attempt: int) -> Any:
+    async def run_episode(task: Any, group_id: str, attempt: int, options: Any = None) -> Any:
         return await finish(ready.pop(group_id))
 
     runner.run_episode = run_episode  # type: ignore[method-assign]

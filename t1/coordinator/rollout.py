@@ -64,6 +64,25 @@ def sampling_from_config(cfg: T1Config) -> SamplingParams:
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_tokens=s.max_tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class EpisodeOptions:
+    """How one episode is played. The defaults are a demonstration's: the run's format and timeouts, no job, the
+    run's reward mode, transcripts under train/ unless `subdir` says otherwise, nothing persisted.
+
+    The verifiers run after every K-th turn (reward.process_every_k_turns) only when `process_rewards`: the
+    per-turn rewards are a training signal, so evals and demonstrations run only the final verification (a
+    verifier run per turn was most of their wall time)."""
+
+    fmt_name: str = ""                            # the agent format; "" is rollout.agent_format
+    timeout_multiplier: float | None = None       # scales the episode's time limits (an eval job's)
+    job: EvalAttempt | None = None                # the eval attempt this episode plays; None for training
+    reward_mode: RewardMode | None = None         # None is the runner's
+    subdir: str = "train"                         # the transcripts' folder under the run's transcripts dir
+    generate: GenerateFn | None = None            # None: generate_for picks one
+    persist: Callable[[Trajectory], Awaitable[None]] | None = None  # where the finished trajectory goes
+    process_rewards: bool = False
+
+
 @dataclass(slots=True)
 class RolloutStats:
     active: int = 0      # episodes playing now (exports and spooling not included)
@@ -119,26 +138,20 @@ class RolloutRunner:
         self._ending = asyncio.Semaphore(ENDING_SLOTS)
         self._baselines = SharedBaselines() if cfg.reward.shared_baseline else None
 
-    async def run_episode(self, task: TaskSpec, group_id: str, attempt: int, *, fmt_name: str = "",
-                          timeout_multiplier: float | None = None, job: EvalAttempt | None = None,
-                          reward_mode: RewardMode | None = None, subdir: str = "train",
-                          generate: GenerateFn | None = None,
-                          persist: Callable[[Trajectory], Awaitable[None]] | None = None,
-                          process_rewards: bool = False) -> EpisodeResult:
-        """One episode. The verifiers run after every K-th turn (reward.process_every_k_turns) only when
-        `process_rewards`: the per-turn rewards are a training signal, so evals and demonstrations run only the
-        final verification (a verifier run per turn was most of their wall time)."""
-        fmt = get_format(fmt_name or self.cfg.rollout.agent_format)
+    async def run_episode(self, task: TaskSpec, group_id: str, attempt: int,
+                          options: EpisodeOptions = EpisodeOptions()) -> EpisodeResult:
+        """One episode, played as `options` say (a training attempt, an eval attempt, a demonstration)."""
+        fmt = get_format(options.fmt_name or self.cfg.rollout.agent_format)
         # Eval attempts may run again after a restart: each run gets its own id (and transcript).
-        episode_id = f"{group_id}-a{attempt}" + ("" if job is None else f"-{uuid.uuid4().hex[:6]}")
-        limits = EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, timeout_multiplier)
+        episode_id = f"{group_id}-a{attempt}" + ("" if options.job is None else f"-{uuid.uuid4().hex[:6]}")
+        limits = EpisodeLimits.from_config(self.cfg.rollout, self.cfg.reward, options.timeout_multiplier)
         harness = self.cfg.rollout.harness
-        if not process_rewards or harness.command:  # a harness's calls are not turns the verifier can follow
+        if not options.process_rewards or harness.command:  # a harness's calls are not turns the verifier can follow
             limits = replace(limits, process_every_k=None)
         spec = EpisodeSpec(episode_id, task, group_id, attempt, fmt, sampling_from_config(self.cfg), limits,
-                           reward_mode or self._reward_mode)
-        tx_dir = self._transcripts / subdir if self._transcripts is not None else None
-        generate = generate or self._generate_for(job, task, fmt)
+                           options.reward_mode or self._reward_mode)
+        tx_dir = self._transcripts / options.subdir if self._transcripts is not None else None
+        generate = options.generate or self._generate_for(options.job, task, fmt)
         transcript = Transcript(tx_dir, task.id, episode_id, self.faults)
         journal = None
         if harness.command:  # no per-turn journal: a harness process does not outlive its coordinator
@@ -148,10 +161,10 @@ class RolloutRunner:
                                               ports=self._ports, harness=harness, sandboxes=self._sandboxes,
                                               tool_renderers=tools)
         else:
-            journal = None if self.journal is None else self.journal.episode(episode_id, training=job is None)
+            journal = None if self.journal is None else self.journal.episode(episode_id, training=options.job is None)
             episode = Episode(spec, generate, self._acquire, self.renderers[fmt.name], transcript,
                               sandboxes=self._sandboxes, baselines=self._baselines, journal=journal)
-        return await self._played(episode, journal, persist)
+        return await self._played(episode, journal, options.persist)
 
     async def _played(self, episode: Episode, journal: EpisodeJournal | None,
                       persist: Callable[[Trajectory], Awaitable[None]] | None) -> EpisodeResult:
@@ -203,7 +216,8 @@ class RolloutRunner:
 
     async def train_episode(self, task: TaskSpec, group_id: str, attempt: int, spool: Spool) -> EpisodeResult:
         """One training attempt; its trajectory (infra errors too, so the group completes) is spooled."""
-        result = await self.run_episode(task, group_id, attempt, persist=self._spooler(spool), process_rewards=True)
+        options = EpisodeOptions(persist=self._spooler(spool), process_rewards=True)
+        result = await self.run_episode(task, group_id, attempt, options)
         self._tally_training(result)
         return result
 
@@ -264,9 +278,10 @@ class RolloutRunner:
         async def run(a: EvalAttempt) -> AttemptOutcome:
             group = f"eval-{a.job_id}-{a.task.id}"
             # Binary reward for evals: the benchmark's metric; counts stay in passed/total.
-            r = await self.run_episode(a.task, group, a.attempt, fmt_name=a.agent_format,
-                                       timeout_multiplier=a.timeout_multiplier * self.cfg.rollout.timeout_multiplier,
-                                       job=a, reward_mode=RewardMode.BINARY, subdir=f"eval/{a.job_id}")
+            options = EpisodeOptions(fmt_name=a.agent_format,
+                                     timeout_multiplier=a.timeout_multiplier * self.cfg.rollout.timeout_multiplier,
+                                     job=a, reward_mode=RewardMode.BINARY, subdir=f"eval/{a.job_id}")
+            r = await self.run_episode(a.task, group, a.attempt, options)
             return outcome_of(a.task.id, a.attempt, r)
 
         return run

@@ -19,7 +19,7 @@ from t1.agent.scripted import ScriptedPolicy
 from t1.coordinator.jobs import JobRecord
 from t1.coordinator.journal_recovery import Unfinished
 from t1.coordinator.parts import Parts
-from t1.coordinator.rollout import new_group_id
+from t1.coordinator.rollout import EpisodeOptions, new_group_id
 from t1.coordinator.run_state import TrainerSide
 from t1.coordinator.scheduler import ResumeFn
 from t1.coordinator.tasksource import shard_tasks, training_stream
@@ -55,8 +55,8 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
     async def one(task: TaskSpec) -> None:
         async with parts.limiter:
             group = f"demo-{new_group_id(task)}"
-            result = await parts.runner.run_episode(task, group, 0, subdir="demos",
-                                                    generate=scripted.for_episode(task, fmt))
+            result = await parts.runner.run_episode(
+                task, group, 0, EpisodeOptions(subdir="demos", generate=scripted.for_episode(task, fmt)))
             if result.status is not EpisodeStatus.INFRA_ERROR and result.report.resolved:
                 records[task.id] = encode_trajectory(result.trajectory)
 

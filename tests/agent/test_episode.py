@@ -282,7 +282,8 @@ async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: 
 
     cfg = load_config(None, ["rollout.transcripts=false", "rollout.turn_retries=0"])
     runner = rollout.RolloutRunner(cfg, renderers, acquire_from(provider), lambda job, task, fmt: dead, None)
-    results = await asyncio.gather(*(runner.run_episode(task, "g", i, persist=persist) for i in range(6)))
+    options = rollout.EpisodeOptions(persist=persist)
+    results = await asyncio.gather(*(runner.run_episode(task, "g", i, options) for i in range(6)))
     assert sorted(persisted) == sorted(r.trajectory.id for r in results) and len(persisted) == 6
     assert all(r.status is EpisodeStatus.INFRA_ERROR for r in results)
     assert most == 2

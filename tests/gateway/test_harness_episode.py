@@ -15,7 +15,7 @@ from t1.agent.harness import HarnessEpisode
 from t1.agent.transcript import Transcript
 from t1.config.loader import load_config
 from t1.config.rollout import HarnessConfig
-from t1.coordinator.rollout import RolloutRunner
+from t1.coordinator.rollout import EpisodeOptions, RolloutRunner
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams, collect
 from t1.tasks.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
@@ -98,7 +98,7 @@ async def test_rollout_runner_runs_the_configured_harness(tmp_path: Path, provid
     async def generate(req: GenerateRequest) -> GenerateResult:
         return await collect(backend.stream(req))
 
-    result = await runner.run_episode(load_task(echo_task(tmp_path, "x")), "g", 0, generate=generate)
+    result = await runner.run_episode(load_task(echo_task(tmp_path, "x")), "g", 0, EpisodeOptions(generate=generate))
     assert result.status is EpisodeStatus.OK and result.turns == 0 and not result.report.resolved
     assert "hi" in Path(result.transcript).read_text()
     with pytest.raises(ValueError, match=r"rollout\.harness\.command"):
