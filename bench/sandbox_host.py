@@ -35,7 +35,7 @@ from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
 from t1.sandbox.local_host import blocking_dir, new_sandbox_uid
 from t1.sandbox.local_server import LocalSshServer
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.types import Sandbox, SandboxRequest
+from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxRequest
 
 # -- the child process --------------------------------------------------------------------------
 
@@ -107,6 +107,8 @@ def peer_command(argv: list[str], nice: int = 0) -> list[str]:
 
 class HostedProvider:
     """SandboxProvider over a `bench.sandbox_host` child: trees there, real SSH connections here."""
+
+    traits = LOCAL_TRAITS
 
     def __init__(self, root: Path, shell_cfg: ShellConfig, bubblewrap: bool = True,
                  log_file: Path | None = None, nice: int = 0, overlay: bool = False) -> None:

@@ -94,7 +94,7 @@ async def measure(runs: int, rounds: int) -> dict[str, Any]:
     try:
         sandbox = await provider.create(sandbox_request(spec))
         shell = await sandbox.open_shell()
-        provisioned = await provision(shell, spec, local=True)
+        provisioned = await provision(shell, spec, provider.traits)
         await sandbox.end_setup()
         await _round(
             sandbox, spec, provisioned, 3, "inline", INLINE_MAX_BYTES

@@ -36,6 +36,7 @@ from t1.sandbox.types import (
     Sandbox,
     SandboxProvider,
     SandboxRequest,
+    SandboxTraits,
     Shell,
     ShellRole,
 )
@@ -152,6 +153,10 @@ class MeasuredProvider:
     def __init__(self, inner: SandboxProvider, clock: TurnClock, max_creating: int = 16) -> None:
         self.inner, self.clock = inner, clock
         self._creating = asyncio.Semaphore(max_creating)
+
+    @property
+    def traits(self) -> SandboxTraits:
+        return self.inner.traits
 
     async def create(self, request: SandboxRequest) -> Sandbox:
         async with self._creating:

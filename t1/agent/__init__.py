@@ -8,7 +8,7 @@ Modules:
 - episode_verifier.py: an episode's verifier runs (final, every K-th turn, the baseline) in verifier shells
 - resume_point.py: where an unfinished episode's journal lets a restarted coordinator continue it
 - shell_state.py: the agent shell's directory and exported variables, probed per turn and restored in a new shell
-- episode_limits.py: what one episode may do (rollout and reward limits) and its sandboxes' traits
+- episode_limits.py: what one episode may do (rollout and reward limits)
 - formats.py: agent formats: how the policy writes actions (tool calls, Terminus-2 JSON) and how outputs go
   back
 - policy_call.py: one call of the policy for a turn: exact tokens from a GenerateFn, or text from a chat

@@ -39,7 +39,7 @@ from t1.agent.compaction import (
     summary_compacted,
     summary_of,
 )
-from t1.agent.episode_limits import LOCAL_SANDBOXES, EpisodeLimits, SandboxTraits
+from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.episode_types import (
     INFRA_ERRORS,
     EpisodeEnd,
@@ -68,7 +68,7 @@ from t1.inference.types import (
 )
 from t1.metrics import registry as m
 from t1.sandbox.ssh_sandbox import lost_cause
-from t1.sandbox.types import Sandbox, SandboxLost, Shell
+from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxLost, SandboxTraits, Shell
 from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.report import FailureMode, VerifierReport
@@ -86,8 +86,8 @@ from t1.tito.replay import replay
 from t1.trajectory.offload import offload
 from t1.trajectory.types import EpisodeStatus, Trajectory, VerifierSummary
 
-__all__ = ["LOCAL_SANDBOXES", "Episode", "EpisodeEnd", "EpisodeLimits", "EpisodeResult", "EpisodeSpec",
-           "InferenceFailed", "SandboxAcquire", "SandboxTraits", "acquire_from"]
+__all__ = ["Episode", "EpisodeEnd", "EpisodeLimits", "EpisodeResult", "EpisodeSpec", "InferenceFailed",
+           "SandboxAcquire", "acquire_from"]
 
 log = logging.getLogger(__name__)
 _SUMMARY_ASK: Message = {"role": "user", "content": SUMMARY_REQUEST}
@@ -97,7 +97,7 @@ class Episode:
     """Runs one EpisodeSpec with the given generate function, sandbox source and renderer."""
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
-                 transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_SANDBOXES,
+                 transcript: Transcript, *, sandboxes: SandboxTraits = LOCAL_TRAITS,
                  baselines: SharedBaselines | None = None, journal: TurnJournal | None = None,
                  resume: tuple[ResumePoint, Sandbox] | None = None) -> None:
         """`resume`: continue a journaled episode a dead coordinator left at this point, in this (reattached)
@@ -255,7 +255,7 @@ class Episode:
                 return await self._phases(sandbox, shell, provisioned, deadline)
             if self._journal is not None:
                 self._journal.sandbox(id=sandbox.id, record=sandbox.record().to_json())
-            provisioned = await provision(shell, task, local=self._sandboxes.no_images)
+            provisioned = await provision(shell, task, self._sandboxes)
             await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the agent writes
             await shell.run(provisioned.prefix(), 30)
             return await self._phases(sandbox, shell, provisioned, deadline)

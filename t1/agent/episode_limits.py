@@ -1,4 +1,4 @@
-"""What one episode may do: its limits (from the rollout and reward config) and its sandboxes' traits."""
+"""What one episode may do: its limits, made from the rollout and reward config."""
 
 from __future__ import annotations
 
@@ -41,20 +41,3 @@ class EpisodeLimits:
                    summary_max_tokens=c.summary_max_tokens, process_every_k=reward.process_every_k_turns,
                    turn_retries=rollout.turn_retries, setup_retries=rollout.setup_retries,
                    steps_per_loop_tick=rollout.steps_per_loop_tick, bad_reply_penalty=reward.bad_reply_penalty)
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxTraits:
-    """What the episode's sandboxes can do, which decides how a task is set up and verified."""
-
-    no_images: bool  # tasks cannot start from their image: the Dockerfile is replayed in the sandbox
-    offline: bool    # sandboxes never reach the internet: verifiers get no downloads either
-
-    @classmethod
-    def of_provider(cls, provider: str) -> SandboxTraits:
-        """The local provider (bubblewrap over the host's root, no network) has neither images nor internet."""
-        local = provider == "local"
-        return cls(no_images=local, offline=local)
-
-
-LOCAL_SANDBOXES = SandboxTraits.of_provider("local")

@@ -11,11 +11,10 @@ import contextlib
 import time
 
 from t1.agent.baseline import SharedBaselines
-from t1.agent.episode_limits import SandboxTraits
 from t1.agent.episode_types import EpisodeSpec, SandboxAcquire
 from t1.agent.transcript import Transcript
 from t1.metrics import registry as m
-from t1.sandbox.types import Sandbox, SandboxLost, ShellRole
+from t1.sandbox.types import Sandbox, SandboxLost, SandboxTraits, ShellRole
 from t1.tasks.provision import Provisioned
 from t1.tasks.report import VerifierReport
 from t1.tasks.separate import packed_artifacts, run_separate_verifier
@@ -55,7 +54,7 @@ class EpisodeVerifier:
             if phase.verifier.separate is not None:  # Harbor: the tests see only the declared artifacts
                 async with packed_artifacts(vshell, phase.verifier.separate, provisioned) as artifacts:
                     report = await run_separate_verifier(self._acquire, task, phase.verifier, artifacts,
-                                                         local=self._sandboxes.no_images, offline=offline)
+                                                         traits=self._sandboxes, offline=offline)
             else:
                 report = await run_verifier(vshell, phase.verifier, provisioned, offline=offline)
         finally:

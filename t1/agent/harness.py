@@ -22,7 +22,6 @@ import time
 from collections import Counter
 
 from t1.agent.episode import Episode
-from t1.agent.episode_limits import LOCAL_SANDBOXES, SandboxTraits
 from t1.agent.episode_types import EpisodeSpec, InferenceFailed, SandboxAcquire, _End
 from t1.agent.transcript import Transcript
 from t1.config.rollout import HarnessConfig
@@ -31,7 +30,7 @@ from t1.gateway.server import GatewayServer
 from t1.gateway.session import GatewaySession
 from t1.inference.types import GenerateFn
 from t1.sandbox.loopback_port import SandboxPorts
-from t1.sandbox.types import Sandbox, Shell
+from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxTraits, Shell
 from t1.tasks.provision import Provisioned
 from t1.tasks.spec import StepSpec
 from t1.tito import ChatRenderer
@@ -67,7 +66,7 @@ class HarnessEpisode(Episode):
 
     def __init__(self, spec: EpisodeSpec, generate: GenerateFn, acquire: SandboxAcquire, renderer: ChatRenderer,
                  transcript: Transcript, *, ports: SandboxPorts, harness: HarnessConfig,
-                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, tool_renderers: ToolRenderers | None = None) -> None:
+                 sandboxes: SandboxTraits = LOCAL_TRAITS, tool_renderers: ToolRenderers | None = None) -> None:
         super().__init__(spec, generate, acquire, renderer, transcript, sandboxes=sandboxes)
         self._ports = ports
         self._harness = harness

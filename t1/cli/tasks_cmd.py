@@ -83,8 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     async def go() -> list[TaskRun]:
         provider = build_provider(cfg.sandbox, images=EnvironmentBuilder)
         try:
-            return await run_tasks(provider, specs, mode, local=cfg.sandbox.provider == "local",
-                                   concurrency=max(1, args.concurrency), reward_mode=reward_mode, on_result=show)
+            return await run_tasks(provider, specs, mode, concurrency=max(1, args.concurrency),
+                                   reward_mode=reward_mode, on_result=show)
         finally:
             await provider.close()
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from t1.agent.episode_limits import SandboxTraits
 from t1.config.schema import T1Config
 from t1.coordinator.crash import CrashWatch, ExitKind
 from t1.coordinator.evals import EvalJobs
@@ -185,7 +184,7 @@ class Parts:
             sandboxes.acquire,
             router,
             run_dir / "transcripts",
-            sandboxes=SandboxTraits.of_provider(cfg.sandbox.provider),
+            sandboxes=provider.traits,
             journal=journal,
             faults=faults,
             ports=provider if isinstance(provider, SandboxPorts) else None,

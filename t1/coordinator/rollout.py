@@ -18,15 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from t1.agent.baseline import SharedBaselines
-from t1.agent.episode import (
-    LOCAL_SANDBOXES,
-    Episode,
-    EpisodeLimits,
-    EpisodeResult,
-    EpisodeSpec,
-    SandboxAcquire,
-    SandboxTraits,
-)
+from t1.agent.episode import Episode, EpisodeLimits, EpisodeResult, EpisodeSpec, SandboxAcquire
 from t1.agent.formats import AgentFormat, FormatName, get_format
 from t1.agent.harness import HarnessEpisode
 from t1.agent.resume_point import NotResumable, ResumePoint, resume_point
@@ -43,7 +35,7 @@ from t1.inference.types import GenerateFn, SamplingParams
 from t1.metrics import registry as m
 from t1.metrics.write_faults import WriteFaults
 from t1.sandbox.loopback_port import SandboxPorts
-from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord
+from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxGone, SandboxRecord, SandboxTraits
 from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
@@ -117,7 +109,7 @@ class RolloutRunner:
 
     def __init__(self, cfg: T1Config, renderers: Mapping[FormatName, ChatRenderer], acquire: SandboxAcquire,
                  generate_for: GenerateFor, transcripts_dir: Path | None,
-                 sandboxes: SandboxTraits = LOCAL_SANDBOXES, reward_mode: RewardMode | None = None,
+                 sandboxes: SandboxTraits = LOCAL_TRAITS, reward_mode: RewardMode | None = None,
                  journal: Journal | None = None, ports: SandboxPorts | None = None,
                  faults: WriteFaults | None = None) -> None:
         if cfg.rollout.harness.command and ports is None:

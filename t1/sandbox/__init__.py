@@ -1,8 +1,8 @@
 """The sandbox plane: where episodes run their shells.
 
 Modules:
-- types.py: the seams: CommandResult, Shell, Sandbox, SandboxProvider, SandboxRequest, SandboxRecord,
-  SandboxLost, SandboxHostLost, SandboxGone, SweepsUnclaimed
+- types.py: the seams: CommandResult, Shell, Sandbox, SandboxProvider (and its SandboxTraits: images,
+  internet), SandboxRequest, SandboxRecord, SandboxLost, SandboxHostLost, SandboxGone, SweepsUnclaimed
 - factory.py: build_provider(cfg): local, ssh, command or docker
 - pool.py: SandboxPool: bounded, fault-tolerant acquisition from any provider; reattach
 - needs.py: the needs_* reports: what a task needs that this host or provider cannot give

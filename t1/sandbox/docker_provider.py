@@ -53,6 +53,7 @@ from t1.sandbox.run_lease import RunLease
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import (
     BUILT_MARKER,
+    IMAGE_TRAITS,
     Sandbox,
     SandboxGone,
     SandboxRecord,
@@ -220,6 +221,7 @@ class DockerProvider:
     """Sandboxes as containers of a Docker engine, reached through the embedded SSH server."""
 
     survives_coordinator = True
+    traits = IMAGE_TRAITS
 
     def __init__(self, cfg: DockerProviderConfig, shell_cfg: ShellConfig, run_dir: Path | None = None,
                  images: ImageBuilder | None = None) -> None:

@@ -34,7 +34,7 @@ from t1.sandbox.loopback_port import LoopbackPortError, listen_in_namespace
 from t1.sandbox.remote import check_record
 from t1.sandbox.service_client import ServiceClient
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.types import Sandbox, SandboxGone, SandboxLost, SandboxRecord, SandboxRequest
+from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxGone, SandboxLost, SandboxRecord, SandboxRequest
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class LocalBackend(Protocol):
 
 class LocalProvider:
     """The default provider: bubblewrap trees behind an SSH server on 127.0.0.1."""
+
+    traits = LOCAL_TRAITS
 
     def __init__(self, cfg: LocalProviderConfig, shell_cfg: ShellConfig, run_dir: Path | None = None) -> None:
         self.cfg = cfg

@@ -26,7 +26,7 @@ from typing import Any
 from t1.config.sandbox import CommandProviderConfig, ShellConfig, SshHost, SshProviderConfig
 from t1.errors import InfraError
 from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
-from t1.sandbox.types import Sandbox, SandboxGone, SandboxLost, SandboxRecord, SandboxRequest
+from t1.sandbox.types import IMAGE_TRAITS, Sandbox, SandboxGone, SandboxLost, SandboxRecord, SandboxRequest
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class SshProvider:
     """A fixed inventory of hosts; a host serves one sandbox at a time and is reset between tasks."""
 
     survives_coordinator = True
+    traits = IMAGE_TRAITS
 
     def __init__(self, cfg: SshProviderConfig, shell_cfg: ShellConfig) -> None:
         if not cfg.hosts:
@@ -191,6 +192,7 @@ class CommandProvider:
     """Sandboxes made and removed by external commands (cloud CLIs); see deploy/sandbox/."""
 
     survives_coordinator = True
+    traits = IMAGE_TRAITS
 
     def __init__(self, cfg: CommandProviderConfig, shell_cfg: ShellConfig) -> None:
         if not cfg.create:

@@ -166,16 +166,34 @@ class Sandbox(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class SandboxTraits:
+    """What a provider's sandboxes can do, which decides how a task is set up and verified in them."""
+
+    no_images: bool  # tasks cannot start from their image: the Dockerfile is replayed in the sandbox
+    offline: bool    # sandboxes never reach the internet: verifiers get no downloads either
+
+
+LOCAL_TRAITS = SandboxTraits(no_images=True, offline=True)
+"""Trees over the host's root with no network (the local provider): Dockerfiles are replayed, installs are offline."""
+IMAGE_TRAITS = SandboxTraits(no_images=False, offline=False)
+"""Sandboxes that start from the task's image, online where the task allows (docker, ssh, command)."""
+
+
 @runtime_checkable
 class SandboxProvider(Protocol):
     """Creates, destroys and reattaches sandboxes.
 
     `survives_coordinator`: whether a sandbox outlives the coordinator process that created it
     (kill -9 included), so that a restarted coordinator can `reattach` it from its `record()`.
+    `traits`: what its sandboxes can do (images, internet), which decides how tasks are provisioned.
     """
 
     @property
     def survives_coordinator(self) -> bool: ...
+
+    @property
+    def traits(self) -> SandboxTraits: ...
 
     async def create(self, request: SandboxRequest) -> Sandbox: ...
 

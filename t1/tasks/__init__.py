@@ -23,7 +23,7 @@
   decontamination.
 
 Typical episode use (the rollout worker): `req = sandbox_request(spec)`; after creating the sandbox and a
-shell, `prov = await provision(shell, spec)`, then `await sandbox.end_setup()` (the verifier's system is fixed
-there, before the agent acts); start the agent's shell with `prov.prefix()`; at the end
+shell, `prov = await provision(shell, spec, provider.traits)`, then `await sandbox.end_setup()` (the verifier's
+system is fixed there, before the agent acts); start the agent's shell with `prov.prefix()`; at the end
 `report = await run_verifier(verifier_shell, phase.verifier, prov)` and `episode_reward(report, cfg.reward.mode)`.
 """

@@ -141,11 +141,11 @@ async def run_solution(shell: Shell, solution: SolutionSpec, provisioned: Provis
 
 
 async def _verify(provider: SandboxProvider, sandbox: Sandbox, shell: Shell, spec: TaskSpec, phase: StepSpec,
-                  provisioned: Provisioned, local: bool, offline: bool) -> VerifierReport:
+                  provisioned: Provisioned, offline: bool) -> VerifierReport:
     if phase.verifier.separate is not None:
         async with packed_artifacts(shell, phase.verifier.separate, provisioned) as artifacts:
-            return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts, local=local,
-                                               offline=offline)
+            return await run_separate_verifier(fresh_sandbox(provider), spec, phase.verifier, artifacts,
+                                               traits=provider.traits, offline=offline)
     verifier_shell = await sandbox.open_shell(role=ShellRole.VERIFIER)
     try:
         return await run_verifier(verifier_shell, phase.verifier, provisioned, offline=offline)
@@ -162,14 +162,14 @@ class _AfterSolution(Exception):
         self.cause = cause
 
 
-async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpec, mode: RunMode,
-                      local: bool) -> tuple[VerifierReport, str]:
+async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpec, mode: RunMode
+                      ) -> tuple[VerifierReport, str]:
     shell = await sandbox.open_shell()
     acted = False
     try:
-        provisioned = await provision(shell, spec, local=local)
+        provisioned = await provision(shell, spec, provider.traits)
         await sandbox.end_setup()  # the verifier runs the system as setup left it, whatever the solution writes
-        offline = local or not spec.environment.allow_internet
+        offline = provider.traits.offline or not spec.environment.allow_internet
         done: list[tuple[StepSpec, VerifierReport]] = []
         solution_problem = ""
         phases = spec.phases()
@@ -181,7 +181,7 @@ async def _run_phases(provider: SandboxProvider, sandbox: Sandbox, spec: TaskSpe
                 problem = await run_solution(shell, phase.solution, provisioned,
                                              phase.agent_timeout_sec or spec.agent_timeout_sec, offline=offline)
                 solution_problem = solution_problem or (f"{phase.name}: {problem}" if problem else "")
-            report = await _verify(provider, sandbox, shell, spec, phase, provisioned, local, offline)
+            report = await _verify(provider, sandbox, shell, spec, phase, provisioned, offline)
             done.append((phase, report))
             if not passes_gate(report, phase.min_reward):
                 break
@@ -214,10 +214,10 @@ def _status(mode: RunMode, spec: TaskSpec, report: VerifierReport, solution_prob
 
 
 async def run_task(
-    provider: SandboxProvider, spec: TaskSpec, mode: RunMode, *, local: bool = True,
-    reward_mode: RewardMode = RewardMode.COUNT,
+    provider: SandboxProvider, spec: TaskSpec, mode: RunMode, *, reward_mode: RewardMode = RewardMode.COUNT,
 ) -> TaskRun:
-    """Run one task in a fresh sandbox (oracle: solution then verifiers; verify: verifiers only)."""
+    """Run one task in a fresh sandbox (oracle: solution then verifiers; verify: verifiers only), set up as the
+    provider's traits say."""
     status: RunStatus | None = None
     detail = setup_output = ""
     report = VerifierReport()
@@ -238,7 +238,7 @@ async def run_task(
         return TaskRun(spec.id, mode, RunStatus.INFRA_ERROR, VerifierReport(failure_mode=FailureMode.INFRA_ERROR),
                        0.0, f"crash:{type(exc).__name__}: {exc}")
     try:
-        report, detail = await _run_phases(provider, sandbox, spec, mode, local)
+        report, detail = await _run_phases(provider, sandbox, spec, mode)
     except _AfterSolution as exc:
         failure = attempt_failure(exc.cause, agent_acted=True) or FailureMode.SANDBOX_DIED
         status, detail, report = (
@@ -270,8 +270,8 @@ async def run_task(
 
 
 async def run_tasks(
-    provider: SandboxProvider, specs: Sequence[TaskSpec], mode: RunMode, *, local: bool = True,
-    concurrency: int = 2, reward_mode: RewardMode = RewardMode.COUNT,
+    provider: SandboxProvider, specs: Sequence[TaskSpec], mode: RunMode, *, concurrency: int = 2,
+    reward_mode: RewardMode = RewardMode.COUNT,
     on_result: Callable[[TaskRun], None] | None = None,
 ) -> list[TaskRun]:
     """Run many tasks, at most `concurrency` at a time; `on_result` sees each as it finishes; returns input order."""
@@ -279,7 +279,7 @@ async def run_tasks(
 
     async def one(spec: TaskSpec) -> TaskRun:
         async with gate:
-            run = await run_task(provider, spec, mode, local=local, reward_mode=reward_mode)
+            run = await run_task(provider, spec, mode, reward_mode=reward_mode)
         if on_result is not None:
             on_result(run)
         return run

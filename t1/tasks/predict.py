@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from t1.sandbox.needs import Need, NeedKind, NeedsError
+from t1.sandbox.types import LOCAL_TRAITS, SandboxTraits
 from t1.tasks import offline_pkgs
 from t1.tasks.context_files import host_copy
 from t1.tasks.dockerplan import DockerPlan, build_plan, plan_or_none
@@ -53,9 +54,9 @@ def _feature_needs(env: EnvironmentSpec, where: str) -> list[Need]:
     return needs
 
 
-def _environment_needs(env: EnvironmentSpec, where: str, local: bool) -> list[Need]:
+def _environment_needs(env: EnvironmentSpec, where: str, traits: SandboxTraits) -> list[Need]:
     needs = _feature_needs(env, where) + _compose_needs(env.compose_file)
-    if env.dockerfile is not None and local:
+    if env.dockerfile is not None and traits.no_images:
         try:
             plan = build_plan(env.dockerfile)
         except NeedsError as exc:
@@ -63,20 +64,20 @@ def _environment_needs(env: EnvironmentSpec, where: str, local: bool) -> list[Ne
         else:
             entry = entrypoint_need(plan, env.dockerfile.parent)
             needs += [entry] if entry is not None else []
-    elif local and env.docker_image and env.dockerfile is None:
+    elif traits.no_images and env.docker_image and env.dockerfile is None:
         needs.append(Need(NeedKind.IMAGE, f"{where}.docker_image {env.docker_image}: no Dockerfile to replay "
                                           "in a local sandbox"))
     return needs
 
 
-def static_needs(spec: TaskSpec, *, local: bool = True) -> list[Need]:
-    """What stops the task before any package is installed (empty when nothing does)."""
-    needs = _environment_needs(spec.environment, "environment", local)
+def static_needs(spec: TaskSpec, *, traits: SandboxTraits = LOCAL_TRAITS) -> list[Need]:
+    """What stops the task in sandboxes of `traits` before any package is installed (empty when nothing does)."""
+    needs = _environment_needs(spec.environment, "environment", traits)
     for phase in spec.phases():
         separate = phase.verifier.separate
         if separate is not None:
-            needs += _environment_needs(separate.environment, "verifier.environment", local)
-    missing = missing_test_imports(spec) if local else []  # another provider's image is not this host
+            needs += _environment_needs(separate.environment, "verifier.environment", traits)
+    missing = missing_test_imports(spec) if traits.no_images else []  # another provider's image is not this host
     if missing:
         needs.append(Need(NeedKind.NETWORK, f"verifier: the tests import {', '.join(missing)}, which this host does "
                                             "not have and the task does not install (the sandbox is offline)"))

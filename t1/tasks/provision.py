@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from t1.sandbox.needs import NeedsImageError, raise_need
-from t1.sandbox.types import BUILT_MARKER, SandboxRequest, Shell
+from t1.sandbox.types import BUILT_MARKER, SandboxRequest, SandboxTraits, Shell
 from t1.tasks.dockerplan import ReplayStep, build_plan
 from t1.tasks.entrypoint import start_entrypoint
 from t1.tasks.predict import static_needs
@@ -93,26 +93,26 @@ async def run_healthcheck(shell: Shell, hc: Healthcheck, prefix: str) -> None:
     raise SetupError(f"healthcheck {hc.command!r} failed {hc.retries} time(s): {last}")
 
 
-async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline: bool | None = None) -> Provisioned:
-    """Make the sandbox match the task's environment; returns how the agent's shells must start.
-
-    `offline` (default: local, or the task denies internet) puts the installer stand-ins on PATH for RUN lines.
-    """
+async def provision(shell: Shell, spec: TaskSpec, traits: SandboxTraits) -> Provisioned:
+    """Make the sandbox (its provider's `traits`) match the task's environment; returns how the agent's shells
+    must start. Offline sandboxes, or a task that denies internet, get the installer stand-ins on PATH for RUN
+    lines."""
     env = spec.environment
-    for need in static_needs(spec, local=local):
+    replays = traits.no_images  # no image: the Dockerfile is replayed in the sandbox, whose tools are the host's
+    for need in static_needs(spec, traits=traits):
         raise_need(need)
-    if local and (broken := uncollectable(spec)):  # the task's own test files: its error, before the agent acts
+    if replays and (broken := uncollectable(spec)):  # the task's own test files: its error, before the agent acts
         raise SetupError(broken)
-    offline = (local or not env.allow_internet) if offline is None else offline
+    offline = traits.offline or not env.allow_internet
     workdir: str | None = env.workdir
     docker_env: Env = ()
     user = spec.agent_user
     plan = None
-    built = None if local or env.dockerfile is None or env.docker_image else await built_image(shell)
+    built = None if replays or env.dockerfile is None or env.docker_image else await built_image(shell)
     if built is not None:  # the provider built the Dockerfile into the sandbox's image: nothing to replay
         workdir, user = workdir or built.get("workdir") or None, user or built.get("user") or None
         docker_env = tuple((str(k), str(v)) for k, v in dict(built.get("env") or {}).items())
-    elif env.dockerfile is not None and (local or not env.docker_image):
+    elif env.dockerfile is not None and (replays or not env.docker_image):
         plan = build_plan(env.dockerfile)
         stand_ins = offline and bool(plan.run_lines())
         if stand_ins:
@@ -122,7 +122,7 @@ async def provision(shell: Shell, spec: TaskSpec, *, local: bool = True, offline
         if stand_ins:
             await remove_stand_ins(shell)
         workdir, docker_env, user = workdir or plan.workdir, plan.env, user or plan.user
-    elif local and env.docker_image and env.dockerfile is None:
+    elif replays and env.docker_image and env.dockerfile is None:
         raise NeedsImageError(f"task {spec.id} runs in image {env.docker_image} and has no Dockerfile to replay "
                               "locally")
     workdir = workdir or "/app"

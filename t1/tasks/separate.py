@@ -25,7 +25,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, Shell, ShellRole
+from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, SandboxTraits, Shell, ShellRole
 from t1.tasks.outcome import T1Fault
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
 from t1.tasks.report import VerifierReport
@@ -87,7 +87,8 @@ def fresh_sandbox(provider: SandboxProvider) -> Acquire:
 
 
 async def run_separate_verifier(
-    acquire: Acquire, spec: TaskSpec, verifier: VerifierSpec, artifacts: Path, *, local: bool, offline: bool,
+    acquire: Acquire, spec: TaskSpec, verifier: VerifierSpec, artifacts: Path, *, traits: SandboxTraits,
+    offline: bool,
 ) -> VerifierReport:
     """Build the verifier's own sandbox, hand it the artifacts (the host's pack file, streamed), run
     tests/setup.sh and the verifier there."""
@@ -99,7 +100,7 @@ async def run_separate_verifier(
         shell = await sandbox.open_shell()
         try:
             try:
-                provisioned = await provision(shell, vspec, local=local)
+                provisioned = await provision(shell, vspec, traits)
             except SetupError as exc:
                 raise VerifierEnvironmentError(f"the separate verifier's environment: {exc}", exc.output_tail) from exc
             await sandbox.end_setup()  # the artifacts are the agent's: data for the tests, never their system

@@ -17,6 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from t1.sandbox.needs import Need
+from t1.sandbox.types import LOCAL_TRAITS, SandboxTraits
 from t1.tasks.dockerplan import plan_or_none
 from t1.tasks.predict import package_needs, static_needs
 from t1.tasks.spec import TaskParseError, TaskSpec
@@ -65,19 +66,19 @@ def _notes(spec: TaskSpec) -> list[str]:
     return notes
 
 
-def check_task(spec: TaskSpec, path: str, *, local: bool = True) -> TaskCheck:
-    """Predict what will stop a parsed task here (see the module docstring)."""
-    needs = tuple(dict.fromkeys([*static_needs(spec, local=local), *package_needs(spec)]))
+def check_task(spec: TaskSpec, path: str, *, traits: SandboxTraits = LOCAL_TRAITS) -> TaskCheck:
+    """Predict what will stop a parsed task in sandboxes of `traits` (see the module docstring)."""
+    needs = tuple(dict.fromkeys([*static_needs(spec, traits=traits), *package_needs(spec)]))
     problems = tuple(f"{p.name}: no reference solution (solution/solve.sh or solution.sh)"
                      for p in spec.phases() if p.solution is None)
-    broken = uncollectable(spec) if local else ""
+    broken = uncollectable(spec) if traits.no_images else ""
     status = CheckStatus.MALFORMED if broken else CheckStatus.WILL_NOT_RUN if needs else \
         CheckStatus.INCOMPLETE if problems else CheckStatus.OK
     return TaskCheck(path=path, status=status, task=spec.id, format=str(spec.format), steps=len(spec.phases()),
                      needs=needs, problems=problems, notes=tuple(_notes(spec)), error=broken)
 
 
-def check_folder(path: Path, *, local: bool = True) -> TaskCheck:
+def check_folder(path: Path, *, traits: SandboxTraits = LOCAL_TRAITS) -> TaskCheck:
     """Load and check one task folder; a parse error is a malformed check, not an exception."""
     from t1.tasks.dataset import load_task
 
@@ -85,5 +86,5 @@ def check_folder(path: Path, *, local: bool = True) -> TaskCheck:
         spec = load_task(path)
     except TaskParseError as exc:
         return TaskCheck(path=str(path), status=CheckStatus.MALFORMED, error=str(exc))
-    return check_task(spec, str(path), local=local)
+    return check_task(spec, str(path), traits=traits)
 

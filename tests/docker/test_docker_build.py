@@ -149,7 +149,7 @@ async def test_failed_build_is_a_setup_report_with_the_log_tail(dockerd: Private
     (task / "environment" / "Dockerfile").write_text(f"FROM {ubuntu}\nRUN echo t1-broken-step && exit 3\n")
     provider = DockerProvider(docker_config(dockerd), ShellConfig(), images=EnvironmentBuilder)
     try:
-        run = await run_task(provider, load_task(task), RunMode.ORACLE, local=False)
+        run = await run_task(provider, load_task(task), RunMode.ORACLE)
     finally:
         await provider.close()
     assert run.status is RunStatus.SETUP_FAILED and not run.resolved, run.as_json()

@@ -55,7 +55,7 @@ async def test_replay_honours_arg_env_workdir_user_shell_heredoc(provider: Local
     sandbox = await provider.create(sandbox_request(spec))
     try:
         shell = await sandbox.open_shell()
-        prov = await provision(shell, spec)
+        prov = await provision(shell, spec, provider.traits)
         assert prov.workdir == "/app" and prov.user == "root"
         # the image's environment (T1's table), then ENV; ARG is gone
         assert dict(prov.env) == {**dict(image_env("ghcr.io/laude-institute/t-bench/ubuntu-24-04")),
@@ -110,11 +110,11 @@ async def test_user_switches_or_names_the_line(provider: LocalProvider, tmp_path
         shell = await sandbox.open_shell()
         can_switch = (await shell.run("runuser -u nobody -- true && echo yes", 30)).output.strip() == "yes"
         if can_switch:
-            prov = await provision(shell, spec)
+            prov = await provision(shell, spec, provider.traits)
             assert prov.user == "nobody" and (await shell.run("cat /tmp/who")).output.strip() == "nobody"
         else:
             try:
-                await provision(shell, spec)
+                await provision(shell, spec, provider.traits)
                 raise AssertionError("provision ran RUN as nobody in a sandbox that cannot switch users")
             except SetupError as exc:
                 assert str(exc).startswith("Dockerfile line 3: RUN id -un > /tmp/who: exit code 1: "), exc

@@ -97,7 +97,7 @@ async def test_dockerfile_replay_and_checkpoint_verifier(provider: LocalProvider
     sandbox = await provider.create(sandbox_request(spec))
     try:
         shell = await sandbox.open_shell()
-        provisioned = await provision(shell, spec)
+        provisioned = await provision(shell, spec, provider.traits)
         assert provisioned.workdir == "/app" and ("DATA_FILE", "/app/sales.csv") in provisioned.env
         listing = await shell.run("ls /app /app/out && cat /app/sales.csv | wc -l")
         assert "sales.csv" in listing.output and listing.output.split()[-1] == "6"

@@ -14,7 +14,6 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxProvider
 from t1.tasks.dataset import load_task
 from t1.tasks.oracle import RunMode, TaskRun, run_task
@@ -179,12 +178,7 @@ async def oracle_run(provider: SandboxProvider, root: Path, solution: str) -> Ta
     """The attack task's oracle run, offline (no attack needs the internet; the docker suite runs these too)."""
     spec = load_task(attack_task(root, solution))
     spec = replace(spec, environment=replace(spec.environment, allow_internet=False))
-    return await run_task(provider, spec, RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
-
-
-def replays(provider: SandboxProvider) -> bool:
-    """Whether the provider replays a task's Dockerfile (local) or builds its image (docker)."""
-    return isinstance(provider, LocalProvider)
+    return await run_task(provider, spec, RunMode.ORACLE, reward_mode=RewardMode.COUNT)
 
 
 FILL_INODES = ("python3 -c 'import os\nos.makedirs(\"/tmp/f\", exist_ok=True)\ni = 0\nwhile True:\n"
@@ -229,4 +223,4 @@ async def oracle_with(provider: SandboxProvider, root: Path, tests: str, solutio
     (task / "tests" / "test_outputs.py").write_text(tests)
     spec = load_task(task)
     spec = replace(spec, environment=replace(spec.environment, allow_internet=False))
-    return await run_task(provider, spec, RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+    return await run_task(provider, spec, RunMode.ORACLE, reward_mode=RewardMode.COUNT)

@@ -21,7 +21,6 @@ from t1.tasks.verifier import build_report
 from tasks.reward_integrity.attacks import (
     harbor_task,
     quote,
-    replays,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -126,7 +125,7 @@ async def test_a_forged_count_is_bounded_by_the_test_files(provider: SandboxProv
     code = "def double(case):\n    return 2 * int(case)\n" if solution == "honest" else COUNT_FORGER
     (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\nprintf '%s' {quote(code)} > /app/solution.py\n")
     run = await run_task(
-        provider, load_task(root), RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT
+        provider, load_task(root), RunMode.ORACLE, reward_mode=RewardMode.COUNT
     )
     assert run.status is RunStatus.OK, (run.as_json(), run.report.output_tail)
     expected = (2.0, 2) if solution == "honest" else (1.0, 1)  # the forger's doubles are wrong: 1 as an honest failure

@@ -28,7 +28,6 @@ from tasks.reward_integrity.attacks import (
     plant_plugin,
     quote,
     replace_with,
-    replays,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
@@ -43,7 +42,7 @@ async def test_harbor_tests_ignore_a_pytest_planted_in_the_workdir(provider: Loc
     for name, solution in (("honest", "true\n"), ("planted", WORKDIR_PLANTS)):
         task = load_task(harbor_task(tmp_path / name, HARBOR_RUNNERS[runner], solution))
         runs[name] = await run_task(
-            provider, task, RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT
+            provider, task, RunMode.ORACLE, reward_mode=RewardMode.COUNT
         )
     honest, planted = runs["honest"], runs["planted"]
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
@@ -73,10 +72,10 @@ async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: SandboxPr
     """Plugins registered by a distribution in /app, links at / to the agent's conftest or ini: an honest failure."""
     honest = await run_task(provider, load_task(harbor_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n",
                                                              harbor_base)),
-                            RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+                            RunMode.ORACLE, reward_mode=RewardMode.COUNT)
     planted = await run_task(provider, load_task(harbor_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
                                                               HARBOR_PLANTS[plant], harbor_base)),
-                             RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+                             RunMode.ORACLE, reward_mode=RewardMode.COUNT)
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
         honest.reward,
@@ -126,14 +125,13 @@ async def test_task_environment_into_agent_dirs_runs_nothing_planted(provider: S
         provider,
         load_task(env_task(tmp_path / "honest", HARBOR_RUNNERS[runner], "true\n", harbor_base)),
         RunMode.ORACLE,
-        local=replays(provider),
         reward_mode=RewardMode.COUNT,
     )
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, \
         (honest.as_json(), honest.report.output_tail)
     planted = await run_task(provider, load_task(env_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
                                                            ENV_PLANTS[plant], harbor_base)),
-                             RunMode.ORACLE, local=replays(provider), reward_mode=RewardMode.COUNT)
+                             RunMode.ORACLE, reward_mode=RewardMode.COUNT)
     assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
         honest.reward,
         honest.report.passed,
