@@ -21,7 +21,8 @@ Modules:
 - trainer_link.py: the spool streamed to TrainerService.PushTrajectories, acks applied by id
 - weights.py: weight sync: follow the trainer's versions, every inference server loads each one
 - service.py: CoordinatorService: the gRPC face of eval jobs and run status
-- eval_request.py: SubmitEvalRequest checked against config limits (RequestError naming the field)
+- eval_request.py: EvalRequest (an eval job as asked), its SubmitEvalRequest form, and its checks against
+  config limits (RequestError naming the field)
 - evals.py: eval jobs: every (task, attempt) once, each result recorded as it lands, resumed after a crash
 - jobs.py: the eval job store (SQLite): jobs and every finished attempt
 - report.py: the end-of-run report on the console: solve rates with intervals, per family; SFT curve; fidelity

@@ -27,11 +27,14 @@ from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
 from t1.coordinator.crash import CLEAN_EXIT, ExitKind, PreviousExit
 from t1.coordinator.eval_request import (
+    EvalRequest,
     agent_format_of,
     check_job_size,
     check_submit,
     check_tasks,
     openai_endpoint,
+    request_bytes,
+    stored_request,
 )
 from t1.coordinator.jobs import JobRecord, JobState, JobStore
 from t1.evals.results import AttemptOutcome, JobSummaryValues, summary_of
@@ -39,7 +42,6 @@ from t1.metrics.write_faults import WriteFaults
 from t1.rpc.errors import NotFound, RequestError, ResourceExhausted
 from t1.tasks.spec import TaskSpec
 from t1.trajectory.types import EpisodeStatus
-from t1.v1 import coordinator_pb2 as pb
 from t1.workdir import StorageError
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,7 @@ class EvalJobs:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def submit(self, req: pb.SubmitEvalRequest) -> JobRecord:
+    async def submit(self, req: EvalRequest) -> JobRecord:
         """Check, resolve tasks, store, and start; bad requests raise RequestError naming the field, a job past
         the bounds on what the coordinator holds ResourceExhausted naming the bound."""
         check_submit(req, self.limits)
@@ -134,7 +136,7 @@ class EvalJobs:
             raise RequestError(f"tasks: {req.tasks!r} has no tasks")
         check_job_size(len(tasks), req.attempts, self.limits)
         check_tasks(tasks, self.limits)
-        record = await asyncio.to_thread(self.store.create_job, req.name, req.SerializeToString(),
+        record = await asyncio.to_thread(self.store.create_job, req.name, request_bytes(req),
                                          [t.id for t in tasks], req.attempts)
         self._start(record, tasks, finished=0)
         log.info("eval job %s: %d tasks x %d attempts from %s", record.job_id, len(tasks), req.attempts, req.tasks)
@@ -171,7 +173,7 @@ class EvalJobs:
 
     def _reload(self, record: JobRecord) -> list[TaskSpec]:
         """The job's tasks again, after the same checks a new submission gets (limits may have changed)."""
-        req = pb.SubmitEvalRequest.FromString(record.request)
+        req = stored_request(record.request)
         check_submit(req, self.limits)
         check_job_size(len(record.task_ids), record.attempts_per_task, self.limits)
         tasks = self._resolve(req.tasks, list(record.task_ids))
@@ -297,7 +299,7 @@ class EvalJobs:
 
     async def _run_attempts(self, live: _Live) -> None:
         record = live.record
-        req = pb.SubmitEvalRequest.FromString(record.request)
+        req = stored_request(record.request)
         done = await asyncio.to_thread(self.store.finished_keys, record.job_id)
         todo = self._todo(live, req, done)
         await self._set_state(record.job_id, JobState.RUNNING)
@@ -322,7 +324,7 @@ class EvalJobs:
                  summary.resolve_rate, summary.num_tasks, summary.infra_errors)
         self._emit(live, summary=summary)
 
-    def _todo(self, live: _Live, req: pb.SubmitEvalRequest, done: set[tuple[str, int]]) -> Iterator[EvalAttempt]:
+    def _todo(self, live: _Live, req: EvalRequest, done: set[tuple[str, int]]) -> Iterator[EvalAttempt]:
         """The job's unfinished attempts, made one at a time as workers ask for them."""
         r = live.record
         endpoint = openai_endpoint(req)
@@ -331,7 +333,7 @@ class EvalJobs:
             for a in range(r.attempts_per_task):
                 if (tid, a) not in done:
                     yield EvalAttempt(r.job_id, live.tasks[tid], a, fmt, req.timeout_multiplier or 1.0,
-                                      tuple(req.inference_endpoints), openai=endpoint)
+                                      req.inference_endpoints, openai=endpoint)
 
     async def _worker(self, live: _Live, todo: Iterator[EvalAttempt]) -> None:
         for spec in todo:  # workers share one iterator: each attempt is taken once

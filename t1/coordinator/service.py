@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from t1.coordinator.eval_request import check_text
+from t1.coordinator.eval_request import check_text, request_of
 from t1.coordinator.evals import EvalJobs, JobUpdate
 from t1.coordinator.jobs import JobRecord, JobState
 from t1.evals.results import AttemptOutcome, JobSummaryValues
@@ -67,7 +67,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServiceServicer):
 
     @rpc_errors
     async def SubmitEval(self, request: pb.SubmitEvalRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:
-        return await self._job_pb(await self._jobs.submit(request))
+        return await self._job_pb(await self._jobs.submit(request_of(request)))
 
     @rpc_errors
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.EvalJob:

@@ -16,6 +16,7 @@ from typing import Any
 
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
+from t1.coordinator.eval_request import EvalRequest
 from t1.coordinator.jobs import JobRecord
 from t1.coordinator.journal_recovery import Unfinished
 from t1.coordinator.parts import Parts
@@ -29,7 +30,6 @@ from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
 from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus
-from t1.v1 import coordinator_pb2 as cpb
 from t1.view.learning_png import PNG_NAME, write_learning_png
 
 log = logging.getLogger(__name__)
@@ -71,9 +71,7 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
 
 async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) -> JobRecord:
     """The eval job of one set (label: base | warm_start | rl, or sft-N for a validation eval during SFT)."""
-    record = await parts.evals.submit(
-        cpb.SubmitEvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}")
-    )
+    record = await parts.evals.submit(EvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}"))
     log.info("eval %s on %s: job %s (%d attempts)", label, set_name, record.job_id, record.total_attempts)
     return record
 

@@ -17,11 +17,13 @@ from t1.cli.main import main as t1_main
 from t1.config.limits import RequestLimits
 from t1.config.service import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
+from t1.coordinator.eval_request import EvalRequest, OpenAIEndpointRequest, request_bytes, request_of, stored_request
 from t1.coordinator.evals import EvalAttempt, EvalJobs
 from t1.coordinator.jobs import JobState, JobStore
 from t1.coordinator.service import CoordinatorServicer
 from t1.coordinator.tasksource import make_resolver
 from t1.evals.results import AttemptOutcome, summarize, summary_of
+from t1.rpc.errors import RequestError
 from t1.rpc.server import GrpcServer
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import coordinator_pb2 as pb
@@ -196,6 +198,23 @@ def test_tally_summary_equals_the_attempt_summary(tmp_path: Path) -> None:
         store.record_attempt(rec.job_id, o)
     assert summary_of(store.tallies(rec.job_id), 3, 16) == summarize(outs, 3)
     store.close()
+
+
+def test_the_stored_request_is_the_submitted_protobuf() -> None:
+    """EvalJobs takes an EvalRequest; jobs.db keeps storing the SubmitEvalRequest bytes a client sent, so rows that
+    earlier coordinators wrote read back, and GetJob echoes the same request."""
+    msg = pb.SubmitEvalRequest(tasks="set", attempts=3, concurrency=2, inference_endpoints=["a:1"],
+                               timeout_multiplier=1.5, agent_format=pb.AGENT_FORMAT_TERMINUS2, name="n",
+                               task_ids=["t1", "t2"])
+    req = request_of(msg)
+    assert req == EvalRequest(tasks="set", attempts=3, name="n", task_ids=("t1", "t2"), concurrency=2,
+                              timeout_multiplier=1.5, agent_format="terminus2", inference_endpoints=("a:1",))
+    assert request_bytes(req) == msg.SerializeToString() and stored_request(msg.SerializeToString()) == req
+    chat = pb.SubmitEvalRequest(tasks="set", attempts=1, openai_endpoint=pb.OpenAIEndpoint(base_url="u", model="m"))
+    assert request_of(chat).openai_endpoint == OpenAIEndpointRequest(base_url="u", model="m")
+    assert request_bytes(request_of(chat)) == chat.SerializeToString()
+    with pytest.raises(RequestError, match="agent_format: unknown value 9"):
+        request_of(pb.SubmitEvalRequest(tasks="set", attempts=1, agent_format=9))  # type: ignore[arg-type]
 
 
 def test_no_model_version_field_that_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ import pytest
 from t1.cli.main import main as t1_main
 from t1.config.service import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
+from t1.coordinator.eval_request import EvalRequest
 from t1.coordinator.evals import EvalAttempt, EvalJobs
 from t1.coordinator.jobs import JobStore
 from t1.coordinator.service import CoordinatorServicer
@@ -134,7 +135,7 @@ async def test_resume_runs_only_unfinished_attempts(tmp_path: Path, task_root: P
     store = JobStore(tmp_path / "jobs.db")
     first = ParityRunner(delay_s=0.3)
     jobs = EvalJobs(store, make_resolver(TasksConfig()), first, default_concurrency=3)
-    record = await jobs.submit(pb.SubmitEvalRequest(tasks=str(task_root), attempts=2))
+    record = await jobs.submit(EvalRequest(tasks=str(task_root), attempts=2))
     while len(store.finished_keys(record.job_id)) < 3:
         await asyncio.sleep(0.05)
     await jobs.close()  # a shutdown mid-job: the job stays running in the store

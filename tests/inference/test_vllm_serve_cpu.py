@@ -35,6 +35,7 @@ from t1.agent.formats import FormatName, get_format  # noqa: E402
 from t1.agent.transcript import Transcript  # noqa: E402
 from t1.config.inference import InferencePoolConfig  # noqa: E402
 from t1.config.loader import load_config  # noqa: E402
+from t1.coordinator.eval_request import EvalRequest, OpenAIEndpointRequest  # noqa: E402
 from t1.coordinator.evals import EvalJobs  # noqa: E402
 from t1.coordinator.generate_router import GenerateRouter  # noqa: E402
 from t1.coordinator.jobs import JobState, JobStore  # noqa: E402
@@ -45,7 +46,6 @@ from t1.inference.types import GenerateRequest, SamplingParams  # noqa: E402
 from t1.tasks.dataset import load_task  # noqa: E402
 from t1.tito import ChatRenderer  # noqa: E402
 from t1.trajectory.types import EpisodeStatus  # noqa: E402
-from t1.v1 import coordinator_pb2 as pb  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -150,9 +150,8 @@ async def test_eval_job_over_the_chat_api_is_scored_and_never_an_infra_error(ser
     runner = RolloutRunner(cfg, vllm_renderers, acquire_from(provider), router, None)
     jobs = EvalJobs(JobStore(tmp_path / "jobs.db"), make_resolver(cfg.tasks), runner.as_attempt_runner(), 1)
     try:
-        job = await jobs.submit(pb.SubmitEvalRequest(
-            tasks=str(_task(tmp_path).parent), attempts=1,
-            openai_endpoint=pb.OpenAIEndpoint(base_url=server, model="tiny")))
+        job = await jobs.submit(EvalRequest(tasks=str(_task(tmp_path).parent), attempts=1,
+                                            openai_endpoint=OpenAIEndpointRequest(base_url=server, model="tiny")))
         await jobs.wait(job.job_id)
         record = await jobs.get(job.job_id)
         outcomes = jobs.store.attempts(job.job_id)
