@@ -59,8 +59,10 @@ from t1.coordinator.gc_policy import GcSchedule
 from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
 from t1.coordinator.report import print_report
+from t1.coordinator.run_report import EvalsByLabel, RunReport
 from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
-from t1.coordinator.sft_steer import SftOutcome, SftSteer, curve_records, steered_sft
+from t1.coordinator.sft_steer import SftOutcome, SftSteer, steered_sft
+from t1.evals.stats import EvalSummary
 from t1.metrics.watchdog import LagWatchdog
 from t1.rpc.loop import cancel_and_wait, freeze_long_lived, wait_or_stop
 from t1.sandbox.factory import start_ahead, stop_ahead
@@ -85,7 +87,7 @@ class Coordinator:
         self.stop_requested = asyncio.Event()
         self.stop_signal: signal.Signals | None = None
         self.failure: BaseException | None = None
-        self.report: dict[str, Any] | None = None
+        self.report: RunReport | None = None
         self._gc = GcSchedule(cfg.coordinator.gc_full_interval_s)
 
     def request_stop(self) -> None:
@@ -196,14 +198,14 @@ class Coordinator:
         print_report(self.report)
 
     async def _train_run(self, parts: Parts, sets: dict[str, list[TaskSpec]], trainer_target: Awaitable[str]
-                         ) -> dict[str, Any]:
+                         ) -> RunReport:
         """The whole training run in its phases; returns the report (also written to <run_dir>/report.json).
 
         Evals: `base` before SFT, `warm_start` after SFT (steered to its plateau when
         warm_start.sft_eval_every is set), `rl` after PPO; each {set name: summary}."""
         cfg, stop = self.cfg, self.stop_requested
         ws = cfg.trainer.warm_start
-        evals: dict[str, dict[str, dict[str, Any]]] = {}
+        evals: EvalsByLabel = {}
         if cfg.coordinator.eval.before_training and cfg.tasks.eval and not stop.is_set():
             evals["base"] = await self._eval("base", cfg.tasks.eval, cfg.coordinator.eval.base_attempts)
         self.state.phase = RunPhase.STARTING_TRAINER
@@ -226,7 +228,7 @@ class Coordinator:
         if cfg.tasks.eval and not stop.is_set():
             evals["rl"] = await self._eval("rl", cfg.tasks.eval)
         finished = trained and not stop.is_set()  # a stop during the last eval leaves it unfinished too
-        report = stages.write_report(parts, trainer, evals, sft_curve=curve_records(sft.curve) if sft else [],
+        report = stages.write_report(parts, trainer, evals, sft_curve=sft.curve if sft else (),
                                      sft_kept_step=sft.kept_step if sft else None, finished=finished,
                                      planned_steps=parts.planned_steps())
         if finished:
@@ -242,7 +244,7 @@ class Coordinator:
         val = ws.sft_validation_set
         steer = SftSteer(trainer.poller.target, self.cfg.auth)
 
-        async def evaluate(label: str) -> dict[str, Any]:
+        async def evaluate(label: str) -> EvalSummary:
             return (await self._eval(label, [val], ws.sft_eval_attempts, RunPhase.SFT))[val]
 
         try:
@@ -251,10 +253,10 @@ class Coordinator:
             await steer.close()
 
     async def _eval(self, label: str, set_names: list[str], attempts: int | None = None,
-                    phase: RunPhase | None = None) -> dict[str, dict[str, Any]]:
+                    phase: RunPhase | None = None) -> dict[str, EvalSummary]:
         """One eval job per set, run to the end; per-set summaries."""
         assert self.parts is not None
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, EvalSummary] = {}
         for name in set_names:
             self.state.phase = phase or EVAL_PHASES[label]
             record = await stages.submit_eval(self.parts, label, name, attempts or self.cfg.coordinator.eval.attempts)

@@ -15,20 +15,21 @@ rounds' weights differ little. The curve (step, solve rate, attempts) and the st
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from t1.config.service import AuthConfig
 from t1.config.trainer import WarmStartConfig
 from t1.coordinator.run_state import TrainerSide
+from t1.evals.stats import EvalSummary
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import trainer_pb2 as pb
 from t1.v1 import trainer_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-EvalFn = Callable[[str], Awaitable[dict[str, Any]]]  # label -> the validation set's eval summary
+EvalFn = Callable[[str], Awaitable[EvalSummary]]  # label -> the validation set's eval summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +115,8 @@ async def steered_sft(trainer: TrainerSide, steer: SftSteer, ws: WarmStartConfig
         await trainer.weights.wait_for_version(_at_least(target))
         taken = allow
         summary = await evaluate(f"sft-{taken}")
-        attempts = int(summary.get("attempts", summary.get("num_tasks", 0) * ws.sft_eval_attempts))
-        curve.append(CurvePoint(taken, float(summary["resolve_rate"]), attempts))
-        log.info("SFT step %d: validation solve rate %.3f", taken, summary["resolve_rate"])
+        curve.append(CurvePoint(taken, summary.job.resolve_rate, summary.overall.attempts))
+        log.info("SFT step %d: validation solve rate %.3f", taken, summary.job.resolve_rate)
         rates = pooled([p.solve_rate for p in curve], ws.sft_pool_rounds)
         if taken >= ws.sft_steps or plateaued(rates, ws.sft_patience, ws.sft_min_gain):
             break
@@ -132,5 +132,5 @@ def _at_least(version: int) -> Callable[[int], bool]:
     return lambda v: v >= version
 
 
-def curve_records(curve: list[CurvePoint]) -> list[dict[str, Any]]:
+def curve_records(curve: Sequence[CurvePoint]) -> list[dict[str, Any]]:
     return [asdict(p) for p in curve]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,12 @@ from t1.coordinator.jobs import JobRecord
 from t1.coordinator.journal_recovery import Unfinished
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import EpisodeOptions, new_group_id
+from t1.coordinator.run_report import EvalsByLabel, RolloutTotals, RunReport, TrainerAtEnd
 from t1.coordinator.run_state import TrainerSide
 from t1.coordinator.scheduler import ResumeFn
+from t1.coordinator.sft_steer import CurvePoint, curve_records
 from t1.coordinator.tasksource import shard_tasks, training_stream
-from t1.evals.stats import eval_summary, family_lookup
+from t1.evals.stats import EvalSummary, eval_summary, family_lookup
 from t1.metrics import registry as m
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
@@ -76,7 +78,7 @@ async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) ->
     return record
 
 
-async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> dict[str, Any]:
+async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> EvalSummary:
     """Wait for the job to end; its summary (also in the run log and the resolve-rate gauge): solve rate with
     its Wilson 95% interval over scored attempts, infra errors counted apart, and the same per task family."""
     await parts.evals.wait(job_id)
@@ -85,9 +87,9 @@ async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> d
     outcomes = await asyncio.to_thread(parts.store.attempts, job_id)
     families = family_lookup(parts.evals.families_of(job_id))
     m.RESOLVE_RATE.labels(split=f"{label}:{set_name}").set(s.resolve_rate)
-    out = eval_summary(job_id, record.state.value, s, outcomes, families).as_dict()
-    parts.runlog.write("eval", label=label, set=set_name, **out)
-    return out
+    summary = eval_summary(job_id, record.state.value, s, outcomes, families)
+    parts.runlog.write("eval", label=label, set=set_name, **summary.as_dict())
+    return summary
 
 
 async def training_stage(parts: Parts, trainer: TrainerSide, tasks: list[TaskSpec]) -> TrainingEnd:
@@ -126,55 +128,48 @@ def resumed_groups(parts: Parts, tasks: list[TaskSpec]) -> dict[str, list[Resume
     return groups
 
 
-def write_report(parts: Parts, trainer: TrainerSide, evals: dict[str, dict[str, dict[str, Any]]],
-                 sft_curve: list[dict[str, Any]] | None = None, sft_kept_step: int | None = None,
-                 finished: bool = True, planned_steps: int = 0) -> dict[str, Any]:
+def write_report(parts: Parts, trainer: TrainerSide, evals: EvalsByLabel, sft_curve: Sequence[CurvePoint] = (),
+                 sft_kept_step: int | None = None, finished: bool = True, planned_steps: int = 0) -> RunReport:
     """The run's report (evals by label, the SFT curve, trainer, fidelity, rollouts), written to
     <run_dir>/report.json, with the learning curves drawn beside the run log (both paths in the report).
     `finished` is False for a run stopped before its end: the report says so, with its planned steps."""
     poller, stats = trainer.poller, parts.runner.stats
-    report: dict[str, Any] = {"name": parts.cfg.name, **evals, "finished": finished, "planned_steps": planned_steps}
-    if sft_curve is not None:
-        report["sft_curve"] = sft_curve
-    if sft_kept_step is not None:
-        report["sft_kept_step"] = sft_kept_step  # the warm start: the best validation round's weights
-    report["trainer"] = {"step": poller.last.step if poller.last else 0, "stage": poller.stage_name,
-                         "policy_version": trainer.weights.version}
-    report["fidelity"] = {k: v for k, v in poller.last_metrics.items()
-                          if k.removeprefix("t1_").rsplit("/", 1)[-1] in FIDELITY_KEYS}
+    fidelity = {k: v for k, v in poller.last_metrics.items()
+                if k.removeprefix("t1_").rsplit("/", 1)[-1] in FIDELITY_KEYS}
     # Measured here over every episode of the run: the sampler's ids against the exported trajectories.
-    report["fidelity"]["t1_tito_drift_tokens"] = stats.drift_tokens
-    report["fidelity"]["t1_retokenize_mismatch_rate"] = stats.retokenize_mismatch_rate
-    report["fidelity"]["t1_tito_template_mismatches"] = stats.template_mismatches
-    report["rollouts"] = {"episodes": stats.finished, "turns": stats.turns, "infra_errors": stats.infra_errors,
-                          "resumed": stats.resumed, "resume_turns_lost": stats.resume_turns_lost,
-                          "resume_failed": stats.resume_failed, "journal_recovered": parts.recovered.summary(),
-                          "spool_pending": parts.spool.pending_count, "policy_versions": sorted(stats.versions),
-                          "training": stats.training_tallies()}
-    if stats.gateway_segments:  # harness episodes: the segments their gateway calls started, by cause
-        report["rollouts"]["gateway_segments"] = dict(sorted(stats.gateway_segments.items()))
-    png = _learning_curves(parts, sft_curve or [])
-    if png is not None:
-        report["curves_png"] = str(png)
+    fidelity.update(t1_tito_drift_tokens=stats.drift_tokens, t1_retokenize_mismatch_rate=stats.retokenize_mismatch_rate,
+                    t1_tito_template_mismatches=stats.template_mismatches)
+    rollouts = RolloutTotals(
+        episodes=stats.finished, turns=stats.turns, infra_errors=stats.infra_errors, resumed=stats.resumed,
+        resume_turns_lost=stats.resume_turns_lost, resume_failed=stats.resume_failed,
+        journal_recovered=parts.recovered.summary(), spool_pending=parts.spool.pending_count,
+        policy_versions=tuple(sorted(stats.versions)), training=stats.training_tallies(),
+        gateway_segments=dict(stats.gateway_segments))  # harness episodes: their gateway's segment starts, by cause
+    png = _learning_curves(parts, sft_curve)
     path = parts.run_dir / "report.json"
-    report["report_path"] = str(path)
+    report = RunReport(name=parts.cfg.name, evals=evals, finished=finished, planned_steps=planned_steps,
+                       sft_curve=tuple(sft_curve), sft_kept_step=sft_kept_step,
+                       trainer=TrainerAtEnd(step=poller.last.step if poller.last else 0, stage=poller.stage_name,
+                                            policy_version=trainer.weights.version),
+                       fidelity=fidelity, rollouts=rollouts, curves_png="" if png is None else str(png),
+                       report_path=str(path))
     try:
-        path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        path.write_text(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     except OSError as exc:  # a full disk: the report is still printed and in the run log's trackers
         log.error("the report could not be written to %s: %s", path, exc)
-        report["report_path"] = ""
-    parts.runlog.write("report", **report)
+        report = replace(report, report_path="")
+    parts.runlog.write("report", **report.to_json())
     return report
 
 
-def _learning_curves(parts: Parts, sft_curve: list[dict[str, Any]]) -> Path | None:
+def _learning_curves(parts: Parts, sft_curve: Sequence[CurvePoint]) -> Path | None:
     """The learning-curve PNG beside the run log (the trainer's buffer is read when it is on this machine);
     None, with the reason logged, when it cannot be drawn: the report is written whatever happens here."""
     trainer_dir = parts.cfg.trainer.work_dir if not parts.cfg.trainer.endpoint else None
     log_path = parts.runlog.path
     try:
         return write_learning_png(log_path, trainer_dir, log_path.parent / PNG_NAME,
-                                  f"{parts.cfg.name}: learning curves", sft_curve)
+                                  f"{parts.cfg.name}: learning curves", curve_records(sft_curve))
     except Exception:  # a plotting failure must not cost the run its report
         log.exception("learning curves could not be drawn to %s", log_path.parent / PNG_NAME)
         return None
