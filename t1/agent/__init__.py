@@ -17,6 +17,8 @@ Modules:
 - baseline.py: the process reward's baseline (verifiers passing before the first turn), measured once per
   group
 - compaction.py: context compaction as a pure function: the opening, a note of what was done, the last turns
+- context_fit.py: ContextFit: an episode's context kept within its limits by compaction (the rule's note or
+  the policy's summary), each compaction a new segment
 - pacing.py: bounded event-loop iterations when thousands of episodes wake at once
 - scripted.py: a scripted policy: a GenerateFn that types a task's reference solution
 - transcript.py: the per-episode Markdown transcript, written turn by turn

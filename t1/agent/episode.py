@@ -31,14 +31,8 @@ from contextlib import AbstractAsyncContextManager
 import numpy as np
 
 from t1.agent.baseline import SharedBaselines
-from t1.agent.compaction import (
-    SUMMARY_REQUEST,
-    Message,
-    RecentCommands,
-    compact_messages,
-    summary_compacted,
-    summary_of,
-)
+from t1.agent.compaction import SUMMARY_REQUEST, Message, RecentCommands, summary_of
+from t1.agent.context_fit import ContextFit
 from t1.agent.episode_limits import EpisodeLimits
 from t1.agent.episode_types import (
     INFRA_ERRORS,
@@ -111,13 +105,12 @@ class Episode:
         self.tx = transcript
         self._verifier = EpisodeVerifier(spec, acquire, sandboxes, baselines, transcript)
         opening = spec.fmt.first_messages(spec.task.phases()[0].instruction)
-        self._num_opening = len(opening)
-        self._summary_ask_tokens = len(renderer.encode(SUMMARY_REQUEST)) + 16 if spec.limits.compaction_by_policy else 0
         self.turns = 0
-        self._segments = 1
         self._checkpoints: dict[int, int] = {}  # turn -> passing verifiers after it (process rewards)
         self._bad_turns: list[int] = []  # turns whose reply had no valid action (reward.bad_reply_penalty)
         self._commands = RecentCommands()
+        self._fit = ContextFit(spec.limits, spec.sampling.max_tokens, renderer, len(opening), self._commands,
+                               transcript, self._end_session)
         self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
         self._shell_state: ShellState | None = None  # the last one journaled
@@ -144,7 +137,7 @@ class Episode:
         if self._journal is None:
             raise ValueError("only a journaled episode resumes")
         self.buf = TokenBuffer.restore(self._renderer, point.buffer_events, point.tito, sink=self._journal)
-        self.turns, self._segments, self._baseline = point.turns, point.segments, point.baseline
+        self.turns, self._fit.segments, self._baseline = point.turns, point.segments, point.baseline
         self._checkpoints, self._bad_turns = dict(point.checkpoints), list(point.bad_turns)
         for command, exit_code in point.commands:
             self._commands.append(command, exit_code)
@@ -169,7 +162,7 @@ class Episode:
     def session_id(self) -> str:
         """The generate session of the current segment (one per segment: compaction starts a new one)."""
         resumes = "" if self._resume is None else f"/r{self._resume[0].resumes + 1}"  # a session no server has
-        return f"{self.spec.episode_id}/s{self._segments}{resumes}"
+        return f"{self.spec.episode_id}/s{self._fit.segments}{resumes}"
 
     def _end_session(self) -> None:
         if isinstance(self._generate, SessionGenerateFn):
@@ -315,12 +308,12 @@ class Episode:
                 await self._journal.room()  # the journal's writer keeps up: memory stays bounded
             await pace(limits.steps_per_loop_tick)  # the observation, the request: this turn's CPU
             if self._pending_obs:
-                ask = self._wants_summary(self._pending_obs)
+                ask = self._fit.wants_summary(self.buf, self._pending_obs)
                 self.buf.append_observation([*self._pending_obs, *([_SUMMARY_ASK] if ask else [])])
                 self._pending_obs = []
                 if ask:
-                    await self._compact_by_summary(deadline)
-            self._fit_context()
+                    await self._fit.by_summary(self.buf, lambda budget: self._summary(deadline, budget))
+            self._fit.fit(self.buf)
             t_gen = time.monotonic()
             result, server_text = await self._generate_turn(deadline)
             self._generate_latency.observe(time.monotonic() - t_gen)
@@ -379,52 +372,6 @@ class Episode:
             return None
         self._shell_state = state
         return state.as_record()
-
-    def _fit_context(self) -> None:
-        """Compact (new segment, the rule's note) when the next turn might not fit; context_limit when it cannot."""
-        limits = self.spec.limits
-        need = len(self.buf.prompt_ids()) + self.spec.sampling.max_tokens
-        if need <= limits.max_context_tokens * limits.compaction_trigger:
-            return
-        if limits.compaction and self._segments < limits.max_segments:
-            m.COMPACTIONS.labels(note="rule").inc()
-            self._compact(compact_messages(self.buf.messages, self._num_opening, limits.keep_last_turns,
-                                           self._commands))
-            if len(self.buf.prompt_ids()) + self.spec.sampling.max_tokens <= limits.max_context_tokens:
-                return
-        if need > limits.max_context_tokens:
-            raise _End(EpisodeStatus.CONTEXT_LIMIT, f"context {need} tokens > {limits.max_context_tokens}")
-
-    def _compact(self, messages: list[Message]) -> None:
-        self.buf.compact(messages)
-        self._end_session()
-        self._segments += 1
-        self.tx.note(f"context compacted: new segment {self._segments} starts with {len(self.buf.prompt_ids())} tokens")
-
-    def _wants_summary(self, observation: list[Message]) -> bool:
-        """Policy compaction: whether the turn after this observation would pass the trigger (its tokens: its
-        contents' and the request's, plus a template allowance per message), so the observation carries the
-        summary request."""
-        limits = self.spec.limits
-        if not (limits.compaction_by_policy and limits.compaction and self._segments < limits.max_segments):
-            return False
-        texts = [str(msg.get("content") or "") for msg in observation]
-        tokens = sum(len(self._renderer.encode(t)) + 16 for t in texts) + self._summary_ask_tokens
-        need = len(self.buf.prompt_ids()) + tokens + self.spec.sampling.max_tokens
-        return need > limits.max_context_tokens * limits.compaction_trigger
-
-    async def _compact_by_summary(self, deadline: float) -> None:
-        """The policy writes the note: it answers the summary request that closes the observation just appended
-        (its tokens end this segment, trained with the episode's return); the next segment opens with the summary
-        and the last turns. A malformed summary, or no room for one, gives the rule's note (counted)."""
-        limits = self.spec.limits
-        before = self.buf.messages[:-1]  # up to the observation, without the request
-        budget = min(limits.summary_max_tokens, limits.max_context_tokens - len(self.buf.prompt_ids()))
-        summary = await self._summary(deadline, budget) if budget >= 8 else None
-        m.COMPACTIONS.labels(note="policy" if summary is not None else "fallback").inc()
-        self._compact(summary_compacted(before, self._num_opening, limits.keep_last_turns, summary)
-                      if summary is not None else
-                      compact_messages(before, self._num_opening, limits.keep_last_turns, self._commands))
 
     async def _summary(self, deadline: float, budget: int) -> str | None:
         """The policy's answer to the summary request, or None when it is malformed."""
