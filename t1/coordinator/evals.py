@@ -230,12 +230,18 @@ class EvalJobs:
         live = self._live.get(job_id)
         return (0, 0) if live is None else (live.resolved, live.scored)
 
-    def families_of(self, job_id: str) -> dict[str, str]:
-        """The task families of a job this process ran, by task id (empty for others)."""
-        live = self._live.get(job_id)
-        if live is None:
+    async def families(self, record: JobRecord) -> dict[str, str]:
+        """The task families of a job, by task id: from memory for a job this process ran, else from its
+        tasks resolved again (a finished job a resumed run reuses); empty when they no longer resolve."""
+        live = self._live.get(record.job_id)
+        if live is not None:
+            return live.families or {tid: t.metadata.family for tid, t in live.tasks.items()}
+        try:
+            tasks = await asyncio.to_thread(self._reload, record)
+        except (RequestError, DecodeError, KeyError, ValueError, OSError) as exc:
+            log.warning("eval job %s: its task families are not in the summary (%s)", record.job_id, exc)
             return {}
-        return live.families or {tid: t.metadata.family for tid, t in live.tasks.items()}
+        return {t.id: t.metadata.family for t in tasks}
 
     async def summary(self, record: JobRecord) -> JobSummaryValues:
         tallies = await asyncio.to_thread(self.store.tallies, record.job_id)

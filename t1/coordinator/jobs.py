@@ -212,6 +212,12 @@ class JobStore:
         more = len(rows) > limit and jobs
         return JobPage(jobs, f"{jobs[-1].created!r}/{jobs[-1].job_id}" if more else "")
 
+    def latest_named(self, name: str) -> JobRecord | None:
+        """The newest job of this name, or None."""
+        rows = self._run(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name = ? ORDER BY created DESC, job_id DESC LIMIT 1",
+                         (name,))
+        return _job(rows[0]) if rows else None
+
     def unfinished(self) -> list[JobRecord]:
         """Jobs to resume after a restart, oldest first."""
         rows = self._run(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?) ORDER BY created",

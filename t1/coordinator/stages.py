@@ -17,7 +17,7 @@ from typing import Any
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.coordinator.eval_request import EvalRequest
-from t1.coordinator.jobs import JobRecord
+from t1.coordinator.jobs import JobRecord, JobState
 from t1.coordinator.journal_recovery import Unfinished
 from t1.coordinator.parts import Parts
 from t1.coordinator.rollout import EpisodeOptions, new_group_id
@@ -35,6 +35,8 @@ from t1.trajectory.types import EpisodeStatus
 from t1.view.learning_png import PNG_NAME, write_learning_png
 
 log = logging.getLogger(__name__)
+# A job a resumed run finds under the same name: finished, or resumed by the restart and still running.
+REUSABLE_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.QUEUED, JobState.RUNNING})
 
 FIDELITY_KEYS = ("train_infer_logprob_abs_diff", "logprob_abs_diff", "tito_drift_tokens", "retokenize_mismatch_rate",
                  "routing_replay_coverage", "router_disagreement_rate", "approx_kl", "clip_fraction", "value_loss",
@@ -72,8 +74,19 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
 
 
 async def submit_eval(parts: Parts, label: str, set_name: str, attempts: int) -> JobRecord:
-    """The eval job of one set (label: base | warm_start | rl, or sft-N for a validation eval during SFT)."""
-    record = await parts.evals.submit(EvalRequest(tasks=set_name, attempts=attempts, name=f"{label}:{set_name}"))
+    """The eval job of one set (label: base | warm_start | rl, or sft-N for a validation eval during SFT).
+
+    A resumed run reuses its own job of that name that finished, or that the restart resumed (queued or
+    running), instead of evaluating again: the run's stages run again in order after a restart, and the
+    policy an earlier stage evaluated (the base model, the warm start) is no longer the one the servers hold."""
+    name = f"{label}:{set_name}"
+    earlier = await asyncio.to_thread(parts.store.latest_named, name)
+    if earlier is not None and earlier.state in REUSABLE_JOB_STATES:
+        log.info("eval %s on %s: job %s of this run, %s before the restart, reused", label, set_name,
+                 earlier.job_id, earlier.state.value)
+        parts.runlog.write("eval_reused", label=label, set=set_name, job_id=earlier.job_id, state=earlier.state.value)
+        return earlier
+    record = await parts.evals.submit(EvalRequest(tasks=set_name, attempts=attempts, name=name))
     log.info("eval %s on %s: job %s (%d attempts)", label, set_name, record.job_id, record.total_attempts)
     return record
 
@@ -85,7 +98,7 @@ async def eval_result(parts: Parts, label: str, set_name: str, job_id: str) -> E
     record = await parts.evals.get(job_id)
     s = await parts.evals.summary(record)
     outcomes = await asyncio.to_thread(parts.store.attempts, job_id)
-    families = family_lookup(parts.evals.families_of(job_id))
+    families = family_lookup(await parts.evals.families(record))
     m.RESOLVE_RATE.labels(split=f"{label}:{set_name}").set(s.resolve_rate)
     summary = eval_summary(job_id, record.state.value, s, outcomes, families)
     parts.runlog.write("eval", label=label, set=set_name, **summary.as_dict())

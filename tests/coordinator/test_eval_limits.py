@@ -246,7 +246,7 @@ async def test_the_number_of_active_jobs_is_bounded(tmp_path: Path, task_root: P
                          "2 eval jobs are queued or running, the most limits.max_active_jobs allows")
         await jobs.wait(first.job_id)
         await stub.SubmitEval(pb.SubmitEvalRequest(tasks=str(task_root), attempts=1), timeout=10)
-        assert set(jobs.families_of(first.job_id)) == {"task-0", "task-1", "task-2"}
+        assert set(await jobs.families(await jobs.get(first.job_id))) == {"task-0", "task-1", "task-2"}
         assert jobs._live[first.job_id].tasks == {}, "an ended job holds no tasks"
 
 

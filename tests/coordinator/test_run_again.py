@@ -20,6 +20,7 @@ from smoke_run import SMOKE_TIMEOUT, SmokeRun, small_config, start_coordinator
 
 from t1.cli.coordinator import select_run
 from t1.config import load_config
+from t1.coordinator.jobs import JobStore
 from t1.coordinator.run_dirs import RunDirError, RunMode, choose, choose_fixed, first_line
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 
@@ -187,6 +188,11 @@ def _stop_resume_and_start_again(root: Path, tiny_model_dir: Path) -> None:
     report = json.loads((run1 / "report.json").read_text())
     assert report["trainer"]["stage"] == "done" and report["trainer"]["step"] == 4, report["trainer"]
     assert not (root / "trainer").exists(), "the trainer worked inside the run"
+    jobs = JobStore(run1 / "jobs.db")
+    names = [j.name for j in jobs.list_jobs().jobs]
+    jobs.close()
+    assert sorted(names) == ["rl:heldout", "warm_start:heldout"], f"an eval ran again after the resume: {names}"
+    assert '"event":"eval_reused","label":"warm_start"' in (run1 / "run.jsonl").read_text()
     third = _coordinator(root / "local.yaml", "--resume")
     assert third.returncode == 3 and "has finished" in third.stderr
     choice = choose(root / "runs", "local-small", RunMode.AUTO)
