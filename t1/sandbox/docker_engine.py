@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,8 @@ HOLD_COMMAND = ["/bin/bash", "--norc", "--noprofile", "-c",
 no lifeline (`t1.sandbox.holders`): a dead run's containers are found by their owner labels and removed at start.
 Not `sleep` under the engine's `--init`: the agent, the container's root, could kill that sleep and with it
 the container; the kernel delivers no signal from inside the namespace to a PID 1 without a handler for it."""
-START_ATTEMPTS = 3
+START_ATTEMPTS = 4
+START_BACKOFF_S = (1.0, 2.0, 4.0)  # the wait before each attempt after the first
 CGROUP_CONTROLLERS = ("memory", "pids", "cpu")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -141,13 +143,16 @@ class Engine:
 
         A container whose first process did not start, at the engine's start call (`runc create
         failed: ... stat /bin/bash: no such file or directory`) or right after it (it exited), is
-        removed and made again, up to START_ATTEMPTS times; none is left behind. On this machine's
+        removed and made again, up to START_ATTEMPTS times with a growing wait between them (7 s in all, inside
+        the provider's start_timeout_s); none is left behind. On this machine's
         engine (Docker 28, runc 1.1.5) under heavy load, now and then a container's rootfs lacks its
         image's files when runc looks for the first program (cause not found: docs/docker.md).
         """
         self.ensure_image(spec.image)
         cause = ""
         for attempt in range(1, START_ATTEMPTS + 1):
+            if attempt > 1:  # three immediate attempts all failed once, under a load average near 80: wait it out
+                time.sleep(START_BACKOFF_S[attempt - 2])
             try:
                 container = self._run(spec)
             except docker.errors.APIError as exc:

@@ -59,12 +59,21 @@ def lifeline_fd() -> int:
         return _pipe[0]
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie. A killed process is still running while the kernel tears it
+    down (its namespaces, its mounts: long under load), and its cmdline already reads empty then."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):  # gone
+        return False
+
+
 def _names_tree(pid: int, prefix: bytes) -> bool:
     """Whether `pid` is alive (not a zombie) and an argument of its starts with `prefix`."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                return False
+        if not _running(pid):
+            return False
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             return any(arg.startswith(prefix) for arg in cmdline.read().split(b"\0"))
     except (OSError, IndexError):  # gone meanwhile
@@ -84,7 +93,8 @@ def tree_processes(root: Path) -> list[int]:
 
 
 def kill_leftovers(root: Path) -> int:
-    """SIGKILL every process started for a tree under `root` and wait (bounded) until they are gone; how many.
+    """SIGKILL every process started for a tree under `root` and wait (bounded) until they have exited (zombies
+    or reaped, not only nameless); how many.
 
     Call only while no live provider uses `root` (every such process is then a dead run's).
     """
@@ -93,8 +103,7 @@ def kill_leftovers(root: Path) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + KILL_WAIT_S
-    prefix = _prefix(root)
-    while (alive := [p for p in pids if _names_tree(p, prefix)]) and time.monotonic() < deadline:
+    while (alive := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
     if pids:
         log.warning("killed %d sandbox processes left in %s by a run that did not stop cleanly%s", len(pids), root,

@@ -13,7 +13,7 @@ import pytest
 from private_dockerd import PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_engine import LABEL_SANDBOX
+from t1.sandbox.docker_engine import LABEL_SANDBOX, START_ATTEMPTS
 from t1.sandbox.docker_provider import DockerProvider
 from t1.sandbox.needs import NeedsImageError
 from t1.sandbox.ssh_sandbox import SshSandbox
@@ -125,7 +125,7 @@ async def test_a_first_process_that_cannot_start_leaves_no_container(docker_prov
     with contextlib.closing(dockerd.client()) as client:
         client.api.import_image_from_data(buf.getvalue(), repository="t1-no-bash", tag="1")
     try:
-        with pytest.raises(RuntimeError, match=r"did not start 3 times: .*/bin/bash.*no such file"):
+        with pytest.raises(RuntimeError, match=rf"did not start {START_ATTEMPTS} times: .*/bin/bash.*no such file"):
             await docker_provider.create(SandboxRequest(docker_image="t1-no-bash:1"))
         assert t1_containers(dockerd) == []
     finally:
