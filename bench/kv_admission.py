@@ -37,7 +37,6 @@ from t1.config.service import AuthConfig, ServerConfig
 from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.server import GrpcServer
-from t1.v1 import inference_pb2 as pb
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -105,7 +104,7 @@ async def run_setting(args: argparse.Namespace, cap: int, kv: bool) -> dict[str,
 
     async def sample() -> None:
         while True:
-            info = await pool._replicas[0].stub.GetModelInfo(pb.GetModelInfoRequest())
+            info = await pool._replicas[0].transport.info(30.0)
             samples.append((time.monotonic() - t0, int(info.kv_used_tokens)))
             await asyncio.sleep(args.sample_s)
 

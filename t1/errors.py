@@ -26,7 +26,7 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   │   └── VerifierEnvironmentError  [tasks.separate] the separate verifier's environment did not build
     │   ├── InferenceUnavailable     [inference.pool_common] no replica answered within the retries
     │   │   └── EndpointUnavailable  [inference.openai_pool]
-    │   ├── EndpointRefused          [inference.openai_endpoint] an endpoint refused for good (auth, 4xx)
+    │   ├── EndpointRefused          [inference.openai_wire] an endpoint refused for good (auth, 4xx)
     │   ├── MalformedReply           [inference.openai_wire] a reply that breaks the API
     │   ├── NoTokenIds               [inference.openai_wire] a completions reply without token ids
     │   └── GatewayInferenceFailed   [gateway.session] a harness's call found no inference

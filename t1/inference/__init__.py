@@ -10,18 +10,21 @@ Modules, from the seam outwards:
   routing_check.py; its KV cache in tokens from vLLM's stat logger (`KvGauge`).
 - server.py: the InferenceService servicer; factory.py builds the configured backend;
   `t1-inference` (t1/cli/inference.py) serves it.
-- pool_common.py: what both pools share: PoolMetrics (and `observe`), WeightsUpdate, InferenceUnavailable
-- pool.py: `InferencePool`, affinity (affinity.py), least-outstanding placement, retries, failover,
-  metrics, weight updates that skip dead replicas and catch recovered ones up before routing to them;
-  many requests over one stream (multiplex.py), prompt deltas (prompt_delta.py), KV-headroom admission
-  (kv_admission.py), stalled replicas (stall.py, driven by stall_guard.py).
+- replicas.py: `ReplicaSet`, what both client pools are: replicas over a `Transport` (one per replica), their
+  health, affinity (affinity.py), least-outstanding placement, KV-headroom admission (kv_admission.py),
+  retries and failover, weight updates that skip avoided replicas and catch recovered ones up before
+  routing to them, metrics; pool_common.py: PoolMetrics (and `observe`), WeightsUpdate, InferenceUnavailable.
+- pool.py: `InferencePool`, the replica set over T1's gRPC servers (grpc_transport.py: many requests over one
+  stream, multiplex.py; weight loads pushed or followed, follow.py), with prompt deltas (prompt_delta.py)
+  and stalled replicas (stall.py, driven by stall_guard.py).
 - convert.py: proto <-> dataclass for InferenceService messages; validate.py: a request checked against
   the model; model_config.py: what a model folder says about itself, read without torch.
 - slot_batch.py: the cache of one batched decode forward over KV slots; follow.py: a server that loads
   each new weight version itself; vllm_worker.py: the vLLM worker extension called after a reload.
-- openai_pool.py: `OpenAIPool`, the same contract over OpenAI-compatible HTTP servers: an endpoint's
-  state (openai_endpoint.py), request bodies and reply checks (openai_wire.py), bounded reply reading
-  (openai_reply.py), chat messages (openai_messages.py), weight reloads on vLLM (openai_weights.py).
+- openai_pool.py: `OpenAIPool`, the replica set over OpenAI-compatible HTTP servers (openai_transport.py: an
+  endpoint's client, slots, retryable replies and weight reloads on vLLM, openai_weights.py), with request
+  bodies and reply checks (openai_wire.py), bounded reply reading (openai_reply.py) and chat messages
+  (openai_messages.py).
 
 In-process use (the same code path as the server; e.g. for fidelity benches)::
 
@@ -31,7 +34,7 @@ In-process use (the same code path as the server; e.g. for fidelity benches)::
     # result.token_ids, result.logprobs, result.routing (RoutingBlock), result.cached_tokens
     await backend.close()
 
-`backend` and `InferencePool` are both GenerateFn (`await fn(request)`).
+`backend`, `InferencePool` and a completions `OpenAIPool` are all GenerateFn (`await fn(request)`).
 
 Semantics every backend keeps:
 - Logprobs are taken from the distribution actually sampled from: softmax(logits / temperature)

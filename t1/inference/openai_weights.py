@@ -10,22 +10,19 @@ vLLM 0.32 serves these at the server's root when started with VLLM_SERVER_DEV_MO
     POST /update_weight_version {"new_version": "V"}
     POST /resume
 
-The same steps T1's own vLLM backend runs in-process (t1.inference.vllm_backend). While an endpoint
-reloads, the pool sends it nothing and waits for its outstanding requests first, so every result
-carries the version that sampled it. A server without the dev-mode endpoints answers 404: refused,
-with the fix in the error.
+The same steps T1's own vLLM backend runs in-process (t1.inference.vllm_backend). The HTTP transport
+(t1.inference.openai_transport) runs them once it has drained the endpoint, so every result carries
+the version that sampled it. A server without the dev-mode endpoints answers 404: refused, with the
+fix in the error.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 
-from t1.inference.openai_endpoint import Endpoint, EndpointRefused
-
-_DRAIN_POLL_S = 0.01
+from t1.inference.openai_wire import EndpointRefused
 
 
 def server_root(base_url: str) -> str:
@@ -33,11 +30,10 @@ def server_root(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
-async def _admin(ep: Endpoint, path: str, timeout_s: float, *, body: dict[str, Any] | None = None,
+async def _admin(client: httpx.AsyncClient, url: str, timeout_s: float, *, body: dict[str, Any] | None = None,
                  params: dict[str, str] | None = None) -> None:
-    url = server_root(ep.cfg.base_url) + path
     try:
-        reply = await ep.client.post(url, json=body, params=params, timeout=timeout_s)
+        reply = await client.post(url, json=body, params=params, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise EndpointRefused(f"{url}: {type(exc).__name__}: {exc}") from exc
     if reply.status_code == 404:
@@ -47,26 +43,17 @@ async def _admin(ep: Endpoint, path: str, timeout_s: float, *, body: dict[str, A
         raise EndpointRefused(f"{url}: {reply.status_code}: {reply.text[:300]}")
 
 
-async def reload_endpoint(ep: Endpoint, path: str, version: int, timeout_s: float) -> None:
-    """Drain the endpoint's requests, reload `path` on it, and mark it as serving `version`."""
-    async with ep.sync_lock:
-        if ep.version >= version:
-            return  # another request caught it up meanwhile
-        ep.open.clear()
-        try:
-            async with asyncio.timeout(timeout_s):
-                while ep.outstanding:
-                    await asyncio.sleep(_DRAIN_POLL_S)
-                await _admin(ep, "/pause", timeout_s, params={"mode": "wait"})
-                try:
-                    await _admin(ep, "/collective_rpc", timeout_s,
-                                 body={"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
-                    if ep.cfg.t1_worker_extension:
-                        await _admin(ep, "/collective_rpc", timeout_s, body={"method": "t1_refresh_moe_kernels"})
-                    await _admin(ep, "/reset_prefix_cache", timeout_s)
-                    await _admin(ep, "/update_weight_version", timeout_s, body={"new_version": str(version)})
-                    ep.version = version
-                finally:
-                    await _admin(ep, "/resume", timeout_s)
-        finally:
-            ep.open.set()
+async def reload_weights(client: httpx.AsyncClient, base_url: str, path: str, version: int, timeout_s: float,
+                         refresh_moe_kernels: bool) -> None:
+    """Pause the server, reload `path`, drop its prefix cache, stamp `version`, and resume it (always)."""
+    root = server_root(base_url)
+    await _admin(client, root + "/pause", timeout_s, params={"mode": "wait"})
+    try:
+        await _admin(client, root + "/collective_rpc", timeout_s,
+                     body={"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        if refresh_moe_kernels:
+            await _admin(client, root + "/collective_rpc", timeout_s, body={"method": "t1_refresh_moe_kernels"})
+        await _admin(client, root + "/reset_prefix_cache", timeout_s)
+        await _admin(client, root + "/update_weight_version", timeout_s, body={"new_version": str(version)})
+    finally:
+        await _admin(client, root + "/resume", timeout_s)

@@ -10,7 +10,8 @@
 
 A reply that does not match the contract (more sampled ids than max_tokens included) raises
 MalformedReply naming the field (the pool retries it,
-then reports an infra error); a server that returns no token ids raises NoTokenIds (training refuses it).
+then reports an infra error); a server that returns no token ids raises NoTokenIds (training refuses it);
+EndpointRefused is what the pool raises for a refusal a retry does not change.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ _TOKEN_ID_PREFIX = "token_id:"
 
 class MalformedReply(InfraError, RuntimeError):
     """A 200 reply whose body does not follow the API (not JSON, a field missing or of the wrong type)."""
+
+
+class EndpointRefused(InfraError, RuntimeError):
+    """The endpoint refused the request for a reason a retry does not change (auth, a 4xx, no token ids)."""
 
 
 class NoTokenIds(InfraError, RuntimeError):

@@ -25,10 +25,12 @@ T = TypeVar("T")
 
 
 class Guarded(Protocol):
-    address: str
     outstanding: int
     sync_lock: asyncio.Lock
     aborts: set[asyncio.Future[None]]  # its sends in flight, failed when it stalls
+
+    @property
+    def address(self) -> str: ...
 
 
 R = TypeVar("R", bound=Guarded)
