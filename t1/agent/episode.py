@@ -453,14 +453,15 @@ class Episode:
         # touches this episode's buffer any more.
         if self._journal is not None:
             await self._journal.written()
-        traj, (drift, changed, total) = await offload(self._export, status, reward, verifier, duration, turn_rewards)
+        traj, (drift, drifted, changed, total) = await offload(self._export, status, reward, verifier, duration,
+                                                               turn_rewards)
         m.EPISODES.labels(status=status.value).inc()
         if not infra:
             m.EPISODE_REWARD.observe(reward)
         failure = why or ("" if report.failure_mode is FailureMode.NONE else report.failure_mode.value)
         self.tx.footer(status.value, reward, self.turns, traj.num_tokens, duration, turn_rewards)
         return EpisodeResult(traj, report, self.turns, duration, failure, str(self.tx.path or ""), drift, changed,
-                             total, self.text_level)
+                             total, self.text_level, drifted)
 
     def _process_rewards(self, every_k: int, final_passed: int) -> dict[int, float]:
         """Each checkpoint turn's change in passing verifiers; the last turn's checkpoint is the final verifier
@@ -471,7 +472,7 @@ class Episode:
         return {t: rewards[t] for t in turns}
 
     def _export(self, status: EpisodeStatus, reward: float, verifier: VerifierSummary, duration: float,
-                turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int]]:
+                turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int, int]]:
         spec = self.spec
         replayed = None if self._journal is None else replay(self._journal.read())
         traj = self.buf.export(id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id,

@@ -70,10 +70,15 @@ class EpisodeResult:
     retokenize_changed: int = 0    # sampled ids a decode-then-re-tokenize pipeline would change
     retokenize_total: int = 0
     text_level: bool = False       # the policy answered with text (a chat endpoint): no exact tokens
+    drift_segments: int = 0        # segments with drift_tokens (must be 0)
 
     @property
     def status(self) -> EpisodeStatus:
         return self.trajectory.status
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.trajectory.segments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,7 @@ class HarnessEpisode(Episode):
                          + (f"; asked {r.asked}" if r.asked else ""))
 
     def _export(self, status: EpisodeStatus, reward: float, verifier: VerifierSummary, duration: float,
-                turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int]]:
+                turn_rewards: dict[int, float]) -> tuple[Trajectory, tuple[int, int, int, int]]:
         spec = self.spec
         segments, drift, counters = self.gateway.segments()
         traj = Trajectory(id=spec.episode_id, task_id=spec.task.id, group_id=spec.group_id, attempt=spec.attempt,
@@ -131,4 +131,4 @@ class HarnessEpisode(Episode):
         for seg in segments:
             c, t = retokenize_mismatch(seg, self._renderer.encode, self._renderer.decode)
             changed, total = changed + c, total + t
-        return traj, (drift, changed, total)
+        return traj, (drift, int(drift > 0), changed, total)  # the gateway counts drift per episode: >= 1 segment

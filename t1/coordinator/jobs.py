@@ -54,16 +54,19 @@ CREATE TABLE IF NOT EXISTS attempts (
     resolved INTEGER NOT NULL,
     finished REAL NOT NULL,
     details TEXT NOT NULL DEFAULT '{}',
+    segments INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, task_id, attempt)
 );
 """
 
 
+_ATTEMPT_COLUMNS = ("task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, "
+                    "resolved, details, segments")
 _JOB_COLUMNS = ("job_id, name, state, request, task_ids, attempts_per_task, created, updated, error, resumes, "
                 "unclean_resumes")
-_ADDED_COLUMNS = {"attempts": {"details": "TEXT NOT NULL DEFAULT '{}'"},
+_ADDED_COLUMNS = {"attempts": {"details": "TEXT NOT NULL DEFAULT '{}'", "segments": "INTEGER NOT NULL DEFAULT 0"},
                   "jobs": {"resumes": "INTEGER NOT NULL DEFAULT 0", "unclean_resumes": "INTEGER NOT NULL DEFAULT 0"}}
-"""Columns a store written by an earlier T1 lacks, added when it is opened."""
+"""Columns a store written by an earlier T1 lacks, added when it is opened (its rows read segments 0: not recorded)."""
 
 
 class JobState(StrEnum):
@@ -187,9 +190,10 @@ class JobStore:
         """Store a finished attempt; False when it was already stored (never overwritten)."""
         now = time.time()
         return self._write([
-            ("INSERT OR IGNORE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-             (job_id, o.task_id, o.attempt, o.reward, o.passed, o.total, o.status.value, o.turns, o.tokens,
-              o.duration_s, o.failure_mode, int(o.resolved), now, _details(o))),
+            (f"INSERT OR IGNORE INTO attempts (job_id, finished, {_ATTEMPT_COLUMNS}) VALUES "
+             "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             (job_id, now, o.task_id, o.attempt, o.reward, o.passed, o.total, o.status.value, o.turns, o.tokens,
+              o.duration_s, o.failure_mode, int(o.resolved), _details(o), o.segments)),
             ("UPDATE jobs SET updated = ? WHERE job_id = ?", (now, job_id)),
         ]) == 1
 
@@ -225,11 +229,10 @@ class JobStore:
         return [_job(r) for r in rows]
 
     def attempts(self, job_id: str, limit: int = -1) -> list[AttemptOutcome]:
-        rows = self._run(
-            "SELECT task_id, attempt, reward, passed, total, status, turns, tokens, duration_s, failure_mode, resolved,"
-            " details FROM attempts WHERE job_id = ? ORDER BY finished LIMIT ?", (job_id, limit))
+        rows = self._run(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE job_id = ? ORDER BY finished LIMIT ?",
+                         (job_id, limit))
         return [AttemptOutcome(r[0], r[1], r[2], r[3], r[4], EpisodeStatus(r[5]), r[6], r[7], r[8], r[9], bool(r[10]),
-                               **_from_details(r[11])) for r in rows]
+                               **_from_details(r[11]), segments=int(r[12])) for r in rows]
 
     def tallies(self, job_id: str) -> list[TaskTally]:
         """Per-task counts of the job's finished attempts (infra errors counted apart, never scored)."""

@@ -1,6 +1,7 @@
 """The end-of-run report on the console: one table of the evaluated policies (base, warm start, RL) per task
 set with the solve rate, its 95% Wilson interval, attempts, mean reward and infra errors, overall and per
-task family; the SFT curve; the fidelity metrics; and a last line naming the report and curve files.
+task family; the SFT curve; the fidelity metrics; the lifts and the turns and segments per episode; and a last
+line naming the report and curve files.
 
 Pure over the RunReport stages.write_report returns: every label with summaries is an evaluated policy
 (known labels first, in run order; any others after), so eval-only or before/after reports render too.
@@ -65,6 +66,18 @@ def lift_lines(report: RunReport) -> list[str]:
     return lines
 
 
+def shape_lines(report: RunReport) -> list[str]:
+    """One line per evaluated policy and set: turns and segments per episode (median, p90, min), where recorded."""
+    lines = []
+    for label in eval_labels(report):
+        for name, summary in sorted(report.evals[label].items()):
+            parts = [f"{what} per episode median {s['median']:g} (p90 {s['p90']:g}, min {s['min']:g})"
+                     for what in ("turns", "segments") if (s := summary.shape.get(what))]
+            if parts:
+                lines.append(f"{name}: {LABEL_TITLES.get(label, label)}: " + "; ".join(parts))
+    return lines
+
+
 def eval_table(report: RunReport, set_name: str) -> Table:
     """The policies of one task set: an overall row each, then a row per task family."""
     table = Table(title=f"Run {report.name}: held-out solve rate on {set_name}", title_justify="left",
@@ -108,6 +121,7 @@ def fidelity_table(report: RunReport) -> Table:
     fid.add_row("policy version", str(tr.policy_version))
     fid.add_row("episodes, all stages (infra errors)", f"{ro.episodes} ({ro.infra_errors})")
     fid.add_row("turns", str(ro.turns))
+    fid.add_row("TITO segments (with drift)", f"{ro.segments} ({ro.segments_with_drift})")
     if ro.resumed or ro.resume_failed:  # a restart found live episodes in the journal
         fid.add_row("episodes resumed after a coordinator restart (turns lost, could not resume)",
                     f"{ro.resumed} ({ro.resume_turns_lost}, {ro.resume_failed})")
@@ -148,6 +162,6 @@ def print_report(report: RunReport, console: Console | None = None) -> None:
             console = Console(width=PIPE_WIDTH)
     for table in report_tables(report):
         console.print(table)
-    for line in lift_lines(report):
+    for line in lift_lines(report) + shape_lines(report):
         console.print(line, markup=False, highlight=False)
     console.print(last_line(report), markup=False, highlight=False, soft_wrap=True)

@@ -82,6 +82,8 @@ class RolloutStats:
     infra_errors: int = 0
     turns: int = 0
     drift_tokens: int = 0
+    segments: int = 0            # of every finished episode's trajectory
+    drift_segments: int = 0      # of those, segments with TITO drift (must be 0)
     retokenize_changed: int = 0
     retokenize_total: int = 0
     template_mismatches: int = 0  # TITO: turns whose template rendering differed from the buffer (tito counters)
@@ -186,6 +188,8 @@ class RolloutRunner:
         self.stats.infra_errors += result.status is EpisodeStatus.INFRA_ERROR
         m.INFRA_FAILURE_RATE.set(self.stats.infra_errors / self.stats.finished)
         self.stats.drift_tokens += result.drift_tokens
+        self.stats.segments += result.num_segments
+        self.stats.drift_segments += result.drift_segments
         self.stats.retokenize_changed += result.retokenize_changed
         self.stats.retokenize_total += result.retokenize_total
         self.stats.template_mismatches += result.trajectory.tito.template_mismatches
@@ -301,6 +305,7 @@ def outcome_of(task_id: str, attempt: int, r: EpisodeResult) -> AttemptOutcome:
     infra = r.status is EpisodeStatus.INFRA_ERROR
     return AttemptOutcome(task_id=task_id, attempt=attempt, reward=r.trajectory.reward, passed=r.report.passed,
                           total=r.report.total, status=r.status, turns=r.turns, tokens=r.trajectory.num_tokens,
+                          segments=r.num_segments,
                           duration_s=r.duration_s, failure_mode=r.failure_mode,
                           resolved=(not infra) and r.report.resolved,
                           why="" if r.report.resolved and not infra else (r.failure_mode or r.report.why),

@@ -42,11 +42,14 @@ class RolloutTotals:
     policy_versions: tuple[int, ...]      # the versions that sampled training tokens, ascending
     training: Mapping[str, float]         # cumulative tallies of scored training episodes
     gateway_segments: Mapping[str, int] = field(default_factory=dict)  # harness episodes' segment starts by cause
+    segments: int = 0                     # TITO segments of every episode's trajectory
+    segments_with_drift: int = 0          # of those, segments with TITO drift (must be 0)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "episodes": self.episodes, "turns": self.turns, "infra_errors": self.infra_errors,
-            "resumed": self.resumed, "resume_turns_lost": self.resume_turns_lost, "resume_failed": self.resume_failed,
+            "segments": self.segments, "segments_with_drift": self.segments_with_drift, "resumed": self.resumed,
+            "resume_turns_lost": self.resume_turns_lost, "resume_failed": self.resume_failed,
             "journal_recovered": dict(self.journal_recovered), "spool_pending": self.spool_pending,
             "policy_versions": list(self.policy_versions), "training": dict(self.training)}
         if self.gateway_segments:

@@ -153,7 +153,8 @@ def write_report(parts: Parts, trainer: TrainerSide, evals: EvalsByLabel, sft_cu
     fidelity.update(t1_tito_drift_tokens=stats.drift_tokens, t1_retokenize_mismatch_rate=stats.retokenize_mismatch_rate,
                     t1_tito_template_mismatches=stats.template_mismatches)
     rollouts = RolloutTotals(
-        episodes=stats.finished, turns=stats.turns, infra_errors=stats.infra_errors, resumed=stats.resumed,
+        episodes=stats.finished, turns=stats.turns, infra_errors=stats.infra_errors, segments=stats.segments,
+        segments_with_drift=stats.drift_segments, resumed=stats.resumed,
         resume_turns_lost=stats.resume_turns_lost, resume_failed=stats.resume_failed,
         journal_recovered=parts.recovered.summary(), spool_pending=parts.spool.pending_count,
         policy_versions=tuple(sorted(stats.versions)), training=stats.training_tallies(),

@@ -32,6 +32,7 @@ class AttemptOutcome:
     why: str = ""  # one line: why it did not resolve ('' when it did)
     failed_tests: tuple[tuple[str, str], ...] = ()  # (test name, first line of its assertion)
     verifier_output_tail: str = ""
+    segments: int = 0  # the trajectory's TITO segments (compactions + 1); 0: not recorded (an older job store)
 
     @property
     def is_infra_error(self) -> bool:

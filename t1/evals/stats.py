@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from t1.evals.results import AttemptOutcome, JobSummaryValues
@@ -86,6 +86,23 @@ def family_lookup(families: Mapping[str, str]) -> Callable[[str], str]:
     return lambda task_id: families.get(task_id) or task_family(task_id)
 
 
+def spread(values: Iterable[int]) -> dict[str, float]:
+    """Median, 90th percentile (nearest rank), least and most of counts ({} when there are none)."""
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    n, mid = len(ordered), len(ordered) // 2
+    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"median": float(median), "p90": float(ordered[math.ceil(0.9 * n) - 1]), "min": float(ordered[0]),
+            "max": float(ordered[-1])}
+
+
+def episode_shape(outcomes: Iterable[AttemptOutcome]) -> dict[str, dict[str, float]]:
+    """Turns and TITO segments per scored episode (`spread` of each); segments only where they were recorded."""
+    scored = [o for o in outcomes if not o.is_infra_error]
+    return {"turns": spread(o.turns for o in scored), "segments": spread(o.segments for o in scored if o.segments)}
+
+
 def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
@@ -93,13 +110,15 @@ def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
 @dataclass(frozen=True, slots=True)
 class EvalSummary:
     """The one summary of an eval job a run reports: the job's numbers (resolve rate, mean reward, pass@k, infra
-    errors, tasks), the solve rate with its Wilson 95% interval over scored attempts, and the same per task family."""
+    errors, tasks), the solve rate with its Wilson 95% interval over scored attempts, the same per task family, and
+    the turns and segments per episode."""
 
     job_id: str
     state: str
     job: JobSummaryValues
     overall: RateSummary
     by_family: dict[str, RateSummary]
+    shape: dict[str, dict[str, float]] = field(default_factory=dict)  # episode_shape: turns and segments per episode
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as report.json and the run log's `eval` records carry it."""
@@ -107,6 +126,7 @@ class EvalSummary:
                 "pass_at_k": self.job.pass_at_k, "infra_errors": self.job.infra_errors,
                 "num_tasks": self.job.num_tasks, "ci95": list(self.overall.ci95), "ci_method": CI_METHOD,
                 "attempts": self.overall.attempts, "resolved": self.overall.resolved, "state": self.state,
+                **self.shape,
                 "by_family": {f: r.as_dict() for f, r in self.by_family.items()}}
 
 
@@ -114,4 +134,5 @@ def eval_summary(job_id: str, state: str, job: JobSummaryValues, outcomes: Itera
                  family_of: Callable[[str], str]) -> EvalSummary:
     """The summary of a finished job from its numbers and its attempts (pure)."""
     outcomes = list(outcomes)
-    return EvalSummary(job_id, state, job, rate_summary(outcomes), by_family(outcomes, family_of))
+    return EvalSummary(job_id, state, job, rate_summary(outcomes), by_family(outcomes, family_of),
+                       episode_shape(outcomes))

@@ -96,15 +96,16 @@ def rate(changed: int, total: int) -> float:
 
 
 def trajectory_checks(traj: Trajectory, sampled: Sequence[tuple[int, int, np.ndarray]], renderer: ChatRenderer
-                      ) -> tuple[int, int, int]:
+                      ) -> tuple[int, int, int, int]:
     """Drift of a trajectory's segments against the sampler's record ((segment, start, ids) per generation) and
-    the re-tokenization diagnostic: (drift tokens, re-tokenized ids changed, ids checked)."""
-    drift = changed = total = 0
+    the re-tokenization diagnostic: (drift tokens, segments with drift, re-tokenized ids changed, ids checked)."""
+    drift = drifted = changed = total = 0
     # The trajectory keeps the segments with a generation (a compaction that left the context over its trigger
     # starts one that gets none): the i-th of them is the i-th segment index the record names.
     dense = {s: i for i, s in enumerate(sorted({s for s, _, _ in sampled}))}
     for i, seg in enumerate(traj.segments):
-        drift += segment_drift(seg, [(start, ids) for s, start, ids in sampled if dense[s] == i])
+        seg_drift = segment_drift(seg, [(start, ids) for s, start, ids in sampled if dense[s] == i])
+        drift, drifted = drift + seg_drift, drifted + (seg_drift > 0)
         c, t = retokenize_mismatch(seg, renderer.encode, renderer.decode)
         changed, total = changed + c, total + t
-    return drift, changed, total
+    return drift, drifted, changed, total

@@ -199,7 +199,7 @@ async def test_cli_watch_and_cancel(tmp_path: Path, task_root: Path, capsys: pyt
     await server.stop(0)
 
 
-def test_store_from_before_why_fields_is_migrated(tmp_path: Path) -> None:
+def test_store_from_before_why_fields_and_segments_is_migrated(tmp_path: Path) -> None:
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "old.db")
@@ -212,7 +212,8 @@ def test_store_from_before_why_fields_is_migrated(tmp_path: Path) -> None:
     db.commit()
     db.close()
     store = JobStore(tmp_path / "old.db")
-    assert store.attempts("j")[0].why == "" and store.attempts("j")[0].resolved
-    assert store.record_attempt("j", AttemptOutcome("t", 1, 0.0, 0, 1, EpisodeStatus.OK, why="because"))
-    assert [o.why for o in store.attempts("j")] == ["", "because"]
+    old = store.attempts("j")[0]
+    assert old.why == "" and old.resolved and old.segments == 0  # 0: not recorded
+    assert store.record_attempt("j", AttemptOutcome("t", 1, 0.0, 0, 1, EpisodeStatus.OK, why="because", segments=3))
+    assert [(o.why, o.segments) for o in store.attempts("j")] == [("", 0), ("because", 3)]
     store.close()

@@ -9,9 +9,11 @@ import pytest
 from t1.evals.results import AttemptOutcome
 from t1.evals.stats import (
     by_family,
+    episode_shape,
     family_lookup,
     intervals_overlap,
     rate_summary,
+    spread,
     task_family,
     wilson_interval,
 )
@@ -90,7 +92,7 @@ def test_eval_summary_is_one_value_with_the_reports_layout() -> None:
     s = eval_summary("job-1", "succeeded", summarize(outcomes, 2), outcomes, task_family)
     d = s.as_dict()
     assert list(d) == ["job_id", "resolve_rate", "mean_reward", "pass_at_k", "infra_errors", "num_tasks", "ci95",
-                       "ci_method", "attempts", "resolved", "state", "by_family"]
+                       "ci_method", "attempts", "resolved", "state", "turns", "segments", "by_family"]
     assert (d["job_id"], d["state"], d["ci_method"], d["attempts"], d["resolved"]) == (
         "job-1",
         "succeeded",
@@ -104,3 +106,22 @@ def test_eval_summary_is_one_value_with_the_reports_layout() -> None:
     assert d["ci95"] == pytest.approx(list(wilson_interval(2, 3)))
     assert d["by_family"]["files"]["resolve_rate"] == 1.0 and d["by_family"]["logs"]["infra_errors"] == 1
     assert d["by_family"]["logs"]["attempts"] == 1 and d["by_family"]["logs"]["mean_reward"] == 0.5
+
+
+def test_spread_is_median_nearest_rank_p90_min_and_max() -> None:
+    # 10 values sorted 1..10: median (5 + 6) / 2, p90 the 9th (ceil(0.9 * 10)); 3 values: the middle and the last
+    assert spread([10, 1, 9, 2, 8, 3, 7, 4, 6, 5]) == {"median": 5.5, "p90": 9.0, "min": 1.0, "max": 10.0}
+    assert spread([4, 30, 12]) == {"median": 12.0, "p90": 30.0, "min": 4.0, "max": 30.0}
+    assert spread([]) == {}
+
+
+def test_episode_shape_counts_scored_episodes_and_recorded_segments_only() -> None:
+    from dataclasses import replace
+
+    outcomes = [replace(_o("a-eval-1", True), turns=20, segments=5),
+                replace(_o("a-eval-2", False), turns=13, segments=3),
+                replace(_o("a-eval-3", False, infra=True), turns=2, segments=1),  # an infra error: not counted
+                replace(_o("a-eval-4", True), turns=30)]  # segments 0: an older store's row, not recorded
+    shape = episode_shape(outcomes)
+    assert shape["turns"] == {"median": 20.0, "p90": 30.0, "min": 13.0, "max": 30.0}
+    assert shape["segments"] == {"median": 4.0, "p90": 5.0, "min": 3.0, "max": 5.0}

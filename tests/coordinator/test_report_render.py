@@ -110,7 +110,8 @@ def test_resumed_episodes_are_counted_only_after_a_restart_that_found_some() -> 
 def test_report_json_keeps_its_keys() -> None:
     """report.json is read by bench/learning.py, t1 view and people: the typed report writes the same JSON."""
     report = replace(_three_row_report(), finished=False, planned_steps=40,
-                     rollouts=replace(_three_row_report().rollouts, gateway_segments={"tools": 2, "first": 1}))
+                     rollouts=replace(_three_row_report().rollouts, gateway_segments={"tools": 2, "first": 1},
+                                      segments=950, segments_with_drift=0))
     data = json.loads(json.dumps(report.to_json()))
     assert list(data) == ["name", "base", "warm_start", "rl", "finished", "planned_steps", "sft_curve",
                           "sft_kept_step", "trainer", "fidelity", "rollouts", "curves_png", "report_path"]
@@ -125,7 +126,8 @@ def test_report_json_keeps_its_keys() -> None:
     assert data["sft_curve"] == [{"step": 10, "solve_rate": 0.3, "attempts": 50},
                                  {"step": 20, "solve_rate": 0.2, "attempts": 50}]
     assert data["trainer"] == {"step": 12, "stage": "done", "policy_version": 9}
-    assert data["rollouts"] == {"episodes": 900, "turns": 4000, "infra_errors": 3, "resumed": 0,
+    assert data["rollouts"] == {"episodes": 900, "turns": 4000, "infra_errors": 3, "segments": 950,
+                                "segments_with_drift": 0, "resumed": 0,
                                 "resume_turns_lost": 0, "resume_failed": 0, "journal_recovered": {},
                                 "spool_pending": 0, "policy_versions": [3, 4], "training": {},
                                 "gateway_segments": {"first": 1, "tools": 2}}
@@ -133,3 +135,16 @@ def test_report_json_keeps_its_keys() -> None:
     bare = _report({}).to_json()
     assert "sft_kept_step" not in bare and "curves_png" not in bare and "gateway_segments" not in bare["rollouts"]
     assert bare["sft_curve"] == [] and bare["report_path"] == ""
+
+
+def test_turns_and_segments_per_episode_print_under_the_lifts() -> None:
+    shape = {"turns": {"median": 22.0, "p90": 31.0, "min": 13.0, "max": 40.0},
+             "segments": {"median": 4.0, "p90": 7.0, "min": 3.0, "max": 9.0}}
+    report = _report({"rl": {"heldout": replace(_summary(10, 20), shape=shape)}, "base": {"heldout": _summary(0, 20)}},
+                     rollouts=replace(ROLLOUTS, segments=80, segments_with_drift=0))
+    out = _render(report)
+    assert "heldout: RL: turns per episode median 22 (p90 31, min 13); segments per episode median 4 (p90 7, min 3)" \
+        in out
+    assert "heldout: base: turns" not in out  # no shape recorded: no line
+    assert "TITO segments (with drift)" in out and "80 (0)" in out
+    assert report.to_json()["rl"]["heldout"]["segments"] == shape["segments"]
