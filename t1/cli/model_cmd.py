@@ -1,5 +1,5 @@
-"""`t1 model init --out DIR --preset tiny|small|learn|qwen3-vocab --seed S`: create a random-init model folder
-locally."""
+"""`t1 model init --out DIR --preset tiny|small|learn|learn-long|qwen3-vocab --seed S`: create a random-init model
+folder locally."""
 
 from __future__ import annotations
 

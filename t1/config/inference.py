@@ -16,7 +16,7 @@ class ModelConfig(Section):
     """The policy model folder, created locally when asked."""
 
     path: Path = Field(Path(".t1/models/tiny"), description="Hugging Face model folder.")
-    init_preset: Literal["tiny", "small", "learn", "qwen3-vocab"] | None = Field(
+    init_preset: Literal["tiny", "small", "learn", "learn-long", "qwen3-vocab"] | None = Field(
         "tiny", description="If the folder is missing, create a random-init model of this preset; null forbids."
     )
     init_seed: int = Field(0, description="Seed for model creation.")

@@ -2,12 +2,12 @@
 
 Modules:
 - init.py: init_model / ensure_made: a model folder from a preset and a seed
-- presets.py: the Qwen3-MoE shapes of the presets (tiny, small, learn, qwen3-vocab)
+- presets.py: the Qwen3-MoE shapes of the presets (tiny, small, learn, learn-long, qwen3-vocab)
 - tokenizer.py: a byte-level BPE trained locally, with the chat template
 - qwen_tokenizer.py: the real Qwen2/2.5/3 tokenizer, built offline from the ranks a package ships
 - chat_template.py: the chat template written into tokenizer_config.json: ChatML with tools and tool calls
 - corpus.py: the text a preset's tokenizer trains on: shell sessions, and the curriculum's prompts and
-  commands
+  commands (learn-long: its long tier's and the compaction texts too)
 - forward.py: how a causal LM takes its KV cache across transformers releases
 
 Command line::

@@ -110,9 +110,10 @@ def shell_corpus(seed: int, num_docs: int = 2000) -> Iterator[str]:
         yield head + "".join(_turn(rng) for _ in range(rng.randint(1, 4)))
 
 
-def curriculum_corpus(seed: int) -> Iterator[str]:
+def curriculum_corpus(seed: int, long_tier: bool = False) -> Iterator[str]:
     """Shell sessions, the tool-call prompt the policy sees (so its tools block is few tokens), and the
-    learnable curriculum's training-split instructions and commands as tool calls."""
+    learnable curriculum's training-split instructions and commands as tool calls; `long_tier`: its long tier's
+    too (what their files show), with the compaction request, the notes and summaries shaped as the teacher's."""
     import jinja2
 
     from t1.agent.formats import FormatName, get_format
@@ -129,3 +130,24 @@ def curriculum_corpus(seed: int) -> Iterator[str]:
             yield template.render(messages=fmt.first_messages(text), tools=fmt.tools, add_generation_prompt=True)
         call = json.dumps({"name": "bash", "arguments": {"command": text}})
         yield f"{text}\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
+    if long_tier:
+        yield from _long_tier_corpus(seed)
+
+
+def _long_tier_corpus(seed: int) -> Iterator[str]:
+    """The long tier's texts as tool calls, and per 10 of them a compaction request and a teacher-shaped summary
+    in a note (the words of t1.agent.compaction and t1.agent.scripted)."""
+    from t1.agent.compaction import NOTE_HEAD, SUMMARY_REQUEST
+    from t1.tasks.synth.curriculum import long_tier_texts
+
+    done: list[str] = []
+    for i, text in enumerate(long_tier_texts(400, seed)):
+        call = json.dumps({"name": "bash", "arguments": {"command": text}})
+        yield f"{text}\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
+        done.append(text)
+        if i % 10 == 9:
+            summary = f"I ran {len(done)} commands, the last: {done[-1]}. Values still needed: {done[0].split()[-1]}."
+            yield (f"<|im_start|>user\n{SUMMARY_REQUEST}<|im_end|>\n<|im_start|>assistant\n{summary}<|im_end|>\n"
+                   f"{NOTE_HEAD} Your summary of them:]\n{summary}\n"
+                   "[Continue the task from the current state of the machine.]")
+            done.clear()

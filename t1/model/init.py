@@ -36,7 +36,7 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
     """Write the model folder to out_dir (created, or replaced if it holds a model) and return it.
 
     corpus: text to train the tokenizer on; None uses the preset's: `shell_corpus(seed)` or
-    `curriculum_corpus(seed)`.
+    `curriculum_corpus(seed)` (with its long tier for `learn-long`).
     The same preset, seed and corpus give byte-identical files.
     """
     import torch
@@ -51,7 +51,8 @@ def init_model(out_dir: Path, preset: PresetName, seed: int, corpus: Iterable[st
         vocab_size = QWEN3_VOCAB  # Qwen3's rows: the ranks, the added tokens, padding rows
     else:
         if corpus is None:
-            corpus = curriculum_corpus(seed) if spec.corpus == "curriculum" else shell_corpus(seed)
+            corpus = shell_corpus(seed) if spec.corpus == "shell" else \
+                curriculum_corpus(seed, long_tier=spec.corpus == "curriculum-long")
         tok = train_bpe(corpus, spec.tokenizer_vocab, spec.tokenizer_split)
         vocab_size = tok.get_vocab_size()
     eos_id, pad_id = tok.token_to_id(IM_END), tok.token_to_id(END_OF_TEXT)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-PresetName = Literal["tiny", "small", "learn", "qwen3-vocab"]
+PresetName = Literal["tiny", "small", "learn", "learn-long", "qwen3-vocab"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,8 @@ class ModelPreset:
     num_experts_per_tok: int
     moe_intermediate_size: int
     max_position_embeddings: int
-    corpus: Literal["shell", "curriculum"] = "shell"  # the tokenizer's text: shell sessions (+ the curriculum's)
+    # the tokenizer's text: shell sessions (+ the curriculum's; + its long tier's and the compaction texts)
+    corpus: Literal["shell", "curriculum", "curriculum-long"] = "shell"
     # the pre-tokenizer split (t1/model/tokenizer.py): qwen2 keeps numbers as digit tokens, for copying values
     tokenizer_split: Literal["gpt2", "qwen2"] = "gpt2"
     # "trained": a BPE trained here on the corpus with T1's chat template; "qwen3": the real Qwen3
@@ -92,6 +93,10 @@ PRESETS: dict[str, ModelPreset] = {
         max_position_embeddings=16384,
     ),
 }
+
+# The learn preset's shapes with a tokenizer that also knows the long tier (examples/long.yaml): its commands, what
+# its files show, the compaction request and notes, so a summary costs a few dozen tokens, not a few hundred.
+PRESETS["learn-long"] = replace(PRESETS["learn"], corpus="curriculum-long")
 
 
 def get_preset(name: str) -> ModelPreset:

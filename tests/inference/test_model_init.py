@@ -89,6 +89,22 @@ def test_a_number_is_the_same_tokens_wherever_it_stands() -> None:
             assert same == (split == "qwen2"), (split, printed, typed)
 
 
+def test_learn_long_is_learn_with_the_long_tier_and_the_compaction_texts_in_its_corpus() -> None:
+    """learn-long: the learn preset's shapes; its corpus is learn's unchanged (so local.yaml's model stays the
+    same), then the long tier's commands and files, the compaction request and notes."""
+    from dataclasses import replace
+
+    from t1.agent.compaction import NOTE_HEAD, SUMMARY_REQUEST
+    from t1.model.corpus import curriculum_corpus
+    from t1.model.presets import get_preset
+
+    assert get_preset("learn-long") == replace(get_preset("learn"), corpus="curriculum-long")
+    learn, long = list(curriculum_corpus(0)), list(curriculum_corpus(0, long_tier=True))
+    assert long[:len(learn)] == learn and len(long) > len(learn)
+    extra = "".join(long[len(learn):])
+    assert all(text in extra for text in (SUMMARY_REQUEST, NOTE_HEAD, "bash next.sh", "bash svc.sh init", "next: "))
+
+
 def test_a_folder_made_by_another_recipe_is_remade_a_trained_one_kept(tmp_path: Path) -> None:
     from t1.model.init import init_model, why_make
 

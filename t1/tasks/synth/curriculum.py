@@ -221,3 +221,14 @@ def curriculum_texts(n: int = 200, seed: int = 0) -> Iterator[str]:
         yield task.instruction
         yield from task.turns
         yield from task.shortcut
+
+
+def long_tier_texts(n: int = 200, seed: int = 0) -> Iterator[str]:
+    """Instructions, commands and the text files of the long tier's training split (for a tokenizer)."""
+    for family, tseed in curriculum_plan(n, seed, "train", LONG_TIER):
+        task = generate_curriculum(family, tseed)
+        yield task.instruction
+        yield from task.turns
+        yield from task.shortcut
+        yield from (text for path, text in task.files.items() if path not in task.executable)
+
