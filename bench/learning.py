@@ -2,14 +2,19 @@
 reward side by side: does RL lift the held-out solve rate over the warm start, and does the dense reward help?
 
     python -m bench.learning --out bench/results/learning_cpu.json [--seeds 0,1] [--rewards count,binary]
+    python -m bench.learning --config examples/long.yaml --compaction rule,policy --rewards count \
+        --out bench/results/learning_long_cpu.json
 
 Each run is a real `t1-coordinator --config` of the learning config in a folder of its own (model, tasks,
-run and trainer dirs), with `seed`, the model's init seed and the trainer seed set to the run's seed and
-`reward.mode` to the variant. The table has, per run, the solve rate of the three policies on the same
-held-out attempts (`base` before SFT, `warm_start` after SFT to its validation plateau, `rl` after PPO)
-with 95% Wilson intervals, the lift rl - warm_start, whether it meets the bar (>= 10 points, intervals
-apart, warm start above base), tito drift, infra errors and wall time; the JSON names the machine and its
-load average at the start and end.
+run and trainer dirs), with `seed`, the model's init seed and the trainer seed set to the run's seed,
+`reward.mode` to the variant and, with `--compaction`, `rollout.compaction.mode` too (the runs of one seed
+then differ in that alone). Runs whose evals recorded segments (the long tier) also report, per policy, turns
+and segments per episode (median, p90), the share of compaction summaries that carry what a later step needs,
+TITO drift per segment and routing replay coverage (bench/long_horizon.py). The table has, per run, the solve
+rate of the three policies on the same held-out attempts (`base` before SFT, `warm_start` after SFT to its
+validation plateau, `rl` after PPO) with 95% Wilson intervals, the lift rl - warm_start, whether it meets the
+bar (>= 10 points, intervals apart, warm start above base), tito drift, infra errors and wall time; the JSON
+names the machine and its load average at the start and end.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from bench.long_horizon import long_stats
 from bench.machine_info import describe, machine
 
 LABELS = ("base", "warm_start", "rl")
@@ -65,12 +71,15 @@ def verdict(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"lift": lift, "meets": not why, "why": "; ".join(why)}
 
 
-def run_config(base_cfg: dict[str, Any], root: Path, seed: int, reward: str) -> dict[str, Any]:
-    """The learning config of one run, every path inside `root`."""
+def run_config(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, compaction: str = "") -> dict[str, Any]:
+    """The learning config of one run, every path inside `root`; `compaction` ("": the config's) sets
+    rollout.compaction.mode."""
     cfg = json.loads(json.dumps(base_cfg))
-    cfg["name"] = f"learning-{reward}-s{seed}"
+    cfg["name"] = f"learning-{reward}{f'-{compaction}' if compaction else ''}-s{seed}"
     cfg["seed"] = seed
     cfg["reward"]["mode"] = reward
+    if compaction:
+        cfg["rollout"].setdefault("compaction", {})["mode"] = compaction
     cfg["sandbox"]["local"]["root"] = str(root / "sandboxes")
     for name, s in cfg["tasks"]["sets"].items():
         s["path"] = str(root / "tasks" / name)
@@ -84,9 +93,10 @@ def run_config(base_cfg: dict[str, Any], root: Path, seed: int, reward: str) -> 
     return cfg
 
 
-def one_run(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, timeout_s: float) -> dict[str, Any]:
+def one_run(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, timeout_s: float,
+            compaction: str = "") -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
-    cfg = run_config(base_cfg, root, seed, reward)
+    cfg = run_config(base_cfg, root, seed, reward, compaction)
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -98,32 +108,54 @@ def one_run(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, timeou
         except subprocess.TimeoutExpired:
             rc = None
     wall = time.monotonic() - start
-    out: dict[str, Any] = {"seed": seed, "reward": reward, "rc": rc, "wall_s": round(wall, 1), "dir": str(root)}
+    out: dict[str, Any] = {"seed": seed, "reward": reward, "compaction": cfg["rollout"].get("compaction", {}).get(
+        "mode", "rule"), "rc": rc, "wall_s": round(wall, 1), "dir": str(root)}
     report_file = Path(cfg["coordinator"]["run_dir"]) / "report.json"
     if not report_file.is_file():
         return {**out, "rows": {}, **verdict({})}
     report = json.loads(report_file.read_text())
     attempts = cfg["coordinator"]["eval"]["attempts"]
     rows = {label: policy_row(report[label]["heldout"], attempts) for label in LABELS if label in report}
+    if any(report.get(label, {}).get("heldout", {}).get("segments") for label in LABELS):
+        out["long"] = long_stats(report_file.parent, report, Path(cfg["tasks"]["sets"]["heldout"]["path"]), LABELS)
     return {**out, "rows": rows, **verdict(rows), "sft_curve": report.get("sft_curve", []),
             "sft_kept_step": report.get("sft_kept_step"),
             "tito_drift_tokens": report.get("fidelity", {}).get("t1_tito_drift_tokens"),
             "infra_errors": report.get("rollouts", {}).get("infra_errors")}
 
 
+def long_lines(long: dict[str, Any]) -> list[str]:
+    """The long-horizon lines under a run's row: per policy turns and segments per episode, summaries carried."""
+    lines = []
+    for label, e in long["evals"].items():
+        t, s, c = e["turns"], e["segments"], e["summaries"]
+        share = f"{c['carry_share']:.2f}" if c["carry_share"] is not None else "-"
+        lines.append(f"    {label:<11} turns/episode {t.get('median', '-')} (p90 {t.get('p90', '-')}), "
+                     f"segments/episode {s.get('median', '-')} (p90 {s.get('p90', '-')}, min {s.get('min', '-')}); "
+                     f"summaries carrying the early value {c['carried']}/{c['needed']} = {share}, "
+                     f"malformed {c['malformed']}")
+    lines.append(f"    TITO drift: {long['tito_drift_tokens']} tokens, {long['segments_with_drift']} of "
+                 f"{long['segments']} segments; routing replay coverage (lowest step) "
+                 f"{long['routing_replay_coverage_min']}")
+    return lines
+
+
 def print_table(runs: list[dict[str, Any]]) -> None:
-    head = f"{'reward':<8}{'seed':>5}" + "".join(f"{x:>22}" for x in LABELS) + f"{'lift':>8}{'meets':>7}{'drift':>6}" \
-        f"{'infra':>6}{'wall s':>8}"
+    head = f"{'reward':<8}{'compact':<8}{'seed':>5}" + "".join(f"{x:>22}" for x in LABELS) + \
+        f"{'lift':>8}{'meets':>7}{'drift':>6}{'infra':>6}{'wall s':>8}"
     print(head)
     for r in runs:
         cells = "".join(
             f"{r['rows'][x]['solve_rate']:>6.3f} [{r['rows'][x]['ci95'][0]:.2f},{r['rows'][x]['ci95'][1]:.2f}]"
             f"{r['rows'][x]['attempts']:>4}" if x in r["rows"] else f"{'-':>22}" for x in LABELS)
         lift = f"{r['lift']:+.3f}" if r.get("lift") is not None else "-"
-        print(f"{r['reward']:<8}{r['seed']:>5}{cells}{lift:>8}{('yes' if r['meets'] else 'no'):>7}"
-              f"{r.get('tito_drift_tokens', '-')!s:>6}{r.get('infra_errors', '-')!s:>6}{r['wall_s']:>8.0f}")
+        print(f"{r['reward']:<8}{r.get('compaction', '-'):<8}{r['seed']:>5}{cells}{lift:>8}"
+              f"{('yes' if r['meets'] else 'no'):>7}{r.get('tito_drift_tokens', '-')!s:>6}"
+              f"{r.get('infra_errors', '-')!s:>6}{r['wall_s']:>8.0f}")
         if r.get("why"):
             print(f"    {r['why']}")
+        for line in long_lines(r["long"]) if r.get("long") else []:
+            print(line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", type=Path, default=Path("examples/local.yaml"))
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--rewards", default="count,binary")
+    p.add_argument("--compaction", default="", help="rollout.compaction.mode per run, e.g. rule,policy (default: the "
+                                                     "config's)")
     p.add_argument("--root", type=Path, default=Path(".t1/learning"))
     p.add_argument("--timeout-s", type=float, default=3600.0, help="per run")
     args = p.parse_args(argv)
@@ -140,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for reward in args.rewards.split(","):
-            runs.append(one_run(base_cfg, args.root / f"{reward}-s{seed}", seed, reward, args.timeout_s))
-            print_table(runs[-1:])
+            for compaction in args.compaction.split(","):
+                name = f"{reward}-{compaction}-s{seed}" if compaction else f"{reward}-s{seed}"
+                runs.append(one_run(base_cfg, args.root / name, seed, reward, args.timeout_s, compaction))
+                print_table(runs[-1:])
     info["loadavg_end"] = os.getloadavg()
     print(describe(info), f"load average {info['loadavg_start'][0]:.1f} -> {info['loadavg_end'][0]:.1f}")
     print_table(runs)

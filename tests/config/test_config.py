@@ -25,7 +25,7 @@ def test_defaults_validate():
     assert cfg.sandbox.provider == "local"
 
 
-@pytest.mark.parametrize("name", ["examples/local.yaml", "deploy/prod.yaml"])
+@pytest.mark.parametrize("name", ["examples/local.yaml", "examples/long.yaml", "deploy/prod.yaml"])
 def test_shipped_configs_validate(name):
     result = _t1("config", "check", name)
     assert result.returncode == 0, result.stderr

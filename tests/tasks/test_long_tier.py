@@ -16,7 +16,7 @@ from t1.tasks.dataset import load_dataset, load_named_set
 from t1.tasks.oracle import RunMode, RunStatus, run_tasks
 from t1.tasks.synth.base import write_task
 from t1.tasks.synth.curriculum import curriculum_plan, generate_curriculum, synthesize_curriculum
-from t1.tasks.synth.long_tier import LONG_TIER, file_chain
+from t1.tasks.synth.long_tier import LONG_TIER, early_value, file_chain
 
 PLAN = curriculum_plan(3 * 40, 7, "train", LONG_TIER)
 
@@ -50,6 +50,15 @@ def test_file_chain_target_is_shown_once_at_the_start() -> None:
             target = task.turns[-1].split("> ")[1].removesuffix(".txt")
             shows = [p for p, text in task.files.items() if f"target: {target}" in text]
             assert shows == [task.turns[0].split()[1]], (shows, task.turns[0])
+
+
+def test_early_value_is_what_the_last_command_needs_from_the_first_output() -> None:
+    for fam, seed in PLAN[:30]:
+        task = generate_curriculum(fam, seed)
+        last = task.turns[-1]
+        wanted = last.split("> ")[1].removesuffix(".txt") if fam == "file_chain" else _carried(fam, task.turns)
+        assert early_value(fam, task.files) == wanted, (fam, last)
+    assert early_value("read_copy", {"a.txt": "target: x\n"}) is None  # not a long-tier family
 
 
 def test_long_set_from_config(tmp_path: Path) -> None:

@@ -15,11 +15,15 @@ bash verifiers (one reward.json entry per check, so the count reward rises step 
   first need a config file their error names, then `bash svc.sh start KEY` with the key the first step showed.
 
 `synthesize_curriculum(..., families=LONG_TIER)` writes them; `tasks.sets.<name>.synth_kind: long` selects them.
+`early_value` names, from a task's files, the value its first step shows and its last step needs (the file_chain
+target, the job_queue ticket, the staged_start key): what a compaction summary must carry.
 """
 
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Mapping
 from itertools import pairwise
 
 from t1.tasks.synth.base import SynthTask
@@ -150,3 +154,18 @@ LONG_TIER: dict[str, CurriculumFamily] = {
     "job_queue": job_queue,
     "staged_start": staged_start,
 }
+
+# Where each family's files hold the value its first step shows and its last step needs.
+_EARLY_VALUE = {
+    "file_chain": re.compile(r"^target: (\S+)$", re.M),           # the first file of the chain
+    "job_queue": re.compile(r"ticket: (\S+) \(write it to"),      # next.sh's first call
+    "staged_start": re.compile(r"init done, key: (\S+?)\\?\""),   # svc.sh init's log
+}
+
+
+def early_value(family: str, files: Mapping[str, str]) -> str | None:
+    """The value a long-tier task's first step shows and its last step needs, read from its files (the task
+    folder's environment/files); None for a family outside the long tier or files that do not hold it."""
+    pattern = _EARLY_VALUE.get(family)
+    found = (m.group(1) for text in files.values() if pattern is not None and (m := pattern.search(text)))
+    return next(found, None)
