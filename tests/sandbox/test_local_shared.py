@@ -59,7 +59,8 @@ async def test_processes_of_one_shell_are_visible_and_killable_from_another(loca
     started = await one.run("sleep 777 & echo $!")
     pid = started.output.strip()
     assert pid.isdigit(), started
-    listed = await two.run("ps -eo pid=,args= | grep '[s]leep 777'")
+    # `$!` is known once bash has forked, before the child has exec'd sleep: wait for its name (bounded).
+    listed = await two.run("for i in $(seq 100); do ps -eo pid=,args= | grep '[s]leep 777' && break; sleep 0.05; done")
     assert listed.exit_code == 0 and listed.output.split()[0] == pid, listed  # same PID namespace, same numbers
     killed = await two.run(f"kill {pid}; echo rc=$?")
     assert "rc=0" in killed.output, killed
