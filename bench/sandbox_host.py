@@ -197,5 +197,43 @@ class HostedProvider:
                 await self.proc.wait()
 
 
+class HostGroup:
+    """SandboxProvider over `hosts` sandbox host children, each with a root of its own: a process holds about
+    four descriptors per sandbox (its SSH socket, the session's pipes), so past the open-files limit of one
+    process the sandboxes are spread over several. Creations go round-robin; a destroy goes to the owner. Each
+    host draws its sandboxes' uid ranges on its own: two hosts may give out the same one (a load test does not
+    test isolation between sandboxes)."""
+
+    traits = LOCAL_TRAITS
+
+    def __init__(self, root: Path, shell_cfg: ShellConfig, hosts: int, **kwargs: Any) -> None:
+        if hosts < 1:
+            raise ValueError(f"hosts: {hosts} is not a count of sandbox hosts (at least 1)")
+        self.hosts = [HostedProvider(root if hosts == 1 else root / f"host-{i}", shell_cfg, **kwargs)
+                      for i in range(hosts)]
+        self._next = 0
+        self._owner: dict[str, HostedProvider] = {}
+
+    @property
+    def pids(self) -> list[int]:
+        return [h.pid for h in self.hosts]
+
+    async def start(self) -> None:
+        await asyncio.gather(*(h.start() for h in self.hosts))
+
+    async def create(self, request: SandboxRequest) -> Sandbox:
+        host = self.hosts[self._next % len(self.hosts)]
+        self._next += 1
+        sandbox = await host.create(request)
+        self._owner[sandbox.id] = host
+        return sandbox
+
+    async def destroy(self, sandbox: Sandbox) -> None:
+        await self._owner.pop(sandbox.id).destroy(sandbox)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(h.close() for h in self.hosts))
+
+
 if __name__ == "__main__":
     main()

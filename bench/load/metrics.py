@@ -130,30 +130,36 @@ def gc_census(top: int = 12) -> dict[str, object]:
 class ProcessMeter:
     """CPU time and RSS of named processes (this one, the sim server, the sandbox server and its shells)."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
+    def __init__(self, pids: dict[str, int | list[int]]) -> None:
+        """A name may stand for several processes (the sandbox hosts): their CPU is summed, their RSS too."""
+        self.procs = {name: [psutil.Process(p) for p in ([pid] if isinstance(pid, int) else pid)]
+                      for name, pid in pids.items()}
 
     def cpu(self, with_children: bool = False) -> dict[str, float]:
         out = {}
-        for name, proc in self.procs.items():
+        for name, procs in self.procs.items():
             try:
-                t = proc.cpu_times()
-                total = t.user + t.system
-                if with_children:
-                    total += t.children_user + t.children_system
-                    for child in proc.children(recursive=True):
-                        try:
-                            ct = child.cpu_times()
-                            total += ct.user + ct.system
-                        except psutil.Error:
-                            continue
-                out[name] = total
+                out[name] = sum(_cpu_s(proc, with_children) for proc in procs)
             except psutil.Error:
                 out[name] = float("nan")
         return out
 
     def rss(self, name: str) -> int:
-        return int(self.procs[name].memory_info().rss)
+        return sum(int(proc.memory_info().rss) for proc in self.procs[name])
+
+
+def _cpu_s(proc: psutil.Process, with_children: bool) -> float:
+    t = proc.cpu_times()
+    total = t.user + t.system
+    if with_children:
+        total += t.children_user + t.children_system
+        for child in proc.children(recursive=True):
+            try:
+                ct = child.cpu_times()
+                total += ct.user + ct.system
+            except psutil.Error:
+                continue
+    return total
 
 
 @dataclass(slots=True)

@@ -93,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="model folder whose tokenizer both sides use (made with the tiny preset if missing)")
     p.add_argument("--creates-per-s", type=float, default=100.0, help="sandbox creation rate during ramp-up")
     p.add_argument("--no-bubblewrap", action="store_true", help="sandbox sessions without bubblewrap")
+    p.add_argument("--sandbox-hosts", type=int, default=0,
+                   help="sandbox host processes to spread the sandboxes over (0: as few as open-files limits allow)")
     p.add_argument("--no-transcripts", action="store_true", help="do not write per-episode transcripts")
     p.add_argument("--no-journal", action="store_true",
                    help="episodes keep their trajectory arrays in memory (coordinator.journal.enabled: false)")
@@ -178,7 +180,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
         listing,
         write_task,
     )
-    from bench.sandbox_host import HostedProvider
+    from bench.sandbox_host import HostGroup
     from t1.config.sandbox import ShellConfig
     from t1.coordinator.gc_policy import GcSchedule
     from t1.coordinator.journal import Journal
@@ -191,8 +193,8 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     from t1.tasks.dataset import load_task
 
     sim, port = await start_sim(args, workdir)
-    host = HostedProvider(workdir / "sandboxes", ShellConfig(), bubblewrap=not args.no_bubblewrap,
-                          log_file=workdir / "sandbox_host.log", nice=args.peer_nice)
+    host = HostGroup(workdir / "sandboxes", ShellConfig(), sandbox_hosts(episodes, args.sandbox_hosts),
+                     bubblewrap=not args.no_bubblewrap, log_file=workdir / "sandbox_host.log", nice=args.peer_nice)
     await host.start()
     cfg = load_config(args, episodes)
     spool = open_spool(cfg, workdir)
@@ -215,7 +217,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     freeze_long_lived()  # as the coordinator does once its parts are built, with its GC schedule
     gc_schedule = GcSchedule(args.gc_full_interval_s)
     gc_schedule.start()
-    meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pid})
+    meter = ProcessMeter({"coordinator": os.getpid(), "sim_inference": sim.pid, "sandbox_host": host.pids})
     lag = LagSampler()
     lag.start()
     gc_pauses = GcPauses()
@@ -358,7 +360,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": "load", "machine": machine(), "path": PATH, "settings": settings,
                            "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scales": []}
     for n in args.scale_list:
-        check_host_limits(n, bubblewrap=not args.no_bubblewrap)
+        check_host_limits(n, bubblewrap=not args.no_bubblewrap, hosts=args.sandbox_hosts)
         with tempfile.TemporaryDirectory(prefix=f"t1-load-{n}-") as tmp:
             log.warning("scale %d: starting", n)
             out["scales"].append(await run_scale(args, n, Path(tmp)))
@@ -372,7 +374,24 @@ that is its PID 1, nsenter, and the shell's supervisor, subshell and worker; wit
 FDS_PER_SANDBOX = 4  # in the sandbox host: an SSH socket and the session's three pipes
 
 
-def check_host_limits(episodes: int, bubblewrap: bool) -> None:
+FDS_PER_EPISODE = 1  # in the coordinator: the sandbox's SSH connection (the journal holds no descriptor)
+FDS_SPARE = 1000
+
+
+def sandbox_hosts(episodes: int, asked: int = 0) -> int:
+    """How many sandbox host processes hold `episodes` sandboxes: `asked`, or as few as the open-files
+    limit of one process allows."""
+    import resource
+
+    if asked:
+        return asked
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1
+    return max(1, math.ceil(episodes * FDS_PER_SANDBOX / max(1, soft - FDS_SPARE)))
+
+
+def check_host_limits(episodes: int, bubblewrap: bool, hosts: int = 0) -> None:
     """Fail before starting when this host cannot hold `episodes` sandboxes: pids and open files."""
     import resource
 
@@ -381,14 +400,16 @@ def check_host_limits(episodes: int, bubblewrap: bool) -> None:
         pid_max = int(f.read())
     with open("/proc/sys/kernel/threads-max") as f:
         threads_max = int(f.read())
-    fds = episodes * FDS_PER_SANDBOX + 1000
+    per_host = math.ceil(episodes / sandbox_hosts(episodes, hosts)) * FDS_PER_SANDBOX + FDS_SPARE
+    coordinator = episodes * FDS_PER_EPISODE + FDS_SPARE
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     problems = []
     if tasks > min(pid_max, threads_max):
         problems.append(f"kernel.pid_max / kernel.threads-max is {min(pid_max, threads_max)}; {episodes} sandboxes "
                         f"need about {tasks} tasks")
-    if soft != resource.RLIM_INFINITY and fds > soft:
-        problems.append(f"the open-files limit (ulimit -n) is {soft}; the sandbox host needs about {fds}")
+    if soft != resource.RLIM_INFINITY and max(per_host, coordinator) > soft:
+        problems.append(f"the open-files limit (ulimit -n) is {soft}; each sandbox host needs about {per_host} "
+                        f"(--sandbox-hosts spreads them) and the coordinator about {coordinator}")
     if problems:
         raise SystemExit(f"load.py: this host cannot run {episodes} episodes: " + "; ".join(problems))
 
