@@ -1,7 +1,8 @@
 """Per-episode transcripts a person can read: one Markdown file, written turn by turn (tail -f works).
 
-Writes are held in a list of pending strings (no fixed-size buffer per episode: thousands of episodes
-run at once): a turn's text reaches the file at the latest FLUSH_EVERY_S after it was written,
+Writes are held in a list of pending strings (no fixed-size buffer and no open descriptor per episode:
+thousands of episodes run at once; each flush opens, appends and closes): a turn's text reaches the file
+at the latest FLUSH_EVERY_S after it was written,
 and at once for the rare events that explain an episode (notes, verifier results, the result). The
 episode closes its transcript however it ends (finished, failed or cancelled), so nothing written
 is lost with the episode; a killed process loses at most the last FLUSH_EVERY_S of turns.
@@ -15,12 +16,11 @@ lines are split on "\n" only, by the writer and the parser alike.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from t1.metrics.write_faults import WriteFaults
@@ -62,45 +62,47 @@ class Transcript:
                  faults: WriteFaults | None = None, append: bool = False) -> None:
         """`append`: continue the file (a resumed episode's) instead of starting it."""
         self.path: Path | None = None
-        self._file: BinaryIO | None = None
+        self._writing = False  # no descriptor is held between flushes: 10,000 live episodes are 10,000 files
         self._pending: list[str] = []
         self._faults = faults
         if directory is not None:
             self.path = directory / task_id.replace("/", "__") / f"{episode_id}.md"
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.path.open("ab" if append else "wb", buffering=0)
+                with self.path.open("ab" if append else "wb", buffering=0):
+                    pass
+                self._writing = True
             except OSError as exc:
                 self._failed(exc)
         self._t0 = self._flushed = time.monotonic()
 
     def _failed(self, exc: OSError) -> None:
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-        self._file = None
+        self._writing = False
         self._pending.clear()
         if self._faults is not None:
             self._faults.failed("transcripts", exc)
 
     def _w(self, text: str, flush: bool = False) -> None:
-        if self._file is None:
+        if not self._writing:
             return
         self._pending.append(text)
         now = time.monotonic()
         if flush or now - self._flushed >= FLUSH_EVERY_S:
             self._flush(now)
 
-    def _flush(self, now: float) -> None:
-        if self._file is not None and self._pending:
+    def _flush(self, now: float) -> bool:
+        """Append what is pending (open, write, close); False when the transcript has failed."""
+        if self._writing and self._pending and self.path is not None:
             data = "".join(self._pending).encode("utf-8", "replace")
             self._pending.clear()
             try:
-                if self._file.write(data) != len(data):
-                    raise OSError(f"{self.path}: short write of {len(data)} bytes (the disk is full?)")
+                with self.path.open("ab", buffering=0) as f:
+                    if f.write(data) != len(data):
+                        raise OSError(f"{self.path}: short write of {len(data)} bytes (the disk is full?)")
             except OSError as exc:
                 self._failed(exc)
         self._flushed = now
+        return self._writing
 
     def header(self, task_id: str, episode_id: str, agent_format: str, instruction: str, prompt_tokens: int) -> None:
         self._w(f"# Episode {episode_id}\n\n- task: {task_id}\n- format: {agent_format}\n"
@@ -131,14 +133,7 @@ class Transcript:
 
     def close(self) -> None:
         """Flush and close; safe to call more than once."""
-        if self._file is not None:
-            self._flush(time.monotonic())
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as exc:
-                self._failed(exc)
-                return
-            self._file = None
+        if self._writing and self._flush(time.monotonic()):
+            self._writing = False
             if self._faults is not None:
                 self._faults.recovered("transcripts")

@@ -42,3 +42,19 @@ def test_no_directory_writes_nothing(tmp_path: Path) -> None:
     tx.turn(0, "r", 1, 1, 0, "stop")
     tx.close()
     assert tx.path is None and not any(tmp_path.iterdir())
+
+
+def test_a_live_transcript_holds_no_descriptor(tmp_path: Path) -> None:
+    """10,000 live episodes ran a coordinator into its open-files limit with a descriptor each: none is held."""
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
+    live = [Transcript(tmp_path, "task", f"ep-{i}") for i in range(200)]
+    for i, tx in enumerate(live):
+        tx.header("task", f"ep-{i}", "tool_calls", "do it", 10)
+        tx.turn(1, "ls", 2, 12, 0, "stop")
+    assert len(os.listdir("/proc/self/fd")) == before
+    for tx in live:
+        tx.close()
+    text = (tmp_path / "task" / "ep-7.md").read_text()
+    assert text.startswith("# Episode ep-7") and "## Turn 1" in text
