@@ -4,8 +4,9 @@ With several coordinators sharing one fleet, exactly one party must make a serve
 version. Each server following the trainer's WatchVersions is that party for itself: the trainer
 need not know the fleet, a replica that is added or restarted catches up on its own (from the
 newest version, not every one in between), and coordinators only wait until the servers they
-route to serve a version (`InferencePool.wait_served`). Loads go through the servicer's
-`load_version`, so a version is loaded at most once per server whoever else asks for it.
+route to serve a version (`await_served`, which the gRPC transport's `load_weights` calls in follow
+mode). Loads go through the servicer's `load_version`, so a version is loaded at most once per server
+whoever else asks for it.
 
 A burst of announcements (a restarted server hears every kept version at once) is read to its
 end before loading: only the newest is loaded. A lost stream is reopened from the served version;
