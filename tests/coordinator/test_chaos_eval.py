@@ -30,8 +30,9 @@ def root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _config(root: Path, model_dir: Path) -> dict:
-    cfg = eval_config(root, model_dir, root, eval={"concurrency": 2})
+def _config(root: Path, model_dir: Path, kills: int) -> dict:
+    # The job is resumed after each kill -9: allowed as many unclean resumes as the test kills (default 1).
+    cfg = eval_config(root, model_dir, root, eval={"concurrency": 2, "max_unclean_resumes": kills})
     cfg["rollout"] = {"policy": "model", "max_turns": 1, "max_context_tokens": 2048, "sampling": {"max_tokens": 8}}
     cfg["inference"] = {"model": {"path": str(model_dir)}, "pool": {"num_local_servers": 1}}
     return cfg
@@ -63,7 +64,7 @@ def test_coordinator_kill_9_mid_eval_loses_nothing_and_leaves_nothing(root: Path
     tasks = root / "tasks"
     for i in range(NUM_TASKS):
         write_harbor_task(tasks, f"t{i}", f"w{i}")
-    coord = CoordinatorProcess(root, _config(root, tiny_model_dir))
+    coord = CoordinatorProcess(root, _config(root, tiny_model_dir, num_kills))
     db = coord.run_dir / "jobs.db"
     total = NUM_TASKS * ATTEMPTS
     kills = kill_points(seed, num_kills, 1, total - 2)
