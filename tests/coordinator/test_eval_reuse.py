@@ -18,6 +18,7 @@ from t1.coordinator.evals import EvalJobs
 from t1.coordinator.jobs import JobState, JobStore
 from t1.coordinator.tasksource import make_resolver
 from t1.metrics.runlog import RunLog
+from t1.v1 import coordinator_pb2 as pb
 
 
 def _process(run_dir: Path, runner: CountingRunner) -> SimpleNamespace:
@@ -81,6 +82,4 @@ async def test_an_eval_the_restart_resumed_is_waited_for_and_a_failed_one_runs_a
 
 
 def _request(task_root: Path, label: str) -> bytes:
-    from t1.v1 import coordinator_pb2 as pb
-
     return pb.SubmitEvalRequest(tasks=str(task_root), attempts=2, name=f"{label}:{task_root}").SerializeToString()

@@ -13,7 +13,7 @@ import pytest
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxProvider
 from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task
+from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task
 from t1.tasks.rewards import RewardMode
 from tasks.reward_integrity.attacks import (
     FORGED_ECHO,
@@ -65,6 +65,16 @@ HARBOR_PLANTS = {
 """What the agent plants in its workdir and at the root for a Harbor test.sh that runs pytest from /app."""
 
 
+def _scored_as_honest(planted: TaskRun, honest: TaskRun) -> None:
+    """What the agent planted changed nothing: the same count and reward as the honest failure, not resolved."""
+    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
+        honest.reward,
+        honest.report.passed,
+        honest.report.total,
+        False,
+    ), (planted.as_json(), planted.report.output_tail)
+
+
 @pytest.mark.parametrize("plant", sorted(HARBOR_PLANTS))
 @pytest.mark.parametrize("runner", sorted(HARBOR_RUNNERS))
 async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: SandboxProvider, tmp_path: Path, runner: str,
@@ -77,12 +87,7 @@ async def test_harbor_pytest_loads_nothing_the_agent_planted(provider: SandboxPr
                                                               HARBOR_PLANTS[plant], harbor_base)),
                              RunMode.ORACLE, reward_mode=RewardMode.COUNT)
     assert honest.status is RunStatus.OK and honest.report.passed == 1 and not honest.resolved, honest.as_json()
-    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
-        honest.reward,
-        honest.report.passed,
-        honest.report.total,
-        False,
-    ), (planted.as_json(), planted.report.output_tail)
+    _scored_as_honest(planted, honest)
 
 
 ENV_DOCKERFILE = ('ENV PATH="/root/.local/bin:$PATH" PYTHONPATH=/app\n'
@@ -132,12 +137,7 @@ async def test_task_environment_into_agent_dirs_runs_nothing_planted(provider: S
     planted = await run_task(provider, load_task(env_task(tmp_path / "planted", HARBOR_RUNNERS[runner],
                                                            ENV_PLANTS[plant], harbor_base)),
                              RunMode.ORACLE, reward_mode=RewardMode.COUNT)
-    assert (planted.reward, planted.report.passed, planted.report.total, planted.resolved) == (
-        honest.reward,
-        honest.report.passed,
-        honest.report.total,
-        False,
-    ), (planted.as_json(), planted.report.output_tail)
+    _scored_as_honest(planted, honest)
 
 
 GIT_TESTS = TESTS + '''
