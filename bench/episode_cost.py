@@ -73,7 +73,7 @@ class Setup:
         from bench.sim_replies import LogprobPool, ModelShape, ReplyBook, ReplySettings, RoutingPool
         from t1.agent.formats import get_format
         from t1.coordinator.model_setup import make_renderers
-        from t1.tasks.dataset import load_task
+        from t1.tasks.formats.dataset import load_task
 
         model = ROOT / ".t1/bench/tiny"
         self.fmt = get_format("tool_calls")
@@ -133,7 +133,7 @@ class Setup:
 
 
 async def finish(ep: Any) -> Any:
-    from t1.tasks.report import VerifierReport
+    from t1.tasks.verify.report import VerifierReport
     from t1.trajectory.types import EpisodeStatus
 
     done = ep._finish(EpisodeStatus.OK, "", VerifierReport(), 1.0)

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.machine_info import machine
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
-from t1.tasks.dataset import load_dataset
-from t1.tasks.oracle import RunMode, TaskRun, run_task
+from t1.tasks.formats.dataset import load_dataset
 from t1.tasks.spec import TaskSpec
 from t1.tasks.synth import synthesize
+from t1.tasks.verify.oracle import RunMode, TaskRun, run_task
 
 
 async def _timed(

@@ -61,8 +61,9 @@ def _cpu() -> tuple[float, float, float]:
 
 async def _round(sandbox: Any, spec: Any, provisioned: Any, runs: int, mode: str, shipped: int) -> dict[str, float]:
     from t1.sandbox.types import ShellRole
-    from t1.tasks import transfer, verifier
-    from t1.tasks.verifier import run_verifier
+    from t1.tasks import transfer
+    from t1.tasks.verify import verifier
+    from t1.tasks.verify.verifier import run_verifier
 
     inline = mode == "inline"
     transfer.INLINE_MAX_BYTES = shipped if inline else -1  # -1: no archive fits, every upload is a file transfer
@@ -82,7 +83,7 @@ async def _round(sandbox: Any, spec: Any, provisioned: Any, runs: int, mode: str
 async def measure(runs: int, rounds: int) -> dict[str, Any]:
     from t1.config.sandbox import LocalProviderConfig, ShellConfig
     from t1.sandbox.local import LocalProvider
-    from t1.tasks.dataset import load_task
+    from t1.tasks.formats.dataset import load_task
     from t1.tasks.provision import provision, sandbox_request
     from t1.tasks.transfer import INLINE_MAX_BYTES
 

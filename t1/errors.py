@@ -7,7 +7,7 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     T1Error
     ├── InfraError                   the machinery around the policy failed: an episode that raises one
     │   │                            ends as infra_error (t1.agent.episode), never as a reward; whose fault
-    │   │                            it is once the agent acted is t1.tasks.outcome.attempt_failure's call
+    │   │                            it is once the agent acted is t1.tasks.verify.outcome.attempt_failure's call
     │   ├── SandboxLost              [sandbox.types] a sandbox or its connection is gone
     │   │   ├── SandboxHostLost      [sandbox.types] lost with T1's process serving it (the sandbox service): T1's fault
     │   │   └── SandboxGone          [sandbox.types] a recorded sandbox cannot be reattached

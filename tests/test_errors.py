@@ -83,8 +83,8 @@ def test_classes_keep_their_builtin_bases_and_sit_in_their_branch() -> None:
     from t1.rpc.errors import NotFound, RequestError
     from t1.sandbox.needs import NeedsImageError
     from t1.sandbox.types import SandboxGone, SandboxLost
-    from t1.tasks.outcome import T1Fault
     from t1.tasks.transfer import SetupError
+    from t1.tasks.verify.outcome import T1Fault
     from t1.trajectory.serialization import CodecError
     from t1.workdir import DirectoryBusy
 

@@ -190,7 +190,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     from t1.inference.pool import InferencePool
     from t1.rpc.loop import freeze_long_lived
     from t1.sandbox.pool import SandboxPool
-    from t1.tasks.dataset import load_task
+    from t1.tasks.formats.dataset import load_task
 
     sim, port = await start_sim(args, workdir)
     host = HostGroup(workdir / "sandboxes", ShellConfig(), sandbox_hosts(episodes, args.sandbox_hosts),

@@ -16,7 +16,7 @@ Statuses: ok (done or turn limit), timeout (task wall clock), context_limit, inf
 (sandbox lost or setup failing before the agent acted, inference failing past retries). Infra
 errors never get a reward: their trajectory carries reward 0 and status infra_error, and the
 trainer drops it. Once the agent has acted, a sandbox fault is the attempt's own failure
-(`t1.tasks.outcome`): reward 0, counted, with its failure mode. Verifiers run in verifier shells.
+(`t1.tasks.verify.outcome`): reward 0, counted, with its failure mode. Verifiers run in verifier shells.
 """
 
 from __future__ import annotations
@@ -63,17 +63,17 @@ from t1.inference.types import (
 from t1.metrics import registry as m
 from t1.sandbox.ssh_sandbox import lost_cause
 from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxLost, SandboxTraits, Shell
-from t1.tasks.outcome import attempt_failure
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
-from t1.tasks.report import FailureMode, VerifierReport
-from t1.tasks.rewards import (
+from t1.tasks.spec import StepSpec
+from t1.tasks.verify.outcome import attempt_failure
+from t1.tasks.verify.report import FailureMode, VerifierReport
+from t1.tasks.verify.rewards import (
     checkpoint_turns,
     combine_steps,
     episode_reward,
     passes_gate,
     process_rewards,
 )
-from t1.tasks.spec import StepSpec
 from t1.tito import ChatRenderer, TokenBuffer
 from t1.tito.diagnostics import trajectory_checks
 from t1.tito.replay import replay

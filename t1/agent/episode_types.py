@@ -13,10 +13,10 @@ from t1.agent.formats import AgentFormat
 from t1.errors import InfraError
 from t1.inference.types import SamplingParams
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, SandboxRequest
-from t1.tasks.outcome import T1Fault
-from t1.tasks.report import VerifierReport
-from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
+from t1.tasks.verify.outcome import T1Fault
+from t1.tasks.verify.report import VerifierReport
+from t1.tasks.verify.rewards import RewardMode
 from t1.trajectory.types import EpisodeStatus, Trajectory
 
 

@@ -16,10 +16,10 @@ from t1.agent.transcript import Transcript
 from t1.metrics import registry as m
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxTraits, ShellRole
 from t1.tasks.provision import Provisioned
-from t1.tasks.report import VerifierReport
-from t1.tasks.separate import packed_artifacts, run_separate_verifier
 from t1.tasks.spec import StepSpec
-from t1.tasks.verifier import run_verifier
+from t1.tasks.verify.report import VerifierReport
+from t1.tasks.verify.separate import packed_artifacts, run_separate_verifier
+from t1.tasks.verify.verifier import run_verifier
 
 
 class EpisodeVerifier:

@@ -22,7 +22,7 @@ from typing import Any
 
 from t1.agent.shell_state import ShellState
 from t1.errors import DataError
-from t1.tasks.dockerplan import ReplayStep
+from t1.tasks.image.dockerplan import ReplayStep
 from t1.tasks.provision import Provisioned
 
 Event = tuple[str, dict[str, Any]]

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(dirs: list[str]) -> list:
-    from t1.tasks.dataset import load_dataset
+    from t1.tasks.formats.dataset import load_dataset
     from t1.tasks.spec import TaskParseError
 
     try:
@@ -61,9 +61,9 @@ def _load(dirs: list[str]) -> list:
 
 def _run(args: argparse.Namespace) -> int:
     from t1.sandbox.factory import build_provider
-    from t1.tasks.docker_build import EnvironmentBuilder
-    from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_tasks
-    from t1.tasks.rewards import RewardMode
+    from t1.tasks.image.docker_build import EnvironmentBuilder
+    from t1.tasks.verify.oracle import RunMode, RunStatus, TaskRun, run_tasks
+    from t1.tasks.verify.rewards import RewardMode
 
     cfg = config_or_exit(args)
     specs = _load(args.dirs)
@@ -95,9 +95,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from t1.tasks.dataset import task_dirs
+    from t1.tasks.formats.dataset import task_dirs
+    from t1.tasks.needs.validate import EXIT_CODES, CheckStatus, check_folder
     from t1.tasks.spec import TaskParseError
-    from t1.tasks.validate import EXIT_CODES, CheckStatus, check_folder
 
     try:
         dirs = task_dirs(args.dirs)
@@ -132,7 +132,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _decontam(args: argparse.Namespace) -> int:
-    from t1.tasks.decontam import find_overlaps, write_clean_copy, write_exclusions
+    from t1.tasks.synth.decontam import find_overlaps, write_clean_copy, write_exclusions
 
     cfg = config_or_exit(args)
     train, against = _load([args.train]), _load(args.against)

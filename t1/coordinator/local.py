@@ -23,7 +23,7 @@ from t1.config.schema import T1Config
 from t1.coordinator.children import Child, ChildFailed, service_argv
 from t1.coordinator.model_setup import ensure_model
 from t1.rpc.auth import SERVICE_TOKEN_ENV, resolve_token, use_service_token
-from t1.tasks.dataset import load_named_set
+from t1.tasks.formats.dataset import load_named_set
 from t1.tasks.spec import TaskSpec
 
 log = logging.getLogger(__name__)

@@ -47,7 +47,7 @@ from t1.sandbox.local import LocalProvider
 from t1.sandbox.loopback_port import SandboxPorts
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import SandboxProvider, SweepsUnclaimed
-from t1.tasks.docker_build import EnvironmentBuilder
+from t1.tasks.image.docker_build import EnvironmentBuilder
 
 log = logging.getLogger(__name__)
 MB = 1 << 20

@@ -36,8 +36,8 @@ from t1.metrics import registry as m
 from t1.metrics.write_faults import WriteFaults
 from t1.sandbox.loopback_port import SandboxPorts
 from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxGone, SandboxRecord, SandboxTraits
-from t1.tasks.rewards import RewardMode
 from t1.tasks.spec import TaskSpec
+from t1.tasks.verify.rewards import RewardMode
 from t1.tito import ChatRenderer
 from t1.trajectory.offload import offload
 from t1.trajectory.serialization import encode_trajectory

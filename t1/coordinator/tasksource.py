@@ -16,7 +16,7 @@ from pathlib import Path
 
 from t1.config.coordinator import ShardConfig
 from t1.config.tasks import TasksConfig
-from t1.tasks.dataset import load_dataset, load_named_set
+from t1.tasks.formats.dataset import load_dataset, load_named_set
 from t1.tasks.spec import TaskSpec
 
 

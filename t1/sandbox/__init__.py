@@ -33,7 +33,7 @@ Modules:
 - enter_verifier.py: enter a sandbox as its verifier without passing through the agent's uid
 - supervisor_bin.py: an execute-only bash for the shells' supervisors
 - docker_provider.py: DockerProvider: a container per sandbox, shells through T1's own SSH path; images built
-  by the builder it is given (t1/tasks/docker_build.py)
+  by the builder it is given (t1/tasks/image/docker_build.py)
 - docker_engine.py: the Docker Engine side: containers, limits, labels, sweep
 - docker_pristine.py: the pristine system of a docker sandbox for its verifier
 - remote.py: providers for machines T1 does not run: an SSH inventory, create/destroy commands
@@ -62,7 +62,7 @@ Contracts:
   (SIGINT, then SIGKILL, then a shell restart) and says so in the `CommandResult`; a shell that
   died (`exit`, `exec ...`) is restarted in the same cwd with `shell_restarted=True`.
 - `SandboxLost` means the sandbox or its connection is gone: an infra error before the agent
-  acted, the attempt's own failure after (`t1.tasks.outcome`), except `SandboxHostLost` (the
+  acted, the attempt's own failure after (`t1.tasks.verify.outcome`), except `SandboxHostLost` (the
   local sandbox service died with it: T1's fault, always an infra error). The pool drops such
   sandboxes on release and hands out a healthy one next.
 - Sandboxes that outlive their coordinator (`SandboxProvider.survives_coordinator`: ssh, command,

@@ -1,23 +1,23 @@
 """DockerProvider: a container per sandbox from the task's image, shells through T1's own SSH path.
 
 `create` starts a container (`t1.sandbox.docker_engine`) from the task's image (or the one its
-Dockerfile builds: the `ImageBuilder` it is given, `t1.tasks.docker_build` in T1) with the task's limits and no network
-unless the task allows the internet, then registers it with an embedded SSH server like the
-local provider's (`t1.sandbox.local_server`). Every session enters the container's namespaces
-from the host with `nsenter -t <container pid>` and joins its cgroups first, so the container's
-memory, pids and CPU limits bound every shell, and framing, timeouts, PTYs and SFTP are those of
-every other provider. Sessions run as the container's root without capabilities and with
-`no_new_privs`; the image must have `setpriv` (util-linux) and bash, and `sftp-server` for SFTP.
-Verifier shells (on overlay2, T1 running as root) log in as a user of their own: they enter the
-container as `VERIFIER_UID` (`t1.sandbox.enter_verifier`), in a cgroup of their own with the same
-limits, with /tests, /logs/verifier and the toolchain on tmpfs mounts only that uid can reach, and
-run the system as the task's setup left it (`t1.sandbox.docker_pristine`), never the agent's.
+Dockerfile builds: the `ImageBuilder` it is given, `t1.tasks.image.docker_build` in T1) with the
+task's limits and no network unless the task allows the internet, then registers it with an embedded
+SSH server like the local provider's (`t1.sandbox.local_server`). Every session enters the
+container's namespaces from the host with `nsenter -t <container pid>` and joins its cgroups first,
+so the container's memory, pids and CPU limits bound every shell, and framing, timeouts, PTYs and
+SFTP are those of every other provider. Sessions run as the container's root without capabilities
+and with `no_new_privs`; the image must have `setpriv` (util-linux) and bash, and `sftp-server` for
+SFTP. Verifier shells (on overlay2, T1 running as root) log in as a user of their own: they enter
+the container as `VERIFIER_UID` (`t1.sandbox.enter_verifier`), in a cgroup of their own with the
+same limits, with /tests, /logs/verifier and the toolchain on tmpfs mounts only that uid can reach,
+and run the system as the task's setup left it (`t1.sandbox.docker_pristine`), never the agent's.
 `destroy` kills the sessions and removes the container; `start` sweeps containers of dead runs.
 Containers outlive their coordinator: given the run dir, they carry the run's labels
 (`t1.sandbox.run_lease`), and a restarted coordinator's provider `reattach`es one by its container
 id once it checks that the container runs, is the sandbox the record names and belongs to this run.
-`listen_inside` opens a harness's gateway port on the loopback of the container's own network namespace
-(`t1.sandbox.loopback_port`, as the local provider does): only that container reaches it.
+`listen_inside` opens a harness's gateway port on the loopback of the container's own network
+namespace (`t1.sandbox.loopback_port`, as the local provider does): only that container reaches it.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ def build_provider(
     """Construct (not start) the provider of `cfg.provider`; the local one starts its server on first create.
     With `run_dir` (a coordinator's) its sandboxes outlive the coordinator: local ones live in the run's sandbox
     service (`t1.sandbox.service`), docker ones are labelled with the run; both reattach into it.
-    `images` builds tasks' Dockerfile environments for the docker provider (`t1.tasks.docker_build`)."""
+    `images` builds tasks' Dockerfile environments for the docker provider (`t1.tasks.image.docker_build`)."""
     if cfg.provider == "local":
         from t1.sandbox.local import LocalProvider
 

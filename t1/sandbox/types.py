@@ -17,7 +17,7 @@ class SandboxLost(InfraError):
 
 class SandboxHostLost(SandboxLost):
     """The process that served the sandbox, one of T1's own (the local sandbox service), died: the sandbox was
-    lost with it, which is never the attempt's doing (`t1.tasks.outcome`: an infra error)."""
+    lost with it, which is never the attempt's doing (`t1.tasks.verify.outcome`: an infra error)."""
 
 
 class SandboxGone(SandboxLost):

@@ -2,10 +2,10 @@
 
 `sandbox_request` tells the provider what the task needs (image, network,
 resources). `provision` then makes the sandbox look like the task's container:
-first it refuses, by name, what this provider cannot give (t1.tasks.predict:
+first it refuses, by name, what this provider cannot give (t1.tasks.needs.predict:
 GPUs, MCP servers, compose services, unset env templates); on local sandboxes
-the Dockerfile is replayed with container semantics (t1.tasks.dockerplan and
-t1.tasks.replay, installer stand-ins on PATH when offline); on providers that
+the Dockerfile is replayed with container semantics (t1.tasks.image.dockerplan and
+t1.tasks.image.dockerfile_replay, installer stand-ins on PATH when offline); on providers that
 start the task's own image it is already applied (and where the provider built
 that image from the Dockerfile, `BUILT_MARKER` says what the image sets). Environment files go into the
 workdir, and the healthcheck must pass before the agent starts. The result
@@ -23,12 +23,12 @@ from typing import Any
 
 from t1.sandbox.needs import NeedsImageError, raise_need
 from t1.sandbox.types import BUILT_MARKER, SandboxRequest, SandboxTraits, Shell
-from t1.tasks.dockerplan import ReplayStep, build_plan
-from t1.tasks.entrypoint import start_entrypoint
-from t1.tasks.predict import static_needs
-from t1.tasks.replay import as_user, exports, replay
+from t1.tasks.image.dockerfile_replay import as_user, exports, replay
+from t1.tasks.image.dockerplan import ReplayStep, build_plan
+from t1.tasks.image.entrypoint import start_entrypoint
+from t1.tasks.needs.predict import static_needs
+from t1.tasks.needs.test_imports import uncollectable
 from t1.tasks.spec import Env, Healthcheck, StepSpec, TaskSpec
-from t1.tasks.test_imports import uncollectable
 from t1.tasks.toolchain import install_stand_ins, remove_stand_ins
 from t1.tasks.transfer import SetupError, check, upload_dir_contents
 

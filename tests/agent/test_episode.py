@@ -20,7 +20,7 @@ from t1.agent.scripted import ScriptedPolicy
 from t1.agent.transcript import Transcript
 from t1.config.loader import load_config
 from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, SamplingParams
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
 
 

@@ -27,8 +27,8 @@ from t1.coordinator.rollout import outcome_of
 from t1.evals.results import summarize
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
 from t1.sandbox.local import LocalProvider
-from t1.tasks.dataset import load_task
-from t1.tasks.report import FailureMode
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.verify.report import FailureMode
 from t1.trajectory.types import EpisodeStatus
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

@@ -19,7 +19,7 @@ from t1.coordinator.journal import Journal, read_events
 from t1.coordinator.journal_recovery import recover
 from t1.coordinator.spool import Spool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 

@@ -27,7 +27,7 @@ from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, Sa
 from t1.routing.block import RoutingBlock
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import Sandbox, SandboxRequest
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.tito import TokenBuffer
 from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 from t1.trajectory.types import EpisodeStatus

@@ -20,7 +20,7 @@ from t1.agent.transcript import Transcript
 from t1.coordinator.journal import Journal, read_events
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.metrics import registry as m
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from t1.coordinator.scheduler import Scheduler, staleness_allows
 from t1.coordinator.spool import Spool
 from t1.coordinator.status import TrainerStatusPoller
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.tasks.spec import TaskSpec
 from t1.tasks.synth.curriculum import synthesize_curriculum
 from t1.v1 import trainer_pb2 as pb

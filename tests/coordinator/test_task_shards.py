@@ -13,7 +13,7 @@ from t1.config.coordinator import ShardConfig
 from t1.config.loader import ConfigError, validate
 from t1.coordinator.rollout import new_group_id
 from t1.coordinator.tasksource import shard_tasks
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 
 
 @pytest.fixture

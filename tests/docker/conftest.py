@@ -16,7 +16,7 @@ from private_dockerd import DockerdUnavailable, PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_provider import DockerProvider
-from t1.tasks.docker_build import EnvironmentBuilder
+from t1.tasks.image.docker_build import EnvironmentBuilder
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_provider import DockerProvider
 from t1.sandbox.needs import NeedsImageError
 from t1.sandbox.types import SandboxRequest
-from t1.tasks.dataset import load_task
-from t1.tasks.docker_build import (
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.image.docker_build import (
     BuiltImage,
     EnvironmentBuilder,
     base_images,
@@ -30,8 +30,8 @@ from t1.tasks.docker_build import (
     context_digest,
     env_tag,
 )
-from t1.tasks.oracle import RunMode, RunStatus, run_task
 from t1.tasks.provision import sandbox_request
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
 
 UBUNTU = "ubuntu:24.04"
 

@@ -40,8 +40,8 @@ from t1.config.sandbox import ShellConfig
 from t1.sandbox.docker_provider import DockerProvider
 from t1.sandbox.ssh_sandbox import SshSandbox
 from t1.sandbox.types import SandboxRequest, ShellRole
-from t1.tasks.docker_build import EnvironmentBuilder
-from t1.tasks.oracle import RunStatus
+from t1.tasks.image.docker_build import EnvironmentBuilder
+from t1.tasks.verify.oracle import RunStatus
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from t1.config.loader import load_config
 from t1.config.rollout import HarnessConfig
 from t1.coordinator.rollout import EpisodeOptions, RolloutRunner
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams, collect
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
 
 HARNESS = (Path(__file__).parent / "stdlib_harness.py").read_text()

@@ -253,7 +253,7 @@ async def test_the_router_serves_training_and_eval_episodes_from_openai_pools(re
     from t1.agent.formats import get_format
     from t1.coordinator.evals import EvalAttempt
     from t1.coordinator.generate_router import GenerateRouter
-    from t1.tasks.dataset import load_task
+    from t1.tasks.formats.dataset import load_task
 
     (tmp_path / "t" / "tests").mkdir(parents=True)
     (tmp_path / "t" / "task.toml").write_text('[task]\nname = "t"\n')

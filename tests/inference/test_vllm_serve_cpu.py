@@ -43,7 +43,7 @@ from t1.coordinator.rollout import RolloutRunner  # noqa: E402
 from t1.coordinator.tasksource import make_resolver  # noqa: E402
 from t1.inference.openai_pool import OpenAIPool  # noqa: E402
 from t1.inference.types import GenerateRequest, SamplingParams  # noqa: E402
-from t1.tasks.dataset import load_task  # noqa: E402
+from t1.tasks.formats.dataset import load_task  # noqa: E402
 from t1.tito import ChatRenderer  # noqa: E402
 from t1.trajectory.types import EpisodeStatus  # noqa: E402
 

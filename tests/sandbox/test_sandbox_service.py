@@ -33,8 +33,8 @@ from t1.sandbox.types import (
     SandboxRequest,
     ShellRole,
 )
-from t1.tasks.outcome import attempt_failure
-from t1.tasks.report import FailureMode
+from t1.tasks.verify.outcome import attempt_failure
+from t1.tasks.verify.report import FailureMode
 
 from .conftest import alive, sandbox_tmp_root, until
 

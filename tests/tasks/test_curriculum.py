@@ -11,9 +11,7 @@ import pytest
 
 from t1.agent.scripted import oracle_actions
 from t1.sandbox.local import LocalProvider
-from t1.tasks.dataset import load_dataset
-from t1.tasks.oracle import RunMode, RunStatus, run_tasks
-from t1.tasks.report import VerifierReport
+from t1.tasks.formats.dataset import load_dataset
 from t1.tasks.synth.base import write_task
 from t1.tasks.synth.curriculum import (
     CURRICULUM,
@@ -21,7 +19,9 @@ from t1.tasks.synth.curriculum import (
     generate_curriculum,
     synthesize_curriculum,
 )
-from t1.tasks.verifier import uses_toolchain
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_tasks
+from t1.tasks.verify.report import VerifierReport
+from t1.tasks.verify.verifier import uses_toolchain
 
 
 def _hidden_value(family: str, turns: tuple[str, ...]) -> str | None:

@@ -8,10 +8,10 @@ import pytest
 
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.needs import NeedKind
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task
-from t1.tasks.predict import static_needs
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.needs.predict import static_needs
 from t1.tasks.spec import TaskParseError
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
 
 TEST_SH = "echo 1 > /logs/verifier/reward.txt\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from t1.tasks import offline_pkgs as op
-from t1.tasks.installers import find_installs, missing_on_host
+from t1.tasks.needs.installers import find_installs, missing_on_host
 
 
 def test_argument_parsing() -> None:
@@ -50,10 +50,10 @@ def test_requirement_files_named_in_the_container_are_read_from_the_task_folder(
     """`pip install -r requirements.txt` names a file in the built image: validate reads the copy a COPY line put
     there (Docker's rules for directory sources and trailing-slash destinations), never a file in its own cwd, and
     predicts nothing for a file no COPY wrote (a RUN line may make it; the run says what it lacked)."""
-    from t1.tasks.context_files import host_copy
-    from t1.tasks.dataset import load_task
-    from t1.tasks.dockerplan import build_plan
-    from t1.tasks.predict import package_needs
+    from t1.tasks.formats.dataset import load_task
+    from t1.tasks.image.context_files import host_copy
+    from t1.tasks.image.dockerplan import build_plan
+    from t1.tasks.needs.predict import package_needs
 
     root = tmp_path / "t"
     (root / "src" / "docs").mkdir(parents=True)

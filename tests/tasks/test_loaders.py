@@ -9,12 +9,12 @@ import pytest
 
 from t1.config.tasks import TasksConfig
 from t1.sandbox.needs import NeedsImageError, NeedsNetworkError
-from t1.tasks.base_images import SYSTEM_PATH, image_env
-from t1.tasks.dataset import load_dataset, load_named_set, load_task
-from t1.tasks.dockerfile import parse_dockerfile
-from t1.tasks.dockerplan import build_plan
+from t1.tasks.formats.dataset import load_dataset, load_named_set, load_task
+from t1.tasks.image.base_images import SYSTEM_PATH, image_env
+from t1.tasks.image.dockerfile import parse_dockerfile
+from t1.tasks.image.dockerplan import build_plan
+from t1.tasks.needs.validate import check_task
 from t1.tasks.spec import MultiStepStrategy, TaskFormat, TaskParseError, VerifierKind
-from t1.tasks.validate import check_task
 
 
 def test_tb1_with_only_test_outputs(fixtures: Path) -> None:
@@ -193,7 +193,7 @@ def test_images_whose_content_the_task_needs_are_refused_by_name(tmp_path: Path)
 def test_tb1_parser_t1_lacks_is_refused_not_malformed(fixtures: Path, tmp_path: Path) -> None:
     """A Terminal-Bench parser other than pytest (swebench, ...) is a needs_feature naming the field (validate exit 1),
     not a parse error (exit 2): the task is well formed, T1 cannot read its verifier's output."""
-    from t1.tasks.validate import EXIT_CODES, CheckStatus, check_task
+    from t1.tasks.needs.validate import EXIT_CODES, CheckStatus, check_task
 
     root = _copy(fixtures, "tb1-word-count", tmp_path)
     text = (root / "task.yaml").read_text()

@@ -12,11 +12,11 @@ import pytest
 
 from t1.config.tasks import TasksConfig, TaskSetConfig
 from t1.sandbox.local import LocalProvider
-from t1.tasks.dataset import load_dataset, load_named_set
-from t1.tasks.oracle import RunMode, RunStatus, run_tasks
+from t1.tasks.formats.dataset import load_dataset, load_named_set
 from t1.tasks.synth.base import write_task
 from t1.tasks.synth.curriculum import curriculum_plan, generate_curriculum, synthesize_curriculum
 from t1.tasks.synth.long_tier import LONG_TIER, early_value, file_chain
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_tasks
 
 PLAN = curriculum_plan(3 * 40, 7, "train", LONG_TIER)
 

@@ -8,10 +8,10 @@ import pytest
 from t1.agent.episode import InferenceFailed
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import SandboxLost
-from t1.tasks.dockerfile import NeedsImageError
-from t1.tasks.outcome import attempt_failure
-from t1.tasks.report import ATTEMPT_FAILURES, FailureMode
+from t1.tasks.image.dockerfile import NeedsImageError
 from t1.tasks.transfer import SetupError
+from t1.tasks.verify.outcome import attempt_failure
+from t1.tasks.verify.report import ATTEMPT_FAILURES, FailureMode
 
 
 @pytest.mark.parametrize(("exc", "mode"), [

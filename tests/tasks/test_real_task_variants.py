@@ -17,10 +17,10 @@ import pytest
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.needs import NeedKind
-from t1.tasks.base_images import SYSTEM_PATH, lookup, missing_toolchain
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task
-from t1.tasks.validate import CheckStatus, check_folder
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.image.base_images import SYSTEM_PATH, lookup, missing_toolchain
+from t1.tasks.needs.validate import CheckStatus, check_folder
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real_tasks"
 

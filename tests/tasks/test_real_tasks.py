@@ -18,9 +18,9 @@ import pytest
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task
-from t1.tasks.validate import CheckStatus, check_task
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.needs.validate import CheckStatus, check_task
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real_tasks"
 EXPECTED: dict[str, dict[str, object]] = tomllib.loads((REAL / "expected.toml").read_text())

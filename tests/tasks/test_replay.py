@@ -7,12 +7,12 @@ import tarfile
 from pathlib import Path
 
 from t1.sandbox.local import LocalProvider
-from t1.tasks.base_images import image_env
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task
-from t1.tasks.predict import package_needs, static_needs
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.image.base_images import image_env
+from t1.tasks.needs.predict import package_needs, static_needs
 from t1.tasks.provision import provision, sandbox_request
 from t1.tasks.transfer import SetupError
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
 
 
 def _task(root: Path, dockerfile: str, files: dict[str, str] | None = None,

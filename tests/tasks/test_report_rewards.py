@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from t1.tasks.report import (
+from t1.tasks.spec import MultiStepStrategy, StepSpec, VerifierKind, VerifierSpec
+from t1.tasks.verify.report import (
     FailureMode,
     RewardFileError,
     TestResult,
@@ -18,7 +19,7 @@ from t1.tasks.report import (
     parse_reward_json,
     parse_reward_txt,
 )
-from t1.tasks.rewards import (
+from t1.tasks.verify.rewards import (
     RewardMode,
     checkpoint_turns,
     combine_steps,
@@ -26,8 +27,7 @@ from t1.tasks.rewards import (
     passes_gate,
     process_rewards,
 )
-from t1.tasks.spec import MultiStepStrategy, StepSpec, VerifierKind, VerifierSpec
-from t1.tasks.verifier import build_report
+from t1.tasks.verify.verifier import build_report
 
 PYTEST_RA = """\
 ============================= test session starts ==============================

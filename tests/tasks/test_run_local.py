@@ -9,13 +9,13 @@ import pytest
 
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import ShellRole
-from t1.tasks.dataset import load_dataset, load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task, run_tasks
+from t1.tasks.formats.dataset import load_dataset, load_task
 from t1.tasks.provision import provision, sandbox_request
-from t1.tasks.report import FailureMode
-from t1.tasks.rewards import RewardMode
 from t1.tasks.toolchain import toolchain_prefix
-from t1.tasks.verifier import install_toolchain, run_verifier
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task, run_tasks
+from t1.tasks.verify.report import FailureMode
+from t1.tasks.verify.rewards import RewardMode
+from t1.tasks.verify.verifier import install_toolchain, run_verifier
 
 
 async def test_fixture_oracles_full_and_noop_less(provider: LocalProvider, fixtures: Path) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, run_task
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
 
 PACK_MB = 64
 BOUND_MB = 8

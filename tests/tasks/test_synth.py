@@ -10,8 +10,9 @@ import pytest
 
 from t1.config.tasks import DecontamConfig
 from t1.sandbox.local import LocalProvider
-from t1.tasks.dataset import load_dataset
-from t1.tasks.decontam import (
+from t1.tasks.formats.dataset import load_dataset
+from t1.tasks.synth import FAMILIES, corpus_texts, plan, synthesize, task_seed
+from t1.tasks.synth.decontam import (
     find_overlaps,
     minhash,
     ngram_hashes,
@@ -19,8 +20,7 @@ from t1.tasks.decontam import (
     write_clean_copy,
     write_exclusions,
 )
-from t1.tasks.oracle import RunMode, RunStatus, run_tasks
-from t1.tasks.synth import FAMILIES, corpus_texts, plan, synthesize, task_seed
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_tasks
 
 
 @pytest.fixture(scope="module")

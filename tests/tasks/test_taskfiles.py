@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from t1.cli.main import main
-from t1.tasks.dataset import load_task
+from t1.tasks.formats.dataset import load_task
 from t1.tasks.spec import TaskParseError
 
 ESCAPES = [

@@ -10,6 +10,7 @@ Modules:
 - long_tier.py: the curriculum's long tier: 12-40 commands, a value shown early needed late
 - curriculum_kit.py: what the curriculum and its long tier share: vocabularies, the verifier frame, the family
   type
+- decontam.py: decontamination: training tasks that overlap benchmark tasks, by word n-grams and MinHash
 
 `synthesize(out, n, seed, split)` writes n tasks, cycling through the families so
 every family is represented, with difficulties mixed. Each task's own seed is

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from t1.tasks.dataset import load_task
-from t1.tasks.harbor_schema import HARBOR_DEFAULT_TIMEOUT_SEC
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.formats.harbor_schema import HARBOR_DEFAULT_TIMEOUT_SEC
 from t1.tasks.spec import EnvironmentSpec, Healthcheck, StepSpec, TaskSpec, VerifierSpec
 
 pytestmark = pytest.mark.harbor_reference
@@ -213,7 +213,7 @@ def test_schema_14_task_version_and_per_phase_network(tmp_path: Path) -> None:
     """Schema 1.3's `[task].version` is read (not an unknown key), and 1.4's per-phase network policy is honoured
     where it is the environment's own and refused by name (with its allowed_hosts) where it is not; Harbor reads
     both folders."""
-    from t1.tasks.validate import check_folder
+    from t1.tasks.needs.validate import check_folder
 
     same = _schema_14(tmp_path, "same", 'network_mode = "no-network"')
     allow = _schema_14(tmp_path, "allow", 'network_mode = "allowlist"\nallowed_hosts = ["pypi.org", '

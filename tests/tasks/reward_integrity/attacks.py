@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from t1.sandbox.types import SandboxProvider
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, TaskRun, run_task
-from t1.tasks.rewards import RewardMode
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.verify.oracle import RunMode, TaskRun, run_task
+from t1.tasks.verify.rewards import RewardMode
 
 TESTS = '''import os
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from t1.sandbox.types import SandboxProvider
-from t1.tasks.dataset import load_task
-from t1.tasks.declared import DeclaredTests, check_report, declared_in_source, declared_tests
-from t1.tasks.oracle import RunMode, RunStatus, run_task
-from t1.tasks.report import FailureMode, TestResult, TestStatus
-from t1.tasks.rewards import RewardMode, episode_reward
+from t1.tasks.formats.dataset import load_task
 from t1.tasks.spec import VerifierKind
-from t1.tasks.verifier import build_report
+from t1.tasks.verify.declared import DeclaredTests, check_report, declared_in_source, declared_tests
+from t1.tasks.verify.oracle import RunMode, RunStatus, run_task
+from t1.tasks.verify.report import FailureMode, TestResult, TestStatus
+from t1.tasks.verify.rewards import RewardMode, episode_reward
+from t1.tasks.verify.verifier import build_report
 from tasks.reward_integrity.attacks import (
     harbor_task,
     quote,

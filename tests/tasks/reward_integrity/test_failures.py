@@ -13,12 +13,12 @@ import pytest
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task, run_tasks
-from t1.tasks.report import FailureMode
-from t1.tasks.rewards import RewardMode
+from t1.tasks.formats.dataset import load_task
 from t1.tasks.spec import VerifierKind
-from t1.tasks.verifier import build_report
+from t1.tasks.verify.oracle import RunMode, RunStatus, TaskRun, run_task, run_tasks
+from t1.tasks.verify.report import FailureMode
+from t1.tasks.verify.rewards import RewardMode
+from t1.tasks.verify.verifier import build_report
 from tasks.reward_integrity.attacks import (
     FILL_INODES,
     HONEST,

@@ -12,9 +12,9 @@ import pytest
 
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxProvider
-from t1.tasks.dataset import load_task
-from t1.tasks.oracle import RunMode, RunStatus, TaskRun, run_task
-from t1.tasks.rewards import RewardMode
+from t1.tasks.formats.dataset import load_task
+from t1.tasks.verify.oracle import RunMode, RunStatus, TaskRun, run_task
+from t1.tasks.verify.rewards import RewardMode
 from tasks.reward_integrity.attacks import (
     FORGED_ECHO,
     FORGER_PY,

@@ -12,7 +12,7 @@ import pytest
 
 from t1.sandbox.local import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
-from t1.tasks.oracle import RunStatus
+from t1.tasks.verify.oracle import RunStatus
 from tasks.reward_integrity.attacks import (
     ATTACKS,
     HONEST,

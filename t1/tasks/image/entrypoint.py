@@ -19,9 +19,9 @@ from pathlib import Path
 
 from t1.sandbox.needs import Need, NeedKind
 from t1.sandbox.types import Shell
-from t1.tasks.context_files import host_copy
-from t1.tasks.dockerplan import DockerPlan
-from t1.tasks.replay import as_user, exports
+from t1.tasks.image.context_files import host_copy
+from t1.tasks.image.dockerfile_replay import as_user, exports
+from t1.tasks.image.dockerplan import DockerPlan
 from t1.tasks.transfer import check
 
 LOG = "/tmp/.t1-entrypoint.log"

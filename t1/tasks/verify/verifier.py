@@ -10,7 +10,7 @@ reward.json. Offline sandboxes get the verifier toolchain first (see t1.tasks.to
 T1's own pytest first on the path; T1-run pytest has its rootdir, ini file and conftest search
 pinned to /tests, so files the agent planted (/pytest.ini, /conftest.py) are not read. The
 results are then checked against the tests the task's files declare, counted on the host
-(`t1.tasks.declared`): a report that cannot come from them is VERIFIER_TAMPERED. Whatever the
+(`t1.tasks.verify.declared`): a report that cannot come from them is VERIFIER_TAMPERED. Whatever the
 verifier does, the result is a VerifierReport with a FailureMode; only a lost sandbox (or a
 verifier setup the sandbox refuses) raises.
 
@@ -27,25 +27,8 @@ import uuid
 
 from t1.sandbox.types import Shell
 from t1.sandbox.verifier_env import trusted_env
-from t1.tasks.declared import (
-    DeclaredTests,
-    by_function,
-    check_report,
-    collection_error,
-    declared_tests,
-)
+from t1.tasks.image.dockerfile_replay import exports, place_tests_files
 from t1.tasks.provision import Provisioned, as_user
-from t1.tasks.replay import exports, place_tests_files
-from t1.tasks.report import (
-    FailureMode,
-    RewardFileError,
-    VerifierReport,
-    parse_ctrf,
-    parse_junit,
-    parse_pytest_output,
-    parse_reward_json,
-    parse_reward_txt,
-)
 from t1.tasks.spec import VerifierKind, VerifierSpec
 from t1.tasks.toolchain import (
     PYTEST_MAIN,
@@ -56,6 +39,23 @@ from t1.tasks.toolchain import (
     toolchain_prefix,
 )
 from t1.tasks.transfer import check, read_if_exists, upload_archive, upload_dir_contents
+from t1.tasks.verify.declared import (
+    DeclaredTests,
+    by_function,
+    check_report,
+    collection_error,
+    declared_tests,
+)
+from t1.tasks.verify.report import (
+    FailureMode,
+    RewardFileError,
+    VerifierReport,
+    parse_ctrf,
+    parse_junit,
+    parse_pytest_output,
+    parse_reward_json,
+    parse_reward_txt,
+)
 
 TESTS_DIR = "/tests"
 LOGS_DIR = "/logs/verifier"

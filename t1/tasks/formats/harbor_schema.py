@@ -1,7 +1,7 @@
 """Harbor task.toml schema 1.0-1.4: the keys of each table, env templates, and the environment table itself.
 
 Every key Harbor's TaskConfig defines is listed here, so each one is either
-honoured (read into the TaskSpec) or refused by name (t1.tasks.predict); keys
+honoured (read into the TaskSpec) or refused by name (t1.tasks.needs.predict); keys
 outside the schema are kept as `ignored_fields` for `t1 tasks validate` to show.
 `[environment].env` values may be templates resolved from the host, as Harbor
 does: `${VAR}` and `${VAR:-default}`; a template naming an unset variable with no
@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from t1.tasks.fields import Fields
+from t1.tasks.formats.fields import Fields
 from t1.tasks.spec import Env, EnvironmentSpec
 
 SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from t1.tasks.fields import Fields, read_text
+from t1.tasks.formats.fields import Fields, read_text
+from t1.tasks.formats.taskfiles import check_contained
 from t1.tasks.spec import (
     EnvironmentSpec,
     SolutionSpec,
@@ -33,7 +34,6 @@ from t1.tasks.spec import (
     VerifierKind,
     VerifierSpec,
 )
-from t1.tasks.taskfiles import check_contained
 
 TB1_DEFAULT_AGENT_TIMEOUT_SEC = 360.0
 TB1_DEFAULT_TEST_TIMEOUT_SEC = 60.0

@@ -26,8 +26,8 @@ import docker.errors
 
 from t1.sandbox.bwrap import SANDBOX_PATH
 from t1.sandbox.needs import NeedsImageError
-from t1.tasks.dockerfile import parse_dockerfile
-from t1.tasks.dockerplan import expand
+from t1.tasks.image.dockerfile import parse_dockerfile
+from t1.tasks.image.dockerplan import expand
 from t1.tasks.transfer import SetupError, one_line_cause
 
 ENV_REPOSITORY = "t1-env"

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from t1.config.tasks import TasksConfig
-from t1.tasks.load_harbor import load_harbor
-from t1.tasks.load_tb1 import load_tb1
+from t1.tasks.formats.load_harbor import load_harbor
+from t1.tasks.formats.load_tb1 import load_tb1
 from t1.tasks.spec import TaskParseError, TaskSpec
 
 

@@ -3,7 +3,7 @@
 A check is one of four outcomes, each with what it found:
 - ok: it parses and nothing predicted stops it (notes may still say what T1 does
   differently, e.g. Dockerfile lines it skips or task.toml keys outside the schema);
-- will_not_run: a needs_* reason (t1.tasks.predict: the image line, the packages, the
+- will_not_run: a needs_* reason (t1.tasks.needs.predict: the image line, the packages, the
   field), the same sentence a run would refuse with;
 - incomplete: it would run, but a phase has no reference solution (oracle cannot);
 - malformed: it does not parse (the error names the file and the field), or a test file of its
@@ -18,10 +18,10 @@ from pathlib import Path
 
 from t1.sandbox.needs import Need
 from t1.sandbox.types import LOCAL_TRAITS, SandboxTraits
-from t1.tasks.dockerplan import plan_or_none
-from t1.tasks.predict import package_needs, static_needs
+from t1.tasks.image.dockerplan import plan_or_none
+from t1.tasks.needs.predict import package_needs, static_needs
+from t1.tasks.needs.test_imports import uncollectable
 from t1.tasks.spec import TaskParseError, TaskSpec
-from t1.tasks.test_imports import uncollectable
 
 
 class CheckStatus(StrEnum):
@@ -80,7 +80,7 @@ def check_task(spec: TaskSpec, path: str, *, traits: SandboxTraits = LOCAL_TRAIT
 
 def check_folder(path: Path, *, traits: SandboxTraits = LOCAL_TRAITS) -> TaskCheck:
     """Load and check one task folder; a parse error is a malformed check, not an exception."""
-    from t1.tasks.dataset import load_task
+    from t1.tasks.formats.dataset import load_task
 
     try:
         spec = load_task(path)

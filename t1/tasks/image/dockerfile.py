@@ -1,7 +1,7 @@
 """Parse a Dockerfile into instructions: continuation lines, heredocs, JSON forms and --flags.
 
 This is the syntax half (text in, DockerStep values out, no meaning attached);
-`t1.tasks.dockerplan` gives the steps their meaning (ARG/ENV expansion, WORKDIR,
+`t1.tasks.image.dockerplan` gives the steps their meaning (ARG/ENV expansion, WORKDIR,
 USER, SHELL) and decides what a local sandbox can replay. dockerfile-parse was
 tried and not used: it splits BuildKit heredoc bodies (`RUN <<EOF ... EOF`) into
 phantom instructions, and real benchmark Dockerfiles use heredocs.

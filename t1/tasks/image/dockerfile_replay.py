@@ -1,4 +1,4 @@
-"""Run a Dockerfile's replay plan (t1.tasks.dockerplan) inside a sandbox, as `docker build` would.
+"""Run a Dockerfile's replay plan (t1.tasks.image.dockerplan) inside a sandbox, as `docker build` would.
 
 Every RUN line runs in its WORKDIR with its ARG/ENV, as its USER, through its
 SHELL. On offline sandboxes the installer stand-ins (t1.tasks.toolchain) come
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from t1.sandbox.needs import NeedsNetworkError
 from t1.sandbox.types import Shell
-from t1.tasks.dockerplan import DockerPlan, ReplayStep
+from t1.tasks.image.dockerplan import DockerPlan, ReplayStep
 from t1.tasks.toolchain import STAND_INS_DIR, needs_network_lines, toolchain_prefix
 from t1.tasks.transfer import (
     SetupError,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
-from t1.tasks.dockerplan import DockerPlan, ReplayStep
+from t1.tasks.image.dockerplan import DockerPlan, ReplayStep
 
 
 def _from_step(step: ReplayStep, context: Path, target: str) -> Path | None:

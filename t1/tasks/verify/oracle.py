@@ -8,7 +8,7 @@ stop at a step that falls below its min_reward. Verifiers run in a verifier shel
 (`ShellRole.VERIFIER`), which sees the solution's processes (a server it started)
 but is out of their reach. Setup failures and lost sandboxes become a status, so
 one bad task does not stop a batch; once the solution has run they are its own
-failure (`t1.tasks.outcome`), scored 0, never infra_error.
+failure (`t1.tasks.verify.outcome`), scored 0, never infra_error.
 """
 
 from __future__ import annotations
@@ -23,16 +23,7 @@ from enum import StrEnum
 
 from t1.sandbox.needs import NeedKind, NeedsError, NeedsNetworkError
 from t1.sandbox.types import Sandbox, SandboxLost, SandboxProvider, Shell, ShellRole
-from t1.tasks.outcome import SANDBOX_FAULTS, attempt_failure
 from t1.tasks.provision import Provisioned, as_user, enter_step, provision, sandbox_request
-from t1.tasks.report import FailureMode, VerifierReport
-from t1.tasks.rewards import RewardMode, combine_steps, episode_reward, passes_gate
-from t1.tasks.separate import (
-    VerifierEnvironmentError,
-    fresh_sandbox,
-    packed_artifacts,
-    run_separate_verifier,
-)
 from t1.tasks.spec import SolutionSpec, StepSpec, TaskSpec
 from t1.tasks.toolchain import (
     STAND_INS_DIR,
@@ -41,7 +32,16 @@ from t1.tasks.toolchain import (
     toolchain_prefix,
 )
 from t1.tasks.transfer import SetupError, one_line_cause, upload_dir_contents
-from t1.tasks.verifier import run_verifier
+from t1.tasks.verify.outcome import SANDBOX_FAULTS, attempt_failure
+from t1.tasks.verify.report import FailureMode, VerifierReport
+from t1.tasks.verify.rewards import RewardMode, combine_steps, episode_reward, passes_gate
+from t1.tasks.verify.separate import (
+    VerifierEnvironmentError,
+    fresh_sandbox,
+    packed_artifacts,
+    run_separate_verifier,
+)
+from t1.tasks.verify.verifier import run_verifier
 
 log = logging.getLogger(__name__)
 OUTPUT_TAIL_CHARS = 2000  # of verifier and setup output kept in reports

@@ -19,8 +19,8 @@ from t1.errors import InfraError
 from t1.sandbox.needs import NeedsError
 from t1.sandbox.remote import SandboxCreateError
 from t1.sandbox.types import SandboxHostLost, SandboxLost
-from t1.tasks.report import FailureMode
 from t1.tasks.transfer import SetupError
+from t1.tasks.verify.report import FailureMode
 
 LIMIT_HINTS = ("no space left on device", "disk quota exceeded", "resource temporarily unavailable",
                "cannot allocate memory", "fork: retry", "too many open files", "out of memory")

@@ -8,9 +8,9 @@
   per-turn rewards of an episode sum to its final count reward (minus the count
   an untouched sandbox already had).
 A report whose failure is the attempt's own (a tampered verifier, a broken or dead sandbox:
-`t1.tasks.report.ATTEMPT_FAILURES`) is worth 0 in every mode; the count reward is bounded by the
+`t1.tasks.verify.report.ATTEMPT_FAILURES`) is worth 0 in every mode; the count reward is bounded by the
 tests the task declares because a report passing more than that is a tampered one
-(`t1.tasks.declared`).
+(`t1.tasks.verify.declared`).
 Multi-step tasks combine per-step rewards by Harbor's strategy (mean or final)
 and stop at a step whose reward falls below its min_reward.
 """
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from t1.tasks.report import ATTEMPT_FAILURES, FailureMode, TestResult, VerifierReport
 from t1.tasks.spec import MultiStepStrategy, StepSpec
+from t1.tasks.verify.report import ATTEMPT_FAILURES, FailureMode, TestResult, VerifierReport
 
 
 class RewardMode(StrEnum):

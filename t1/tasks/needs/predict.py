@@ -4,7 +4,7 @@
 function, so validate and a run agree): compose services, Dockerfile lines a
 local sandbox cannot replay, images without a Dockerfile, and task.toml features
 T1 does not provide. `package_needs` reads the installer lines of the Dockerfile's
-RUN steps and of the test scripts (t1.tasks.installers) and names the packages
+RUN steps and of the test scripts (t1.tasks.needs.installers) and names the packages
 this host lacks, in the very sentence the run reports when the stand-ins say it.
 """
 
@@ -17,12 +17,12 @@ import yaml
 from t1.sandbox.needs import Need, NeedKind, NeedsError
 from t1.sandbox.types import LOCAL_TRAITS, SandboxTraits
 from t1.tasks import offline_pkgs
-from t1.tasks.context_files import host_copy
-from t1.tasks.dockerplan import DockerPlan, build_plan, plan_or_none
-from t1.tasks.entrypoint import entrypoint_need
-from t1.tasks.installers import RequirementFile, find_installs, missing_on_host
+from t1.tasks.image.context_files import host_copy
+from t1.tasks.image.dockerplan import DockerPlan, build_plan, plan_or_none
+from t1.tasks.image.entrypoint import entrypoint_need
+from t1.tasks.needs.installers import RequirementFile, find_installs, missing_on_host
+from t1.tasks.needs.test_imports import missing_test_imports
 from t1.tasks.spec import EnvironmentSpec, TaskSpec
-from t1.tasks.test_imports import missing_test_imports
 
 _TEST_SCRIPTS = ("test.sh", "run-tests.sh", "setup.sh")
 
@@ -85,7 +85,8 @@ def static_needs(spec: TaskSpec, *, traits: SandboxTraits = LOCAL_TRAITS) -> lis
 
 
 def _resolver(spec: TaskSpec, plan: DockerPlan | None, cwd: str) -> RequirementFile:
-    """Requirement files named in a line run in `cwd`: read from the task folder's copy (t1.tasks.context_files)."""
+    """Requirement files named in a line run in `cwd`: read from the task folder's copy
+    (t1.tasks.image.context_files)."""
     dockerfile = spec.environment.dockerfile
     if plan is None or dockerfile is None:
         return lambda path: None

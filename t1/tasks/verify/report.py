@@ -44,7 +44,7 @@ class FailureMode(StrEnum):
     NEEDS_FEATURE = "needs_feature"
     STEP_GATE = "step_gate"  # a multi-step task stopped: a step fell below its min_reward
     INFRA_ERROR = "infra_error"
-    # The attempt's own failures (scored 0 and counted, never infra errors; see t1.tasks.outcome):
+    # The attempt's own failures (scored 0 and counted, never infra errors; see t1.tasks.verify.outcome):
     VERIFIER_TAMPERED = "verifier_tampered"  # results naming tests the task does not declare, or more than it has
     AGENT_BROKE_VERIFIER = "agent_broke_verifier"  # the verifier could not be set up after the agent acted
     SANDBOX_DIED = "sandbox_died"  # the sandbox or its connection was lost after the agent acted

@@ -10,7 +10,7 @@ test folder on the host: `declared_tests` parses its Python test files (`test_*.
 a fixture with params, `pytest_generate_tests`), the function counts as one test (`uncounted`,
 folded by `by_function`: passed only when every case passed). `check_report` then refuses a
 report that names a test the files do not declare, passes one test id twice, or passes more
-tests than they declare: a tampered verifier (see `t1.tasks.rewards`). So the count reward is
+tests than they declare: a tampered verifier (see `t1.tasks.verify.rewards`). So the count reward is
 bounded by the task's files whatever the report says.
 """
 
@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from t1.tasks.report import TestResult, TestStatus
+from t1.tasks.verify.report import TestResult, TestStatus
 
 _PARAM_SUFFIX = re.compile(r"\[.*\]$")
 _PASSING = (TestStatus.PASSED, TestStatus.XFAIL)

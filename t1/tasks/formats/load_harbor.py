@@ -1,6 +1,6 @@
 """Read a Harbor / Terminal-Bench 2.x task folder (task.toml, instruction.md, environment/, tests/, solution/, steps/).
 
-Every field of Harbor's task.toml schema 1.0-1.4 (t1.tasks.harbor_schema) is
+Every field of Harbor's task.toml schema 1.0-1.4 (t1.tasks.formats.harbor_schema) is
 read: defaults follow Harbor's TaskConfig (verifier and agent `timeout_sec` 600,
 `build_timeout_sec` 600, `allow_internet` true); `memory`/`storage` ("2G") when
 the `_mb` forms are absent; users may be names or uids. `[verifier]
@@ -16,7 +16,7 @@ solution/, workdir/ with an optional setup.sh), and combine step rewards by
 `multi_step_reward_strategy` ("mean" or "final"). Features T1 cannot provide
 (GPUs, MCP servers, Windows, network allowlists, a per-phase network policy other
 than the environment's, unset env templates) are kept
-on the spec and refused by name when the task runs (t1.tasks.predict).
+on the spec and refused by name when the task runs (t1.tasks.needs.predict).
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ import tomllib
 from dataclasses import replace
 from pathlib import Path
 
-from t1.tasks.fields import Fields, read_text
-from t1.tasks.harbor_schema import (
+from t1.tasks.formats.fields import Fields, read_text
+from t1.tasks.formats.harbor_schema import (
     HARBOR_DEFAULT_TIMEOUT_SEC,
     SCHEMA_VERSIONS,
     environment_spec,
     resolve_env,
     unknown_keys,
 )
+from t1.tasks.formats.taskfiles import check_contained
 from t1.tasks.spec import (
     Artifact,
     CollectCommand,
@@ -49,7 +50,6 @@ from t1.tasks.spec import (
     VerifierKind,
     VerifierSpec,
 )
-from t1.tasks.taskfiles import check_contained
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -26,12 +26,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from t1.sandbox.types import Sandbox, SandboxProvider, SandboxRequest, SandboxTraits, Shell, ShellRole
-from t1.tasks.outcome import T1Fault
 from t1.tasks.provision import Provisioned, as_user, provision, sandbox_request
-from t1.tasks.report import VerifierReport
 from t1.tasks.spec import SeparateVerifier, TaskSpec, VerifierSpec
 from t1.tasks.transfer import SetupError, check, upload_archive_file, upload_dir_contents
-from t1.tasks.verifier import TESTS_DIR, run_verifier
+from t1.tasks.verify.outcome import T1Fault
+from t1.tasks.verify.report import VerifierReport
+from t1.tasks.verify.verifier import TESTS_DIR, run_verifier
 
 log = logging.getLogger(__name__)
 ARTIFACTS_DIR = "/logs/artifacts"

@@ -1,7 +1,7 @@
 """Give a Dockerfile's instructions their meaning: the replay plan a local sandbox runs (pure).
 
 Container semantics, as `docker build` applies them:
-- FROM: the base image sets the starting WORKDIR/USER/ENV (t1.tasks.base_images);
+- FROM: the base image sets the starting WORKDIR/USER/ENV (t1.tasks.image.base_images);
   an image the host cannot stand in for (one whose own content the task needs, such
   as SWE-bench's; a language image whose toolchain the host lacks; one outside the
   table) and a second FROM (multi-stage build) need an image.
@@ -15,7 +15,7 @@ Container semantics, as `docker build` applies them:
 - LABEL, MAINTAINER, EXPOSE, VOLUME, STOPSIGNAL, CMD, HEALTHCHECK and ONBUILD do not
   change the filesystem or the shell the agent gets (Harbor and Terminal-Bench
   replace the command with their own), so they are recorded and skipped.
-- ENTRYPOINT is recorded (exec form) for t1.tasks.entrypoint, which runs a plain
+- ENTRYPOINT is recorded (exec form) for t1.tasks.image.entrypoint, which runs a plain
   script (one that ends by exec-ing "$@") as the sandbox's first process and refuses
   any other; the shell form wraps no command and is refused here. COPY --from,
   --parents/--exclude, RUN --mount other than a cache, and unknown instructions
@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from t1.sandbox.needs import NeedsImageError, NeedsNetworkError
-from t1.tasks.base_images import image_env, lookup, stand_in_refusal
-from t1.tasks.dockerfile import DockerStep, parse_dockerfile
+from t1.tasks.image.base_images import image_env, lookup, stand_in_refusal
+from t1.tasks.image.dockerfile import DockerStep, parse_dockerfile
 from t1.tasks.spec import Env
 
 DEFAULT_SHELL = ("/bin/sh", "-c")
@@ -74,7 +74,7 @@ class DockerPlan:
     env: Env
     user: str | None
     skipped: tuple[str, ...] = ()  # 'line N: KEYWORD' for the instructions that were recorded and skipped
-    entrypoint: tuple[str, ...] = ()  # ENTRYPOINT's exec form (the last one), run by t1.tasks.entrypoint
+    entrypoint: tuple[str, ...] = ()  # ENTRYPOINT's exec form (the last one), run by t1.tasks.image.entrypoint
     entrypoint_label: str = ""  # `Dockerfile line N: ENTRYPOINT ...`, for reports
 
     def run_lines(self) -> tuple[ReplayStep, ...]:
