@@ -29,7 +29,7 @@ T1WorkerExtension
 _.t1_refresh_moe_kernels
 
 # transformers' cache-layer interface (CacheLayerMixin), called by its Cache and mask code: T1's KV-slot
-# layers (t1/inference/kv_slots.py, slot_batch.py) implement it.
+# layers (t1/inference/server/kv_slots.py, slot_batch.py) implement it.
 _.is_croppable, _.lazy_initialization, _.get_mask_sizes, _.get_max_length
 # Hugging Face config fields a test sets so that DynamicCache makes sliding-window layers.
 _.sliding_window, _.layer_types
@@ -69,7 +69,7 @@ _.separates_verifier
 _.allowed_hosts, _.destination, _.same_shell
 # tokenizers.Tokenizer's normalizer, set on the Qwen tokenizer (t1/model/qwen_tokenizer.py) and read by the library.
 _.normalizer
-# vLLM's stat logger surface (t1/inference/vllm_backend.py KvGauge): vLLM calls these by name with these
+# vLLM's stat logger surface (t1/inference/server/vllm_backend.py KvGauge): vLLM calls these by name with these
 # arguments; the stand-in's SchedulerStats mirrors vLLM's fields.
 engine_index, iteration_stats, mm_cache_stats, engine_idx, _.log_engine_initialized, _.record_sleep_state, is_awake
 num_running_reqs, num_waiting_reqs

@@ -119,7 +119,7 @@ async def _measure(args, backends: dict, sessions: int) -> dict:
 async def run(args: argparse.Namespace) -> dict:
     import torch
 
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     rows = []
     for threads in args.threads:

@@ -65,7 +65,7 @@ async def _concurrent(args, backend, req, vocab) -> tuple[list[float], list[floa
 
 
 async def run(args: argparse.Namespace) -> dict:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
     from t1.inference.types import GenerateRequest, SamplingParams
 
     backend = TorchBackend(args.model, capture_routing=True, max_batch=args.sessions, dtype=args.dtype,

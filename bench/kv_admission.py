@@ -6,7 +6,7 @@ real `InferencePool` over gRPC against `bench.sim_inference` with `--kv-capacity
 process). A static cap of K concurrent episodes (the rollout's `max_concurrent_episodes`) either
 leaves the KV cache idle early or overcommits it late (the server drops idle sessions' caches and
 their next turns prefill everything again); `kv` admits by headroom under the largest cap
-(`inference.pool.kv_admission`, `--expected-context-tokens` its prior, t1/inference/kv_admission.py).
+(`inference.pool.kv_admission`, `--expected-context-tokens` its prior, t1/inference/client/kv_admission.py).
 
 Per setting: turns/s, time waiting for admission (an episode slot, or KV room), prompt tokens
 prefilled (recomputed after evictions included), evictions, and KV use over time (sampled through
@@ -34,7 +34,7 @@ from bench.sim_inference import Latency, SimInferenceServicer, binding
 from bench.sim_replies import ModelShape, ReplyBook, ReplySettings
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.inference.pool import InferencePool
+from t1.inference.client.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.server import GrpcServer
 

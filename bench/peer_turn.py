@@ -56,8 +56,8 @@ from t1.config.rollout import HarnessConfig
 from t1.gateway.renderers import ToolRenderers
 from t1.gateway.server import GatewayServer
 from t1.gateway.session import GatewaySession
-from t1.inference.openai_pool import OpenAIPool
-from t1.inference.pool import InferencePool
+from t1.inference.client.pool import InferencePool
+from t1.inference.openai.openai_pool import OpenAIPool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.tito import ChatRenderer, TokenBuffer
 

@@ -29,7 +29,7 @@ if __package__ in (None, ""):
 from bench.load.run import ensure_model, start_sim
 from bench.machine_info import machine
 from t1.config.inference import InferencePoolConfig
-from t1.inference.pool import InferencePool
+from t1.inference.client.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 
 VARIANTS = {  # name -> (batched, client linger ms, server linger ms)

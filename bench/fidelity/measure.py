@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench/ is not on the path
 
 from bench.machine_info import describe
-from t1.inference.torch_backend import TorchBackend
+from t1.inference.server.torch_backend import TorchBackend
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.routing.block import sentinel
 from t1.routing.capture import capture_routing

@@ -51,7 +51,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # where `python -m bench.<modul
 STOP_WAIT_S = 3600.0  # how long the episodes in flight may take to end after the stop
 PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -> "
         "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
-        "format, compaction, transcript, verifier) with t1.inference.pool.InferencePool over gRPC to "
+        "format, compaction, transcript, verifier) with t1.inference.client.pool.InferencePool over gRPC to "
         "bench.sim_inference (child process) and t1.sandbox.pool.SandboxPool -> SshSandbox/SshShell to the embedded "
         "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.serialization "
         "into "
@@ -187,7 +187,7 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     from t1.coordinator.model_setup import make_renderers
     from t1.coordinator.parts import make_scheduler, open_spool
     from t1.coordinator.rollout import RolloutRunner
-    from t1.inference.pool import InferencePool
+    from t1.inference.client.pool import InferencePool
     from t1.rpc.loop import freeze_long_lived
     from t1.sandbox.pool import SandboxPool
     from t1.tasks.formats.dataset import load_task

@@ -57,9 +57,9 @@ def _ensure_model(cfg: T1Config) -> None:
 
 
 async def serve(cfg: T1Config) -> None:
-    from t1.inference.factory import make_backend
     from t1.inference.follow import TrainerFollower
-    from t1.inference.server import InferenceServicer, inference_binding
+    from t1.inference.server.factory import make_backend
+    from t1.inference.server.servicer import InferenceServicer, inference_binding
     from t1.rpc.loop import cancel_and_wait
     from t1.rpc.server import GrpcServer
 

@@ -89,8 +89,9 @@ class OpenAIEndpointConfig(Section):
         "none", description="How new weights reach it: vllm_dev reloads a weights folder through vLLM's dev-mode "
                             "endpoints (VLLM_SERVER_DEV_MODE=1); none: training against it is refused.")
     t1_worker_extension: bool = Field(
-        True, description="vllm_dev: the server runs --worker-extension-cls t1.inference.vllm_worker.T1WorkerExtension "
-                          "and is asked to refresh its CPU MoE kernels after a reload.")
+        True, description="vllm_dev: the server runs --worker-extension-cls "
+                          "t1.inference.server.vllm_worker.T1WorkerExtension and is asked to refresh its CPU MoE "
+                          "kernels after a reload.")
 
     @field_validator("base_url")
     @classmethod

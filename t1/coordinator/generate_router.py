@@ -20,8 +20,8 @@ from t1.tasks.spec import TaskSpec
 from t1.tito import ChatRenderer
 
 if TYPE_CHECKING:
-    from t1.inference.openai_pool import OpenAIPool
-    from t1.inference.pool import InferencePool
+    from t1.inference.client.pool import InferencePool
+    from t1.inference.openai.openai_pool import OpenAIPool
 
     Pool = InferencePool | OpenAIPool
 
@@ -40,19 +40,19 @@ class GenerateRouter:
             self.pool = self._openai(cfg.inference.pool.openai, registry=True)
 
     def connect(self, endpoints: Sequence[str]) -> None:
-        from t1.inference.pool import InferencePool
+        from t1.inference.client.pool import InferencePool
 
         self.pool = InferencePool(self.cfg.inference.pool, list(endpoints), auth=self.cfg.auth, registry=REGISTRY)
 
     def _openai(self, endpoints: Sequence[OpenAIEndpointConfig], registry: bool = False) -> OpenAIPool:
-        from t1.inference.openai_pool import OpenAIPool
+        from t1.inference.openai.openai_pool import OpenAIPool
 
         return OpenAIPool.from_model(self.cfg.inference.pool, self.cfg.inference.model.path, endpoints,
                                      registry=REGISTRY if registry else None)
 
     async def check_trainable(self) -> None:
         """Training over OpenAI-compatible endpoints: refuse, before any episode, one that returns no token ids."""
-        from t1.inference.openai_pool import OpenAIPool
+        from t1.inference.openai.openai_pool import OpenAIPool
 
         if isinstance(self.pool, OpenAIPool):
             await self.pool.check_token_ids()
@@ -72,7 +72,7 @@ class GenerateRouter:
         if job is not None and job.inference_endpoints:
             key = tuple(job.inference_endpoints)
             if key not in self._job_pools:
-                from t1.inference.pool import InferencePool
+                from t1.inference.client.pool import InferencePool
 
                 self._job_pools[key] = InferencePool(self.cfg.inference.pool, list(key), auth=self.cfg.auth)
             return self._job_pools[key]

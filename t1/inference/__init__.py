@@ -3,28 +3,27 @@
 Modules, from the seam outwards:
 - types.py: GenerateRequest / GenerateResult / GenerateFn, the streamed TokenChunk / GenerateDone,
   ModelInfo and the Backend protocol; `collect` folds a stream into a result.
-- torch_backend.py: `TorchBackend`, transformers model, KV-cache decoding, sampling (sampling.py),
-  routing capture (routing_capture.py), per-session prefix reuse (sessions.py), atomic weight swaps;
-  decode batching (batching.py) over persistent per-session KV slots (kv_slots.py).
-- vllm_backend.py: `VllmBackend`, thin adapter over vLLM 0.32 AsyncLLM; routing validated by
-  routing_check.py; its KV cache in tokens from vLLM's stat logger (`KvGauge`).
-- server.py: the InferenceService servicer; factory.py builds the configured backend;
-  `t1-inference` (t1/cli/inference.py) serves it.
-- replicas.py: `ReplicaSet`, what both client pools are: replicas over a `Transport` (one per replica), their
-  health, affinity (affinity.py), least-outstanding placement, KV-headroom admission (kv_admission.py),
-  retries and failover, weight updates that skip avoided replicas and catch recovered ones up before
-  routing to them, metrics; pool_common.py: PoolMetrics (and `observe`), WeightsUpdate, InferenceUnavailable.
-- pool.py: `InferencePool`, the replica set over T1's gRPC servers (grpc_transport.py: many requests over one
-  stream, multiplex.py; weight loads pushed or followed, follow.py), with prompt deltas (prompt_delta.py)
-  and stalled replicas (stall.py, driven by stall_guard.py).
-- convert.py: proto <-> dataclass for InferenceService messages; validate.py: a request checked against
-  the model; model_config.py: what a model folder says about itself, read without torch.
-- slot_batch.py: the cache of one batched decode forward over KV slots; follow.py: a server that loads
-  each new weight version itself; vllm_worker.py: the vLLM worker extension called after a reload.
-- openai_pool.py: `OpenAIPool`, the replica set over OpenAI-compatible HTTP servers (openai_transport.py: an
-  endpoint's client, slots, retryable replies and weight reloads on vLLM, openai_weights.py), with request
-  bodies and reply checks (openai_wire.py), bounded reply reading (openai_reply.py) and chat messages
-  (openai_messages.py).
+- server/: the InferenceService servicer and its backends: `TorchBackend` (transformers, KV-cache decoding,
+  sampling, decode batching over persistent per-session KV slots, atomic weight swaps) and `VllmBackend`
+  (a thin adapter over vLLM 0.32 AsyncLLM); its factory builds the configured one.
+- client/: `ReplicaSet`, what both client pools are (health, affinity, least-outstanding placement,
+  KV-headroom admission, retries and failover, weight updates, metrics), and `InferencePool`, the replica set
+  over T1's gRPC servers, with stalled replicas taken out.
+- openai/: `OpenAIPool`, the replica set over OpenAI-compatible HTTP servers (request bodies and reply
+  checks, bounded reply reading, chat messages, weight reloads on vLLM).
+
+Shared by both sides:
+- convert.py: proto <-> dataclass for InferenceService messages.
+- multiplex.py: GenerateBatched on both ends: many generate requests over one long-lived gRPC stream.
+- prompt_delta.py: a turn sends the ids it adds to its session's context (SentContexts, ServedContexts).
+- follow.py: a server that loads each new weight version itself (`TrainerFollower`), and `await_served`,
+  with which the gRPC transport waits for it.
+- sessions.py: per-session KV caches (an LRU bounded by memory) and the prefix match that decides what
+  to prefill.
+- routing_capture.py: forward hooks that record the experts a transformers MoE model's routers select;
+  `MoeShape`.
+- routing_check.py: routed-expert arrays from an engine validated before they become a RoutingBlock.
+- model_config.py: what a model folder says about itself, read without torch.
 
 In-process use (the same code path as the server; e.g. for fidelity benches)::
 

@@ -74,7 +74,7 @@ class SessionGenerateFn(Protocol):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ChatRequest:
-    """One text-level turn: the conversation as messages (T1's form, see t1.inference.openai_messages)."""
+    """One text-level turn: the conversation as messages (T1's form, see t1.inference.openai.openai_messages)."""
 
     session_id: str
     messages: tuple[dict[str, Any], ...]

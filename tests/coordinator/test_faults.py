@@ -24,7 +24,7 @@ from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.children import Child, service_argv
 from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.weights import WeightSync
-from t1.inference.pool import InferencePool
+from t1.inference.client.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding

@@ -20,7 +20,7 @@ from tests.gateway.test_hostile_harness import assert_only_own_generation, probe
 
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir: Path):
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     return TorchBackend(tiny_model_dir, capture_routing=True)
 

@@ -7,6 +7,6 @@ import pytest
 
 @pytest.fixture(scope="package")
 def backend(tiny_model_dir):
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     return TorchBackend(tiny_model_dir, capture_routing=True)

@@ -41,7 +41,7 @@ def qwen3_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("harness", list(HARNESSES))
 async def test_harness_on_qwen3_thinking_off(tmp_path: Path, provider, qwen3_model: Path, harness: str) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     installed(harness)
     renderers = make_renderers(qwen3_model, template_kwargs={"enable_thinking": False})

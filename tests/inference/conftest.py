@@ -20,7 +20,7 @@ def _one_torch_thread() -> None:
 
 @pytest.fixture
 async def backend(tiny_model_dir: Path):
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     b = TorchBackend(tiny_model_dir, chunk_tokens=4)
     yield b
@@ -30,7 +30,7 @@ async def backend(tiny_model_dir: Path):
 @pytest.fixture
 async def served(backend) -> AsyncIterator[str]:
     """A real InferenceService on 127.0.0.1 over the `backend` fixture; yields its address."""
-    from t1.inference.server import inference_binding
+    from t1.inference.server.servicer import inference_binding
     from t1.rpc.server import GrpcServer
 
     server = GrpcServer([inference_binding(backend)], ServerConfig(host="127.0.0.1", port=0, grace_s=0.5), AuthConfig())

@@ -64,7 +64,7 @@ async def test_sessions_of_unequal_lengths_share_one_forward_and_match_alone(bac
 
 
 async def test_kv_slots_give_what_a_dynamic_cache_gives(backend, tiny_model_dir: Path) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     reference = TorchBackend(tiny_model_dir, chunk_tokens=4, kv_slots=False, prefill_chunk=16)
     try:
@@ -80,7 +80,7 @@ async def test_kv_slots_give_what_a_dynamic_cache_gives(backend, tiny_model_dir:
 
 
 async def test_without_kv_slots_only_equal_lengths_share_a_forward(tiny_model_dir: Path) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     grouped = TorchBackend(tiny_model_dir, chunk_tokens=4, kv_slots=False)
     try:
@@ -96,7 +96,7 @@ async def test_without_kv_slots_only_equal_lengths_share_a_forward(tiny_model_di
 
 
 async def test_slots_and_capacity_grow_while_rows_decode(backend) -> None:
-    from t1.inference.kv_slots import FIRST_CAPACITY, FIRST_SLOTS
+    from t1.inference.server.kv_slots import FIRST_CAPACITY, FIRST_SLOTS
 
     backend.eos_ids = ()
     n = 2 * FIRST_SLOTS + 1
@@ -213,7 +213,7 @@ async def test_a_batch_never_mixes_weight_versions(backend, tmp_path: Path) -> N
 
 @pytest.mark.parametrize("max_batch", [0, -1])
 async def test_max_batch_below_one_is_refused(max_batch: int) -> None:
-    from t1.inference.batching import DecodeBatcher
+    from t1.inference.server.batching import DecodeBatcher
 
     async def run(items):
         return items

@@ -10,7 +10,7 @@ import pytest
 import torch
 from inference_helpers import prompt
 
-from t1.inference.sampling import make_generator, sample_token, sampling_logprobs
+from t1.inference.server.sampling import make_generator, sample_token, sampling_logprobs
 from t1.inference.types import GenerateRequest, SamplingParams
 
 NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -40,7 +40,7 @@ def test_a_generator_on_another_device_is_refused_by_name() -> None:
 @pytest.mark.parametrize("device", DEVICES)
 async def test_backend_samples_and_captures_routing_on_its_device(tiny_model_dir: Path, device: str) -> None:
     from t1.inference.routing_capture import RoutingRecorder
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir, device=device, chunk_tokens=4)
     try:

@@ -13,9 +13,9 @@ import grpc
 
 from t1.config.inference import InferencePoolConfig, WeightsMode
 from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.client.pool import InferencePool
 from t1.inference.follow import TrainerFollower
-from t1.inference.pool import InferencePool
-from t1.inference.server import InferenceServicer, inference_binding
+from t1.inference.server.servicer import InferenceServicer, inference_binding
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as tpb
@@ -46,7 +46,7 @@ class Announcer(tpb_grpc.TrainerServiceServicer):
 
 
 async def test_a_following_server_loads_each_version_once_and_the_pool_only_waits(tiny_model_dir: Path) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir)
     servicer = InferenceServicer(backend)
@@ -89,7 +89,7 @@ async def test_a_following_server_loads_each_version_once_and_the_pool_only_wait
 
 
 async def test_a_pool_in_follow_mode_skips_a_server_that_never_catches_up(tiny_model_dir: Path) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir)  # follows no one: stays on v0
     inference = GrpcServer([inference_binding(backend)], ServerConfig(port=0, grace_s=0.2), AuthConfig())

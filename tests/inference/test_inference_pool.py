@@ -13,8 +13,8 @@ from inference_helpers import ServerProcess, prompt
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.inference.pool import InferencePool, InferenceUnavailable
-from t1.inference.server import inference_binding
+from t1.inference.client.pool import InferencePool, InferenceUnavailable
+from t1.inference.server.servicer import inference_binding
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.routing.concat import concat_blocks
 from t1.routing.validation import validate_routing
@@ -37,7 +37,7 @@ def closed_port() -> str:
 
 @pytest.fixture
 async def two_servers(tiny_model_dir: Path):
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backends = [TorchBackend(tiny_model_dir) for _ in range(2)]
     servers = [GrpcServer([inference_binding(b)], ServerConfig(port=0, grace_s=0.2), AuthConfig()) for b in backends]

@@ -12,8 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
+from t1.inference.client.pool import InferencePool
 from t1.inference.convert import request_to_proto
-from t1.inference.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.client import make_channel
 from t1.rpc.introspect import list_services

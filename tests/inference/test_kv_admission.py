@@ -13,9 +13,9 @@ from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.inference.kv_admission import KvAdmission
-from t1.inference.pool import InferencePool
-from t1.inference.server import inference_binding
+from t1.inference.client.kv_admission import KvAdmission
+from t1.inference.client.pool import InferencePool
+from t1.inference.server.servicer import inference_binding
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.client import make_channel
 from t1.rpc.server import GrpcServer
@@ -30,7 +30,7 @@ def req(ids: np.ndarray, session: str, seed: int, max_tokens: int = 8) -> Genera
 @pytest.fixture
 async def small_server(tiny_model_dir: Path):
     """One server whose KV budget (session_cache_mb=4) holds 2730 positions of the tiny model."""
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir, session_cache_mb=4)
     server = GrpcServer([inference_binding(backend)], ServerConfig(port=0, grace_s=0.2), AuthConfig())

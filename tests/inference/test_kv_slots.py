@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from t1.inference.kv_slots import KvSlots
-from t1.inference.sampling import make_generator, sample_rows, sample_token, sampling_logprobs
-from t1.inference.slot_batch import SlotBatch
+from t1.inference.server.kv_slots import KvSlots
+from t1.inference.server.sampling import make_generator, sample_rows, sample_token, sampling_logprobs
+from t1.inference.server.slot_batch import SlotBatch
 from t1.inference.types import SamplingParams
 from t1.model.forward import cache_kwargs
 

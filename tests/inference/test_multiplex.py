@@ -13,10 +13,10 @@ from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.client.pool import InferencePool, InferenceUnavailable
 from t1.inference.convert import request_to_proto
 from t1.inference.multiplex import BatchedSession
-from t1.inference.pool import InferencePool, InferenceUnavailable
-from t1.inference.server import InferenceServicer
+from t1.inference.server.servicer import InferenceServicer
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.client import make_channel
 from t1.rpc.server import GrpcServer, ServiceBinding
@@ -180,7 +180,7 @@ async def test_server_without_batched_stream_is_served_by_calls(backend, caplog)
     server = await start_server(_CallsOnly(backend))
     pool = InferencePool(InferencePoolConfig(retries=0), [server.address])
     try:
-        with caplog.at_level(logging.WARNING, logger="t1.inference.pool"):
+        with caplog.at_level(logging.WARNING, logger="t1.inference.client.pool"):
             first = await pool(req(prompt(12), "a"))
             second = await pool(req(prompt(13), "b"))
     finally:

@@ -17,7 +17,7 @@ from t1.agent.formats import FormatName, get_format
 from t1.agent.transcript import Transcript
 from t1.config.inference import InferencePoolConfig
 from t1.config.loader import load_config
-from t1.inference.openai_pool import OpenAIPool
+from t1.inference.openai.openai_pool import OpenAIPool
 from t1.inference.types import SamplingParams
 from t1.tasks.formats.dataset import load_task
 from t1.tito import ChatRenderer

@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from t1.config.inference import InferencePoolConfig
-from t1.inference.openai_pool import EndpointUnavailable, OpenAIPool
-from t1.inference.openai_reply import PARSE_INLINE_BYTES, decode_reply, reply_byte_bound
+from t1.inference.openai.openai_pool import EndpointUnavailable, OpenAIPool
+from t1.inference.openai.openai_reply import PARSE_INLINE_BYTES, decode_reply, reply_byte_bound
 from t1.inference.types import ChatRequest, GenerateRequest, SamplingParams
 
 GiB = 1 << 30

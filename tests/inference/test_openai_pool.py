@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from t1.config.inference import InferencePoolConfig, OpenAIEndpointConfig
 from t1.config.loader import ConfigError, load_config
-from t1.inference.openai_pool import EndpointRefused, EndpointUnavailable, OpenAIPool
-from t1.inference.openai_transport import retry_after_s
+from t1.inference.openai.openai_pool import EndpointRefused, EndpointUnavailable, OpenAIPool
+from t1.inference.openai.openai_transport import retry_after_s
 from t1.inference.routing_capture import MoeShape
 from t1.inference.types import ChatRequest, FinishReason, GenerateRequest, SamplingParams
 from t1.routing.block import sentinel

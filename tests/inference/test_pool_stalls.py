@@ -14,9 +14,9 @@ from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.inference.pool import InferencePool
-from t1.inference.server import InferenceServicer, inference_binding
-from t1.inference.stall import StallKind
+from t1.inference.client.pool import InferencePool
+from t1.inference.client.stall import StallKind
+from t1.inference.server.servicer import InferenceServicer, inference_binding
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.routing.concat import concat_blocks
 from t1.routing.validation import validate_routing
@@ -36,7 +36,7 @@ def metric(pool: InferencePool, name: str) -> float:
 @pytest.fixture
 async def servers(tiny_model_dir: Path):
     """Two servers in this process: address -> servicer (its hold_generation hook)."""
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backends = [TorchBackend(tiny_model_dir, chunk_tokens=2) for _ in range(2)]
     servicers = [InferenceServicer(b) for b in backends]
@@ -67,7 +67,7 @@ async def test_a_server_that_answers_but_generates_nothing_is_caught_and_its_ses
     assert home is not None
     context = np.concatenate([context, first.token_ids, prompt(4, seed=6)])
     servers[home].hold_generation(True)
-    with caplog.at_level(logging.WARNING, logger="t1.inference.pool"):
+    with caplog.at_level(logging.WARNING, logger="t1.inference.client.pool"):
         res = await pool(req(context, "s", 2, max_tokens=30))
     assert pool.replica_of("s") != home, "the session moved off the stalled replica"
     [stall] = pool.stalls
@@ -167,7 +167,7 @@ async def test_a_turn_interrupted_mid_generation_keeps_every_route(servers, back
 async def test_a_long_prefill_is_progress_not_a_stall(tiny_model_dir: Path) -> None:
     """No token comes out while a long prompt is prefilled (one position per model step here), yet the
     server's model steps move: the watch leaves it alone."""
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir, prefill_chunk=1)
     server = GrpcServer([inference_binding(backend)], ServerConfig(port=0, grace_s=0.2), AuthConfig())

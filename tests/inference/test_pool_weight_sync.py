@@ -12,8 +12,8 @@ import grpc
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
 from t1.coordinator.weights import WeightSync
-from t1.inference.pool import InferencePool, WeightsUpdate
-from t1.inference.server import inference_binding
+from t1.inference.client.pool import InferencePool, WeightsUpdate
+from t1.inference.server.servicer import inference_binding
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as tpb
@@ -35,7 +35,7 @@ class TwoVersions(tpb_grpc.TrainerServiceServicer):
 
 
 async def test_weight_sync_advances_while_one_of_two_servers_is_dead(tiny_model_dir: Path) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir)
     live = GrpcServer([inference_binding(backend)], ServerConfig(port=0, grace_s=0.2), AuthConfig())

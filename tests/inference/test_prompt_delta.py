@@ -13,10 +13,10 @@ from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
+from t1.inference.client.pool import InferencePool
 from t1.inference.convert import request_from_proto
-from t1.inference.pool import InferencePool
 from t1.inference.prompt_delta import BaseUnknown, ServedContexts
-from t1.inference.server import SERVICE_NAME, InferenceServicer
+from t1.inference.server.servicer import SERVICE_NAME, InferenceServicer
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.errors import RequestError
 from t1.rpc.server import GrpcServer, ServiceBinding
@@ -69,7 +69,7 @@ def read_only(ids: np.ndarray) -> np.ndarray:
 
 @pytest.fixture
 async def recording(tiny_model_dir: Path):
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
 
     backend = TorchBackend(tiny_model_dir, chunk_tokens=4)
     yield Recording(backend)

@@ -1,4 +1,4 @@
-"""The replica set (t1.inference.replicas) through both of its real transports, one contract each: two torch
+"""The replica set (t1.inference.client.replicas) through both of its real transports, one contract each: two torch
 servers over gRPC on loopback (InferencePool), and two OpenAI-compatible stand-ins over HTTP (OpenAIPool).
 
 Each test runs once per transport against a `Fleet`: two replicas, one of which can be made to fail every
@@ -21,13 +21,13 @@ from openai_standin import StandIn, serve
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig, ServerConfig
-from t1.inference.grpc_transport import GrpcTransport
+from t1.inference.client.grpc_transport import GrpcTransport
+from t1.inference.client.pool import InferencePool, InferenceUnavailable
+from t1.inference.client.replicas import Failure, ReplicaSet
 from t1.inference.multiplex import rpc_error
-from t1.inference.openai_pool import EndpointUnavailable, OpenAIPool
-from t1.inference.openai_transport import HttpTransport
-from t1.inference.openai_wire import EndpointRefused, MalformedReply
-from t1.inference.pool import InferencePool, InferenceUnavailable
-from t1.inference.replicas import Failure, ReplicaSet
+from t1.inference.openai.openai_pool import EndpointUnavailable, OpenAIPool
+from t1.inference.openai.openai_transport import HttpTransport
+from t1.inference.openai.openai_wire import EndpointRefused, MalformedReply
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.server import GrpcServer
 
@@ -80,8 +80,8 @@ class Fleet:
 
 
 async def _grpc_server(model_dir: Path | None, port: int = 0) -> tuple[GrpcServer, Any]:
-    from t1.inference.server import inference_binding
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.servicer import inference_binding
+    from t1.inference.server.torch_backend import TorchBackend
 
     assert model_dir is not None
     backend = TorchBackend(model_dir)  # a new server starts on the base model (v0)

@@ -11,7 +11,7 @@ import torch
 from inference_helpers import prompt
 
 from t1.inference.routing_capture import RoutingRecorder
-from t1.inference.sampling import sampling_logprobs
+from t1.inference.server.sampling import sampling_logprobs
 from t1.inference.types import FinishReason, GenerateRequest, SamplingParams, TokenChunk
 from t1.rpc.errors import RequestError
 
@@ -147,7 +147,7 @@ async def test_concurrent_sessions_interleave_and_match_sequential_runs(backend)
 
 
 async def test_update_weights_swaps_atomically(backend, tmp_path: Path) -> None:
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
     from t1.model.init import init_model
 
     other = init_model(tmp_path / "v1", "tiny", seed=1)

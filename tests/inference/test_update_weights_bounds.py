@@ -58,7 +58,7 @@ async def test_same_version_is_a_no_op_and_older_needs_rollback(served: str, tin
 async def test_pool_counts_a_server_already_past_the_version_as_updated(served: str, tiny_model_dir: object) -> None:
     """A coordinator that restarted replays old versions; a server another party moved on is not an error."""
     from t1.config.inference import InferencePoolConfig
-    from t1.inference.pool import InferencePool
+    from t1.inference.client.pool import InferencePool
 
     async with make_channel(served) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
@@ -78,7 +78,7 @@ async def test_a_following_server_refuses_update_weights(backend, tiny_model_dir
     """A server that follows a trainer takes its versions from there only: a client without a token cannot move it
     to a version that locks it out of the trainer's (UpdateWeights(version=2**31 - 1) was such a lock)."""
     from t1.config.service import AuthConfig, ServerConfig
-    from t1.inference.server import InferenceServicer, inference_binding
+    from t1.inference.server.servicer import InferenceServicer, inference_binding
     from t1.rpc.server import GrpcServer
 
     servicer = InferenceServicer(backend)

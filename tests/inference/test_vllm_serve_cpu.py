@@ -41,7 +41,7 @@ from t1.coordinator.generate_router import GenerateRouter  # noqa: E402
 from t1.coordinator.jobs import JobState, JobStore  # noqa: E402
 from t1.coordinator.rollout import RolloutRunner  # noqa: E402
 from t1.coordinator.tasksource import make_resolver  # noqa: E402
-from t1.inference.openai_pool import OpenAIPool  # noqa: E402
+from t1.inference.openai.openai_pool import OpenAIPool  # noqa: E402
 from t1.inference.types import GenerateRequest, SamplingParams  # noqa: E402
 from t1.tasks.formats.dataset import load_task  # noqa: E402
 from t1.tito import ChatRenderer  # noqa: E402
@@ -81,7 +81,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models() / "tiny"),
          "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
          "--max-model-len", "1024", "--enforce-eager", "--seed", "0", "--logprobs-mode", "processed_logprobs",
-         "--worker-extension-cls", "t1.inference.vllm_worker.T1WorkerExtension"],
+         "--worker-extension-cls", "t1.inference.server.vllm_worker.T1WorkerExtension"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from t1.inference.torch_backend import TorchBackend
+from t1.inference.server.torch_backend import TorchBackend
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.routing.capture import capture_routing
 from t1.routing.fidelity import segment_logprobs

@@ -98,7 +98,7 @@ def test_replayed_trainer_logprobs_match_torch_backend_rollout(tmp_path: Path, t
     """Two turns from the float32 torch backend (routing captured), an observation between them:
     the trainer's pre-update logprobs with replay equal the behaviour logprobs within 1e-5
     (the trainer scores with the rollout's sampling temperature)."""
-    from t1.inference.torch_backend import TorchBackend
+    from t1.inference.server.torch_backend import TorchBackend
     from t1.inference.types import GenerateRequest, SamplingParams
 
     async def rollout(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

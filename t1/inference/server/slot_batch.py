@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from t1.inference.kv_slots import KvSlots, SlotCache
+from t1.inference.server.kv_slots import KvSlots, SlotCache
 
 
 @dataclass(frozen=True, slots=True)

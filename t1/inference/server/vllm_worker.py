@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-WORKER_EXTENSION = "t1.inference.vllm_worker.T1WorkerExtension"
+WORKER_EXTENSION = "t1.inference.server.vllm_worker.T1WorkerExtension"
 
 
 class T1WorkerExtension:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from t1.inference.affinity import Replica
+from t1.inference.client.affinity import Replica
 
 RECHECK_S = 0.5  # a waiting session looks again this often (a replica's health changes without a notice)
 WINDOW = 100  # the expected peak is a running mean over about this many ended episodes

@@ -29,7 +29,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from t1.inference.kv_slots import SlotCache
+from t1.inference.server.kv_slots import SlotCache
 
 log = logging.getLogger(__name__)
 

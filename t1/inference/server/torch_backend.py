@@ -28,18 +28,19 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 
-from t1.inference.batching import (
+from t1.inference.routing_capture import MoeShape, RoutingRecorder
+from t1.inference.server.batching import (
     DecodeBatcher,
     DecodeItem,
     append_new_positions,
     split_routing,
     stack_caches,
 )
-from t1.inference.kv_slots import KvSlots, SlotCache
-from t1.inference.routing_capture import MoeShape, RoutingRecorder
-from t1.inference.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_rows, sample_token
+from t1.inference.server.kv_slots import KvSlots, SlotCache
+from t1.inference.server.sampling import LOGPROB_DISTRIBUTION, make_generator, sample_rows, sample_token
+from t1.inference.server.slot_batch import SlotBatch
+from t1.inference.server.validate import validate_request
 from t1.inference.sessions import SessionEntry, SessionLRU, reusable_prefix
-from t1.inference.slot_batch import SlotBatch
 from t1.inference.types import (
     FinishReason,
     GenerateDone,
@@ -50,7 +51,6 @@ from t1.inference.types import (
     TokenChunk,
     collect,
 )
-from t1.inference.validate import validate_request
 from t1.model.forward import cache_kwargs
 from t1.routing.block import RoutingBlock
 from t1.rpc.errors import RequestError

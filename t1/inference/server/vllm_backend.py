@@ -47,10 +47,10 @@ import numpy as np
 from t1.config.inference import InferenceConfig
 from t1.inference.model_config import eos_ids, moe_shape_from_config, read_json
 from t1.inference.routing_check import RouteDefects, check_routed_experts
+from t1.inference.server.validate import validate_request
+from t1.inference.server.vllm_worker import WORKER_EXTENSION
 from t1.inference.sessions import common_prefix_len
 from t1.inference.types import FinishReason, GenerateDone, GenerateRequest, ModelInfo, TokenChunk
-from t1.inference.validate import validate_request
-from t1.inference.vllm_worker import WORKER_EXTENSION
 from t1.rpc.errors import RequestError
 
 log = logging.getLogger(__name__)

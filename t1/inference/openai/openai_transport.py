@@ -1,14 +1,14 @@
-"""One OpenAI-compatible HTTP server: the transport of `OpenAIPool`'s replicas (t1.inference.replicas).
+"""One OpenAI-compatible HTTP server: the transport of `OpenAIPool`'s replicas (t1.inference.client.replicas).
 
 - Requests: `post` sends one JSON body over httpx (an `AsyncClient` per endpoint, with its API key),
   at most `max_concurrency` at once, the whole request bounded by connect + request timeouts, and the
-  reply read to at most a byte bound (t1.inference.openai_reply). It returns the reply with the
+  reply read to at most a byte bound (t1.inference.openai.openai_reply). It returns the reply with the
   weights version the endpoint served when the request went out.
 - Retryable: connection errors and timeouts, 5xx, 429 (the endpoint is avoided for its `retry-after`,
   capped by `max_retry_after_s`), and a 200 whose body breaks the API (MalformedReply). Refused at
   once (EndpointRefused), naming the endpoint and the fix: 401/403 (the API key) and other 4xx.
 - Weights: `weight_updates: vllm_dev` holds new requests, waits until the endpoint's requests have
-  ended, then reloads a folder through vLLM's dev-mode endpoints (t1.inference.openai_weights); a
+  ended, then reloads a folder through vLLM's dev-mode endpoints (t1.inference.openai.openai_weights); a
   failed reload is retryable (the endpoint is skipped and caught up later). The version an endpoint
   serves is the one T1 last loaded on it (v0 at first).
 - KV capacity: the configured `kv_budget_tokens`.
@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 
 from t1.config.inference import OpenAIEndpointConfig
-from t1.inference.openai_reply import error_text, read_bounded
-from t1.inference.openai_weights import reload_weights
-from t1.inference.openai_wire import EndpointRefused, MalformedReply
-from t1.inference.replicas import Failure
+from t1.inference.client.replicas import Failure
+from t1.inference.openai.openai_reply import error_text, read_bounded
+from t1.inference.openai.openai_weights import reload_weights
+from t1.inference.openai.openai_wire import EndpointRefused, MalformedReply
 
 _SNIPPET = 300  # characters of an error body quoted in messages
 _DRAIN_POLL_S = 0.01

@@ -2,7 +2,7 @@
 
 While any replica is busy (requests of the pool outstanding there, or a weight load of its own
 running) a task probes the busy ones every `check_s` and feeds their answers to the `StallWatch`
-(t1.inference.stall); it ends when none is busy, and the next guarded send starts it again. Each
+(t1.inference.client.stall); it ends when none is busy, and the next guarded send starts it again. Each
 send runs beside an abort future; a verdict calls the pool's `on_stall` (avoid the replica, log,
 count) and fails the aborts of that replica's sends with UNAVAILABLE, so the pool retries their turns
 on other replicas (a failover) while the sends themselves are cancelled, on the server too.
@@ -17,8 +17,8 @@ from typing import Generic, Protocol, TypeVar
 
 import grpc
 
+from t1.inference.client.stall import Stall, StallWatch
 from t1.inference.multiplex import rpc_error
-from t1.inference.stall import Stall, StallWatch
 from t1.v1 import inference_pb2 as pb
 
 T = TypeVar("T")

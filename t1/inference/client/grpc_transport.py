@@ -1,4 +1,4 @@
-"""One T1 inference server over gRPC: the transport of `InferencePool`'s replicas (t1.inference.replicas).
+"""One T1 inference server over gRPC: the transport of `InferencePool`'s replicas (t1.inference.client.replicas).
 
 - Requests: by default one long-lived GenerateBatched stream carries all of the replica's requests
   (t1.inference.multiplex); a server without it (UNIMPLEMENTED) is sent one Generate call per request
@@ -9,7 +9,7 @@
   another coordinator left it, is fine); `weights: follow` waits until the server, which loads versions
   itself (t1.inference.follow), serves it.
 - Probes: GetModelInfo answers the version (waiting for a channel whose server died to reconnect), the
-  KV capacity and, for the stall watch (t1.inference.stall_guard), the server's progress.
+  KV capacity and, for the stall watch (t1.inference.client.stall_guard), the server's progress.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import grpc
 
 from t1.config.inference import InferencePoolConfig, WeightsMode
 from t1.config.service import AuthConfig
+from t1.inference.client.replicas import Failure
 from t1.inference.convert import event_from_proto, info_from_proto, result_from_proto
 from t1.inference.follow import await_served
 from t1.inference.multiplex import BatchedStream
-from t1.inference.replicas import Failure
 from t1.inference.types import GenerateResult, ModelInfo, collect
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import inference_pb2 as pb

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from t1.inference.openai_wire import MalformedReply
+from t1.inference.openai.openai_wire import MalformedReply
 from t1.inference.routing_capture import MoeShape
 
 T = TypeVar("T")

@@ -1,17 +1,17 @@
 """ReplicaSet: the replicas of an inference pool and the rules that hold whatever carries their requests.
 
 Both pools are a replica set over a `Transport`, one per replica: `InferencePool` over T1's gRPC
-servers (t1.inference.grpc_transport), `OpenAIPool` over OpenAI-compatible HTTP servers
-(t1.inference.openai_transport). A transport carries one replica's requests and weight loads, and
+servers (t1.inference.client.grpc_transport), `OpenAIPool` over OpenAI-compatible HTTP servers
+(t1.inference.openai.openai_transport). A transport carries one replica's requests and weight loads, and
 says which of its errors a retry may fix; everything below is the set's:
 
 - Health: a replica whose attempt fails with a retryable error is avoided for `unhealthy_s` (or as
   long as the transport's failure asks, e.g. an HTTP 429's retry-after) and its version is forgotten:
   it may come back restarted, on the base model. A success does not end the avoidance early.
-- Affinity (t1.inference.affinity): a session sticks to its replica while that replica is healthy;
+- Affinity (t1.inference.client.affinity): a session sticks to its replica while that replica is healthy;
   new sessions go to the healthy replica with the fewest requests outstanding. A session moved to
   another replica (a failover) is counted and logged.
-- KV admission (`kv_admission`, t1.inference.kv_admission): a turn that declares what it needs starts
+- KV admission (`kv_admission`, t1.inference.client.kv_admission): a turn that declares what it needs starts
   only on a replica with room for it (capacity as the transport reports it), waiting otherwise.
 - Retries (`_request`): an attempt runs on the session's replica; a retryable failure avoids that
   replica and tries again after `backoff_s * 2**attempt` (at least the failure's wait when no replica is
@@ -23,7 +23,7 @@ says which of its errors a retry may fix; everything below is the set's:
   the latest before anything is routed to it (a catch-up), one load at a time per replica. Every
   result carries the version that sampled it; one older than its replica was known to serve (it
   restarted unnoticed) makes the set ask that replica again before its next request.
-- Metrics: PoolMetrics (t1.inference.pool_common), the same names for both transports.
+- Metrics: PoolMetrics (t1.inference.client.pool_common), the same names for both transports.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 from prometheus_client import CollectorRegistry
 
 from t1.config.inference import InferencePoolConfig
-from t1.inference.affinity import MAX_AFFINITY_ENTRIES, Affinity
-from t1.inference.kv_admission import KvAdmission
-from t1.inference.pool_common import InferenceUnavailable, PoolMetrics, WeightsUpdate
+from t1.inference.client.affinity import MAX_AFFINITY_ENTRIES, Affinity
+from t1.inference.client.kv_admission import KvAdmission
+from t1.inference.client.pool_common import InferenceUnavailable, PoolMetrics, WeightsUpdate
 from t1.inference.types import GenerateResult
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ class ReplicaSet(Generic[T]):
 
     async def _place(self, session_id: str, need: int | None) -> int:
         """The replica for the next attempt: the session's (or the least loaded) one, or with KV admission and a
-        `need` in tokens one with room for it, waited for (t1.inference.kv_admission)."""
+        `need` in tokens one with room for it, waited for (t1.inference.client.kv_admission)."""
         if self._kv is None or need is None:
             return self._pick(session_id)
         kv = self._kv

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from t1.errors import InfraError
-from t1.inference.openai_messages import tool_calls_text
+from t1.inference.openai.openai_messages import tool_calls_text
 from t1.inference.routing_capture import MoeShape
 from t1.inference.routing_check import RouteDefects, check_routed_experts
 from t1.inference.types import (

@@ -1,7 +1,7 @@
 """InferencePool: the client side of InferenceService over several replicas; a GenerateFn.
 
-A replica set (t1.inference.replicas: health, affinity, KV admission, retries, failover, weight updates
-and catch-up, metrics) over gRPC transports (t1.inference.grpc_transport), plus what only T1's own
+A replica set (t1.inference.client.replicas: health, affinity, KV admission, retries, failover, weight updates
+and catch-up, metrics) over gRPC transports (t1.inference.client.grpc_transport), plus what only T1's own
 servers offer:
 
 - Retries: UNAVAILABLE and DEADLINE_EXCEEDED are retried; a session whose replica failed moves to
@@ -14,7 +14,7 @@ servers offer:
 - Weights: `update_weights` loads the new version on the healthy replicas (`weights: push`), or with
   `weights: follow` the servers load versions themselves (t1.inference.follow) and it waits until they
   serve it; a restarted server (which starts on the base model) is caught up before it serves.
-- Stalls (t1.inference.stall, driven by t1.inference.stall_guard): a busy replica that makes no
+- Stalls (t1.inference.client.stall, driven by t1.inference.client.stall_guard): a busy replica that makes no
   progress for `stall_s` (or loads weights past `weights_timeout_s`) is avoided and its in-flight
   requests fail with UNAVAILABLE, so they are retried elsewhere (a failover). `stalls` keeps the verdicts.
 - KV admission (`kv_admission`): capacities are what the servers report in GetModelInfo.
@@ -35,14 +35,14 @@ from prometheus_client import CollectorRegistry
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.service import AuthConfig
-from t1.inference.affinity import MAX_AFFINITY_ENTRIES
+from t1.inference.client.affinity import MAX_AFFINITY_ENTRIES
+from t1.inference.client.grpc_transport import GrpcTransport
+from t1.inference.client.pool_common import InferenceUnavailable, WeightsUpdate
+from t1.inference.client.replicas import Replica, ReplicaSet
+from t1.inference.client.stall import Stall, StallWatch
+from t1.inference.client.stall_guard import StallGuard
 from t1.inference.convert import request_to_proto
-from t1.inference.grpc_transport import GrpcTransport
-from t1.inference.pool_common import InferenceUnavailable, WeightsUpdate
 from t1.inference.prompt_delta import SentContexts
-from t1.inference.replicas import Replica, ReplicaSet
-from t1.inference.stall import Stall, StallWatch
-from t1.inference.stall_guard import StallGuard
 from t1.inference.types import GenerateRequest, GenerateResult, ModelInfo
 from t1.v1 import inference_pb2 as pb
 

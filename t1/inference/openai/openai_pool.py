@@ -1,8 +1,8 @@
 """OpenAIPool: the inference pool over OpenAI-compatible servers (vLLM's, SGLang's, hosted APIs).
 
-A replica set (t1.inference.replicas: health, affinity, KV admission, retries, failover, weight
-catch-up, metrics) over HTTP transports (t1.inference.openai_transport), the same contract as
-InferencePool (t1.inference.pool):
+A replica set (t1.inference.client.replicas: health, affinity, KV admission, retries, failover, weight
+catch-up, metrics) over HTTP transports (t1.inference.openai.openai_transport), the same contract as
+InferencePool (t1.inference.client.pool):
 
 - Session affinity: a session sticks to the endpoint that served it while it is healthy (its prefix
   cache holds the session's context); new sessions go to the healthy endpoint with the fewest
@@ -11,7 +11,7 @@ InferencePool (t1.inference.pool):
   timeouts, 5xx, 429 (the endpoint is avoided for its `retry-after`), and a 200 whose body breaks the
   API (MalformedReply). Past the retries: EndpointUnavailable.
 - Bounded: a reply is streamed and refused (MalformedReply) past a byte bound derived from the
-  request's max_tokens, and parsed in a worker thread when large (t1.inference.openai_reply); more
+  request's max_tokens, and parsed in a worker thread when large (t1.inference.openai.openai_reply); more
   sampled ids than max_tokens is malformed too.
 - Refused at once, with an error that names the endpoint and the fix: 401/403 (the API key), other
   4xx, and a completions server that returns no token ids (NoTokenIds). The episode counts each of
@@ -25,7 +25,7 @@ InferencePool (t1.inference.pool):
   ledger counts what each session holds there from the prompts it sends and the replies it gets
   (completions; chat requests are not counted).
 - Weights: `weight_updates: vllm_dev` drains the endpoint's requests and reloads a weights folder
-  through vLLM's dev-mode endpoints (t1.inference.openai_weights); `none` refuses with an error.
+  through vLLM's dev-mode endpoints (t1.inference.openai.openai_weights); `none` refuses with an error.
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from t1.config.inference import InferencePoolConfig, OpenAIEndpointConfig
-from t1.inference.affinity import MAX_AFFINITY_ENTRIES
+from t1.inference.client.affinity import MAX_AFFINITY_ENTRIES
+from t1.inference.client.pool_common import InferenceUnavailable, WeightsUpdate
+from t1.inference.client.replicas import Replica, ReplicaSet
 from t1.inference.model_config import moe_shape_from_config, read_json
-from t1.inference.openai_messages import to_chat_messages
-from t1.inference.openai_reply import decode_reply, reply_byte_bound
-from t1.inference.openai_transport import HttpTransport
-from t1.inference.openai_wire import (
+from t1.inference.openai.openai_messages import to_chat_messages
+from t1.inference.openai.openai_reply import decode_reply, reply_byte_bound
+from t1.inference.openai.openai_transport import HttpTransport
+from t1.inference.openai.openai_wire import (
     EndpointRefused,
     NoTokenIds,
     chat_body,
@@ -56,8 +58,6 @@ from t1.inference.openai_wire import (
     parse_chat,
     parse_completion,
 )
-from t1.inference.pool_common import InferenceUnavailable, WeightsUpdate
-from t1.inference.replicas import Replica, ReplicaSet
 from t1.inference.routing_capture import MoeShape
 from t1.inference.sessions import common_prefix_len
 from t1.inference.types import (
@@ -193,7 +193,7 @@ class OpenAIPool(ReplicaSet[HttpTransport]):
         return result
 
     async def update_weights(self, path: str, version: int, timeout_s: float | None = None) -> WeightsUpdate:
-        """Load a weights folder on the healthy endpoints (t1.inference.openai_weights; the others catch up
+        """Load a weights folder on the healthy endpoints (t1.inference.openai.openai_weights; the others catch up
         when they are back); refused where an endpoint has `weight_updates: none`."""
         refused = [r.address for r in self._replicas if r.transport.cfg.weight_updates == "none"]
         if refused:

@@ -11,7 +11,7 @@ def make_backend(cfg: InferenceConfig) -> Backend:
     if server.backend == "torch":
         import torch
 
-        from t1.inference.torch_backend import TorchBackend
+        from t1.inference.server.torch_backend import TorchBackend
 
         if server.num_threads:
             torch.set_num_threads(server.num_threads)
@@ -19,6 +19,6 @@ def make_backend(cfg: InferenceConfig) -> Backend:
                             capture_routing=server.capture_routing, session_cache_mb=server.session_cache_mb,
                             chunk_tokens=server.stream_chunk_tokens, prefill_chunk=server.prefill_chunk_tokens,
                             max_batch=server.max_batch)
-    from t1.inference.vllm_backend import VllmBackend
+    from t1.inference.server.vllm_backend import VllmBackend
 
     return VllmBackend.from_config(cfg)

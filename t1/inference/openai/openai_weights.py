@@ -10,8 +10,8 @@ vLLM 0.32 serves these at the server's root when started with VLLM_SERVER_DEV_MO
     POST /update_weight_version {"new_version": "V"}
     POST /resume
 
-The same steps T1's own vLLM backend runs in-process (t1.inference.vllm_backend). The HTTP transport
-(t1.inference.openai_transport) runs them once it has drained the endpoint, so every result carries
+The same steps T1's own vLLM backend runs in-process (t1.inference.server.vllm_backend). The HTTP transport
+(t1.inference.openai.openai_transport) runs them once it has drained the endpoint, so every result carries
 the version that sampled it. A server without the dev-mode endpoints answers 404: refused, with the
 fix in the error.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from t1.inference.openai_wire import EndpointRefused
+from t1.inference.openai.openai_wire import EndpointRefused
 
 
 def server_root(base_url: str) -> str:

@@ -13,7 +13,7 @@ Each session's last served context is kept (`t1.inference.prompt_delta.ServedCon
 next request may send only the ids it adds (`prompt_delta`).
 
 GetModelInfo reports progress (requests running, tokens sampled since start, how long the weight
-load in progress has run), which the pool's stall watch (t1.inference.stall) reads. `hold_generation`
+load in progress has run), which the pool's stall watch (t1.inference.client.stall) reads. `hold_generation`
 is a test hook: generation (and weight loading) stops while the server keeps answering, the failure mode the watch
 catches.
 """
