@@ -3,7 +3,7 @@ fit.
 
 `local` is the local provider with its sandboxes in the benchmark's own process (tests, the CLI);
 `local-service` the same in a coordinator's run, where they live in the run's sandbox service
-process (`t1.sandbox.service`): `--providers local,local-service` measures what that process costs.
+process (`t1.sandbox.local.service`): `--providers local,local-service` measures what that process costs.
 
 For each provider, alternating round by round: sandbox start (create + the first command on a new
 framed shell), command round trip (`true` on a live framed shell), then a ramp that keeps creating
@@ -36,8 +36,8 @@ import psutil  # noqa: E402
 
 from bench.machine_info import machine  # noqa: E402
 from t1.config.sandbox import DockerProviderConfig, LocalProviderConfig, ShellConfig  # noqa: E402
-from t1.sandbox.docker_provider import DockerProvider  # noqa: E402
-from t1.sandbox.local import LocalProvider  # noqa: E402
+from t1.sandbox.docker.docker_provider import DockerProvider  # noqa: E402
+from t1.sandbox.local.local_provider import LocalProvider  # noqa: E402
 from t1.sandbox.types import SandboxProvider, SandboxRequest  # noqa: E402
 
 SETTINGS = ("providers", "rounds", "creates", "commands", "fit", "min_free_gib", "socket", "image")

@@ -8,7 +8,7 @@ sandbox starts (create, the pool's health check, one framed shell: what an episo
 overlay, and a write that copies a system file up into the sandbox's layer). Then, once per round
 on the first sandbox, what the verifier pays: `end_setup` (with the overlay: snapshot of the upper
 layer and the pristine overlay attached; a no-op without) and opening a verifier shell with one
-command (with the overlay: its own root over the pristine system, `t1.sandbox.enter_verifier`).
+command (with the overlay: its own root over the pristine system, `t1.sandbox.verifier.enter_verifier`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.local.local_provider import LocalProvider
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
 from t1.sandbox.types import Sandbox, SandboxRequest, ShellRole
 
 SETTINGS = {"overlay": True, "readonly": False}

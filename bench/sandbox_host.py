@@ -1,7 +1,7 @@
 """The embedded sandbox SSH server in a process of its own, and the provider that reaches it over SSH.
 
 In production the sandboxes' sshd runs on other machines, so the load benchmark keeps the
-embedded server (t1.sandbox.local_server, every session in bubblewrap) out of the coordinator's
+embedded server (t1.sandbox.local.local_server, every session in bubblewrap) out of the coordinator's
 process: `python -m bench.sandbox_host --root DIR` serves trees it creates on request, and
 `HostedProvider` (a SandboxProvider) asks it for a tree, then connects with the real SshSandbox,
 exactly as the ssh provider reaches a cloud VM. Control lines on the child's stdin/stdout:
@@ -10,7 +10,7 @@ exactly as the ssh provider reaches a cloud VM. Control lines on the child's std
     <- create [overlay]       -> {"id": "sb-..."}
     <- destroy sb-...         -> {"ok": true}
 
-`create overlay` gives the sandbox a copy-on-write root (`t1.sandbox.rootfs`), plain `create`
+`create overlay` gives the sandbox a copy-on-write root (`t1.sandbox.isolation.rootfs`), plain `create`
 the read-only system. Running as root over a root directory other users can search, both get a
 uid range of their own, as the local provider gives them; otherwise every sandbox runs as this
 process's uid and `create overlay` is refused.
@@ -31,10 +31,10 @@ from typing import Any
 import asyncssh
 
 from t1.config.sandbox import LimitsConfig, ShellConfig
-from t1.sandbox.bwrap import SandboxTree, make_tree, remove_tree
-from t1.sandbox.local_host import blocking_dir, new_sandbox_uid
-from t1.sandbox.local_server import LocalSshServer
-from t1.sandbox.ssh_sandbox import SshEndpoint, SshSandbox
+from t1.sandbox.isolation.bwrap import SandboxTree, make_tree, remove_tree
+from t1.sandbox.local.local_host import blocking_dir, new_sandbox_uid
+from t1.sandbox.local.local_server import LocalSshServer
+from t1.sandbox.ssh.ssh_sandbox import SshEndpoint, SshSandbox
 from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxRequest
 
 # -- the child process --------------------------------------------------------------------------

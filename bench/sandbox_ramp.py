@@ -10,7 +10,7 @@ one can be made (root on cgroup v1), else only the host process itself.
     .venv/bin/python bench/sandbox_ramp.py --targets 500,1000,2000,3000 --out /tmp/ramp.json
 
 `--root both` (the default) times, at each live count, one window of read-only-system sandboxes
-and one of copy-on-write roots (`t1.sandbox.rootfs`) back to back; the live population is made
+and one of copy-on-write roots (`t1.sandbox.isolation.rootfs`) back to back; the live population is made
 of both kinds alike.
 
 `--providers local,docker` compares providers side by side instead (`bench/provider_compare.py`):

@@ -46,10 +46,10 @@ import asyncssh
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.rpc.loop import run as run_on_coordinator_loop
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.ssh_sandbox import CIPHERS, SshEndpoint, SshSandbox
-from t1.sandbox.ssh_shell import SshShell
-from t1.sandbox.sshd import SshdProcess
+from t1.sandbox.local.local_provider import LocalProvider
+from t1.sandbox.ssh.ssh_sandbox import CIPHERS, SshEndpoint, SshSandbox
+from t1.sandbox.ssh.ssh_shell import SshShell
+from t1.sandbox.ssh.sshd import SshdProcess
 from t1.sandbox.types import SandboxRequest
 
 SHELL_CFG = ShellConfig()
@@ -200,7 +200,7 @@ async def hold_shells(endpoints: list[tuple[str, SshEndpoint]], parallel: int = 
 
 async def _serve_embedded(n: int, root: str) -> None:
     """Child process: an embedded server with n registered sandbox trees; prints how to reach them."""
-    from t1.sandbox.bwrap import SandboxTree, make_tree
+    from t1.sandbox.isolation.bwrap import SandboxTree, make_tree
 
     provider = LocalProvider(LocalProviderConfig(root=Path(root)), SHELL_CFG)
     await provider.start()

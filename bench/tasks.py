@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine_info import machine
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_dataset
 from t1.tasks.spec import TaskSpec
 from t1.tasks.synth import synthesize

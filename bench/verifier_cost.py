@@ -82,7 +82,7 @@ async def _round(sandbox: Any, spec: Any, provisioned: Any, runs: int, mode: str
 
 async def measure(runs: int, rounds: int) -> dict[str, Any]:
     from t1.config.sandbox import LocalProviderConfig, ShellConfig
-    from t1.sandbox.local import LocalProvider
+    from t1.sandbox.local.local_provider import LocalProvider
     from t1.tasks.formats.dataset import load_task
     from t1.tasks.provision import provision, sandbox_request
     from t1.tasks.transfer import INLINE_MAX_BYTES

@@ -15,7 +15,7 @@ from smoke_run import SmokeRun, run_smoke
 
 if TYPE_CHECKING:  # imported in the fixtures: the vLLM test environment lacks some of their dependencies
     from t1.agent.formats import FormatName
-    from t1.sandbox.local import LocalProvider
+    from t1.sandbox.local.local_provider import LocalProvider
     from t1.tito import ChatRenderer
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -71,7 +71,7 @@ def sandbox_root() -> Iterator[Path]:
 @pytest.fixture()
 async def provider(sandbox_root: Path) -> AsyncIterator[LocalProvider]:
     from t1.config.sandbox import LocalProviderConfig, ShellConfig
-    from t1.sandbox.local import LocalProvider
+    from t1.sandbox.local.local_provider import LocalProvider
 
     p = LocalProvider(LocalProviderConfig(root=sandbox_root / "trees"), ShellConfig(output_cap_bytes=4096))
     yield p

@@ -102,9 +102,9 @@ def test_classes_keep_their_builtin_bases_and_sit_in_their_branch() -> None:
 
 def test_the_episode_classifies_by_infraerror_not_by_provider() -> None:
     from t1.agent import episode
-    from t1.sandbox.remote import SandboxCreateError
+    from t1.sandbox.ssh.remote import SandboxCreateError
 
     assert (InfraError, OSError, TimeoutError) == episode.INFRA_ERRORS
     assert isinstance(SandboxCreateError("no host"), episode.INFRA_ERRORS)
     source = (ROOT / "agent" / "episode.py").read_text()
-    assert "t1.sandbox.remote" not in source and "t1.sandbox.docker" not in source and "t1.sandbox.local" not in source
+    assert not any(name in source for name in ("t1.sandbox.ssh.remote", "t1.sandbox.docker", "t1.sandbox.local"))

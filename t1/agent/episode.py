@@ -61,7 +61,7 @@ from t1.inference.types import (
     SessionGenerateFn,
 )
 from t1.metrics import registry as m
-from t1.sandbox.ssh_sandbox import lost_cause
+from t1.sandbox.ssh.ssh_sandbox import lost_cause
 from t1.sandbox.types import LOCAL_TRAITS, Sandbox, SandboxLost, SandboxTraits, Shell
 from t1.tasks.provision import Provisioned, enter_step, provision, sandbox_request
 from t1.tasks.spec import StepSpec

@@ -59,7 +59,6 @@ def _exec(args: argparse.Namespace) -> int:
 
 async def _exec_async(cfg: Any, command: str, terminal: bool, timeout: float | None, allow_network: bool) -> int:
     from t1.sandbox import SandboxLost, SandboxPool, SandboxRequest, build_provider
-
     pool = SandboxPool(build_provider(cfg.sandbox), cfg.sandbox.pool)
     try:
         async with pool.acquire(SandboxRequest(allow_network=allow_network)) as sandbox:
@@ -86,7 +85,6 @@ def _shell(args: argparse.Namespace) -> int:
 
 async def _shell_async(cfg: Any, allow_network: bool) -> int:
     from t1.sandbox import SandboxPool, SandboxRequest, SshSandbox, build_provider
-
     pool = SandboxPool(build_provider(cfg.sandbox), cfg.sandbox.pool)
     try:
         async with pool.acquire(SandboxRequest(allow_network=allow_network)) as sandbox:

@@ -43,7 +43,7 @@ from t1.metrics.trackers import open_trackers
 from t1.metrics.write_faults import WriteFaults
 from t1.rpc.server import GrpcServer
 from t1.sandbox.factory import build_provider
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.loopback_port import SandboxPorts
 from t1.sandbox.pool import SandboxPool
 from t1.sandbox.types import SandboxProvider, SweepsUnclaimed

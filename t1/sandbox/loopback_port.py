@@ -18,7 +18,7 @@ import threading
 from typing import Protocol, runtime_checkable
 
 from t1.errors import InfraError
-from t1.sandbox.mountns import setns
+from t1.sandbox.isolation.mountns import setns
 
 CLONE_NEWNET = 0x40000000
 LOOPBACK = "127.0.0.1"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from t1.config.sandbox import PoolConfig
-from t1.sandbox.remote import NoFreeHost, SandboxCreateError
-from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.ssh.remote import NoFreeHost, SandboxCreateError
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
 from t1.sandbox.types import (
     Sandbox,
     SandboxGone,

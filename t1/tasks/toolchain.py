@@ -32,12 +32,12 @@ from functools import cache
 from pathlib import Path
 
 from t1.sandbox.types import Shell
-from t1.sandbox.verifier_env import AGENT_PYTHONPATH, TRUSTED_TOP
+from t1.sandbox.verifier.verifier_env import AGENT_PYTHONPATH, TRUSTED_TOP
 from t1.tasks import offline_pkgs
 from t1.tasks.transfer import check, upload_archive
 
 TOOLCHAIN_DIR = "/tmp/.t1-verifier"
-"""The verifier's toolchain: a folder only the verifier's uid can reach (t1.sandbox.verifier_role)."""
+"""The verifier's toolchain: a folder only the verifier's uid can reach (t1.sandbox.verifier.verifier_role)."""
 STAND_INS_DIR = "/tmp/.t1-setup"
 """The agent-side stand-ins of setup and reference solutions (the agent's uid cannot enter TOOLCHAIN_DIR)."""
 SHIM_LOG = f"{TOOLCHAIN_DIR}/shims.log"

@@ -26,7 +26,7 @@ from t1.config.sandbox import LimitsConfig, LocalProviderConfig, ShellConfig
 from t1.coordinator.rollout import outcome_of
 from t1.evals.results import summarize
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.verify.report import FailureMode
 from t1.trajectory.types import EpisodeStatus

@@ -80,7 +80,7 @@ def test_coordinator_kill_9_mid_eval_loses_nothing_and_leaves_nothing(root: Path
         for point in kills:
             wait_until(lambda p=point: len(finished_attempts(db, job.job_id)) >= p, 240, f"{point} attempts")
             assert coord.proc is not None
-            service = {pid for pid, cmd in processes_under(root) if "t1.sandbox.service" in cmd}
+            service = {pid for pid, cmd in processes_under(root) if "t1.sandbox.local.service" in cmd}
             children = [pid for pid in _children(coord.proc.pid) if pid not in service]
             coord.kill9()
             survived = finished_attempts(db, job.job_id)

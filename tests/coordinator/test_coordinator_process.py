@@ -23,8 +23,8 @@ from chaos import processes_under, wait_until
 from coordproc import CoordinatorProcess, eval_config, write_harbor_task
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.holders import tree_processes
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.isolation.holders import tree_processes
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_dataset
 from t1.tasks.verify.oracle import RunMode, run_tasks
 from t1.v1 import coordinator_pb2 as pb

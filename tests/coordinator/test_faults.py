@@ -28,7 +28,7 @@ from t1.inference.client.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_task
 from t1.trajectory.types import EpisodeStatus
 from t1.v1 import trainer_pb2 as tpb

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from t1.sandbox.local_host import sweep_trees
+from t1.sandbox.local.local_host import sweep_trees
 from t1.workdir import DirectoryBusy, DirLock, SharedDirLock
 
 _HOLDER = textwrap.dedent("""

@@ -15,7 +15,7 @@ import pytest
 from private_dockerd import DockerdUnavailable, PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.docker.docker_provider import DockerProvider
 from t1.tasks.image.docker_build import EnvironmentBuilder
 
 

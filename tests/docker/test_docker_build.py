@@ -18,7 +18,7 @@ from private_dockerd import BASE_IMAGE, PrivateDockerd, docker_config
 from test_docker_real_task import REAL, offline_copy, sets
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.docker.docker_provider import DockerProvider
 from t1.sandbox.needs import NeedsImageError
 from t1.sandbox.types import SandboxRequest
 from t1.tasks.formats.dataset import load_task

@@ -11,7 +11,7 @@ import pytest
 
 from t1.config.rollout import HarnessConfig
 from t1.inference.types import GenerateRequest, GenerateResult, collect
-from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.docker.docker_provider import DockerProvider
 from t1.sandbox.loopback_port import LoopbackPortError
 from t1.trajectory.types import EpisodeStatus
 from tests.gateway.test_harness_episode import HARNESS, episode

@@ -15,8 +15,8 @@ from sandbox.conftest import SHELL_CFG, Server
 from sandbox.test_shell import *  # noqa: F403  (the suite, collected again with the fixture below)
 from sandbox.test_unforgeable_frames import test_fake_frames_do_not_end_the_command  # noqa: F401  (memory scanned)
 
-from t1.sandbox.docker_provider import DockerProvider
-from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.docker.docker_provider import DockerProvider
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
 from t1.sandbox.types import SandboxRequest
 
 

@@ -6,8 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from t1.sandbox.docker_engine import LABEL_HOST, LABEL_PID, cgroup_procs, owner_alive, owner_labels
-from t1.sandbox.docker_provider import container_namespaces
+from t1.sandbox.docker.docker_engine import LABEL_HOST, LABEL_PID, cgroup_procs, owner_alive, owner_labels
+from t1.sandbox.docker.docker_provider import container_namespaces
 
 
 def test_owner_alive_only_for_the_same_live_process() -> None:

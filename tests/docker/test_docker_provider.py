@@ -13,10 +13,10 @@ import pytest
 from private_dockerd import PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_engine import LABEL_SANDBOX, START_ATTEMPTS
-from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.docker.docker_engine import LABEL_SANDBOX, START_ATTEMPTS
+from t1.sandbox.docker.docker_provider import DockerProvider
 from t1.sandbox.needs import NeedsImageError
-from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
 from t1.sandbox.types import SandboxRequest
 
 FORKS = b"""

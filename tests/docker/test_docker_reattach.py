@@ -17,11 +17,11 @@ import pytest
 from private_dockerd import PrivateDockerd, docker_config
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_engine import LABEL_PID, LABEL_SANDBOX, LABEL_START, owner_alive
-from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.docker.docker_engine import LABEL_PID, LABEL_SANDBOX, LABEL_START, owner_alive
+from t1.sandbox.docker.docker_provider import DockerProvider
 from t1.sandbox.run_lease import RunLease
 from t1.sandbox.types import SandboxGone, SandboxRecord, SandboxRequest, ShellRole
-from t1.sandbox.verifier_role import VERIFIER_UID
+from t1.sandbox.verifier.verifier_role import VERIFIER_UID
 
 SHELL = ShellConfig(command_timeout_s=30)
 SPAWN = "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $!"

@@ -37,8 +37,8 @@ from tasks.reward_integrity.test_planted_code import (  # noqa: F401
 )
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_provider import DockerProvider
-from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.docker.docker_provider import DockerProvider
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
 from t1.sandbox.types import SandboxRequest, ShellRole
 from t1.tasks.image.docker_build import EnvironmentBuilder
 from t1.tasks.verify.oracle import RunStatus

@@ -12,14 +12,14 @@ from private_dockerd import PrivateDockerd, docker_config
 from test_docker_provider import t1_containers
 
 from t1.config.sandbox import ShellConfig
-from t1.sandbox.docker_provider import DockerProvider
+from t1.sandbox.docker.docker_provider import DockerProvider
 from t1.sandbox.types import SandboxRequest
 
 OWNER = textwrap.dedent("""
     import asyncio, sys
     from pathlib import Path
     from t1.config.sandbox import DockerProviderConfig, ShellConfig
-    from t1.sandbox.docker_provider import DockerProvider
+    from t1.sandbox.docker.docker_provider import DockerProvider
     from t1.sandbox.types import SandboxRequest
 
     async def main():

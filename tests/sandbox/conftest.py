@@ -1,7 +1,7 @@
 """Fixtures of the sandbox tests: a real OpenSSH sshd on a loopback port, and the embedded server.
 
 `sshd` (session scope) starts `/usr/sbin/sshd -D` with its own config, host key and
-authorized_keys in a temporary directory (`t1.sandbox.sshd`) and logs in as the current user
+authorized_keys in a temporary directory (`t1.sandbox.ssh.sshd`) and logs in as the current user
 (root in CI) with a key generated for the run. `server` is parametrized over both SSH servers and hands each test a
 connected `SshSandbox` plus a way to kill the server side of its connection.
 """
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.ssh_sandbox import SshSandbox
-from t1.sandbox.sshd import SSHD, Sshd, SshdProcess, free_port  # noqa: F401  (re-exported to tests)
+from t1.sandbox.local.local_provider import LocalProvider
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
+from t1.sandbox.ssh.sshd import SSHD, Sshd, SshdProcess, free_port  # noqa: F401  (re-exported to tests)
 from t1.sandbox.types import SandboxRequest
 
 SHELL_CFG = ShellConfig(output_cap_bytes=4096, interrupt_grace_s=1.0, keepalive_s=5.0)

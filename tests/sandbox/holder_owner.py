@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox import holders
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.netns import SLIRP
+from t1.sandbox.isolation import holders
+from t1.sandbox.isolation.netns import SLIRP
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest
 
 SPAWN = "setsid sleep 300 > /dev/null 2>&1 < /dev/null & echo $!"

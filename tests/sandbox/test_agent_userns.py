@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from t1.sandbox import agent_userns
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.make_agent_userns import INNER_MAP
-from t1.sandbox.rootfs import ID_COUNT
+from t1.sandbox.isolation import agent_userns
+from t1.sandbox.isolation.make_agent_userns import INNER_MAP
+from t1.sandbox.isolation.rootfs import ID_COUNT
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
-from t1.sandbox.verifier_role import VERIFIER_UID
+from t1.sandbox.verifier.verifier_role import VERIFIER_UID
 
 from .conftest import provider_with
 

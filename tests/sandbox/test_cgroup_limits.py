@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import LimitsConfig, LocalProviderConfig
-from t1.sandbox.cgroups import SandboxCgroups
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.isolation.cgroups import SandboxCgroups
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 
 from .conftest import SHELL_CFG, sandbox_tmp_root

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.forker import forker, popen
+from t1.sandbox.isolation.forker import forker, popen
 
 
 def _status_mask(status: str, field: str) -> int:
@@ -92,7 +92,7 @@ def test_missing_program_and_kill() -> None:
 def _pipe_transport_round(loop_factory) -> tuple[bool, bool, bool]:
     """Hand a pipe's write end to a loop's pipe transport and close it: (the file object closes its
     descriptor, the transport closed the descriptor, a number reused afterwards survives a late close)."""
-    from t1.sandbox.local_server import transport_pipe
+    from t1.sandbox.local.local_server import transport_pipe
 
     async def main() -> tuple[bool, bool, bool]:
         loop = asyncio.get_running_loop()

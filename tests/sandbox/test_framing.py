@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from t1.sandbox.framing import (
+from t1.sandbox.ssh.framing import (
     CappedOutput,
     FrameScanner,
     Token,

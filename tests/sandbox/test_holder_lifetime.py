@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.holders import HOLDER_NAME, tree_processes
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.netns import SLIRP
+from t1.sandbox.isolation.holders import HOLDER_NAME, tree_processes
+from t1.sandbox.isolation.netns import SLIRP
+from t1.sandbox.local.local_provider import LocalProvider
 
 from .conftest import alive, sandbox_tmp_root, until
 

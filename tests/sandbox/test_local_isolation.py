@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from t1.config.sandbox import LimitsConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest
 
 from .conftest import provider_with

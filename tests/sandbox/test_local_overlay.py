@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.bwrap import sweep_tree
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.mountns import mount
-from t1.sandbox.rootfs import _locked
+from t1.sandbox.isolation.bwrap import sweep_tree
+from t1.sandbox.isolation.mountns import mount
+from t1.sandbox.isolation.rootfs import _locked
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 
 from .conftest import provider_with
@@ -215,7 +215,7 @@ async def test_a_failed_overlay_start_leaves_no_process(
     provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If mounting the overlay fails, the create fails naming it, and bubblewrap's waiting child dies too."""
-    import t1.sandbox.nsinit as nsinit
+    import t1.sandbox.isolation.nsinit as nsinit
 
     def broken(root: Path, userns_fd: int) -> None:
         raise OSError(22, f"mount overlay on {root}: Invalid argument")

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from t1.sandbox.bwrap import ROOT_CAPS
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.isolation.bwrap import ROOT_CAPS
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, Shell
 
 from .conftest import provider_with

@@ -21,7 +21,7 @@ import pytest
 
 from t1.config.service import AuthConfig, ServerConfig
 from t1.rpc.server import GrpcServer
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 
 pytestmark = [

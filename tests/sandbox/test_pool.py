@@ -20,9 +20,9 @@ from t1.config.sandbox import (
     SshProviderConfig,
 )
 from t1.sandbox import SandboxLost, SandboxPool, SandboxRequest, build_provider
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.pool import PoolMetrics
-from t1.sandbox.remote import CommandProvider, SandboxCreateError, SshProvider, parse_create_output
+from t1.sandbox.ssh.remote import CommandProvider, SandboxCreateError, SshProvider, parse_create_output
 
 from .conftest import SHELL_CFG, Sshd, free_port
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 
 from .conftest import provider_with

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import CommandProviderConfig, PoolConfig, SshHost, SshProviderConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.pool import SandboxPool
-from t1.sandbox.remote import CommandProvider, SshProvider
-from t1.sandbox.ssh_sandbox import SshSandbox
+from t1.sandbox.ssh.remote import CommandProvider, SshProvider
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox
 from t1.sandbox.types import Sandbox, SandboxGone, SandboxRecord, SandboxRequest
 
 from .conftest import SHELL_CFG, Sshd, SshdProcess

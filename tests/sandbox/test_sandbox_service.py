@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.holders import tree_processes
-from t1.sandbox.local import LocalProvider
-from t1.sandbox.service_client import SOCKET_NAME, spawn_service, stop_spawned
-from t1.sandbox.ssh_sandbox import SshSandbox, lost_cause
+from t1.sandbox.isolation.holders import tree_processes
+from t1.sandbox.local.local_provider import LocalProvider
+from t1.sandbox.local.service_client import SOCKET_NAME, spawn_service, stop_spawned
+from t1.sandbox.ssh.ssh_sandbox import SshSandbox, lost_cause
 from t1.sandbox.types import (
     SandboxGone,
     SandboxHostLost,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.ssh_sandbox import CIPHERS, SshEndpoint, SshSandbox
-from t1.sandbox.ssh_shell import SshShell
-from t1.sandbox.terminal import TerminalShell
+from t1.sandbox.ssh.ssh_sandbox import CIPHERS, SshEndpoint, SshSandbox
+from t1.sandbox.ssh.ssh_shell import SshShell
+from t1.sandbox.ssh.terminal import TerminalShell
 from t1.sandbox.types import SandboxLost, Terminal
 
 from .conftest import SHELL_CFG, Server

@@ -12,9 +12,9 @@ import shutil
 
 import pytest
 
-from t1.sandbox import enter_verifier, verifier_role
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
+from t1.sandbox.verifier import enter_verifier, verifier_role
 from t1.tasks.toolchain import TOOLCHAIN_DIR
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")

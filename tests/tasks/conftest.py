@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

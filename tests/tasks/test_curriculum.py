@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from t1.agent.scripted import oracle_actions
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_dataset
 from t1.tasks.synth.base import write_task
 from t1.tasks.synth.curriculum import (

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.needs import NeedKind
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.needs.predict import static_needs

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from t1.config.tasks import TasksConfig, TaskSetConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_dataset, load_named_set
 from t1.tasks.synth.base import write_task
 from t1.tasks.synth.curriculum import curriculum_plan, generate_curriculum, synthesize_curriculum

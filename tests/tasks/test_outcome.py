@@ -6,7 +6,7 @@ import asyncssh
 import pytest
 
 from t1.agent.episode import InferenceFailed
-from t1.sandbox.remote import SandboxCreateError
+from t1.sandbox.ssh.remote import SandboxCreateError
 from t1.sandbox.types import SandboxLost
 from t1.tasks.image.dockerfile import NeedsImageError
 from t1.tasks.transfer import SetupError

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.needs import NeedKind
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.image.base_images import SYSTEM_PATH, lookup, missing_toolchain

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.needs.validate import CheckStatus, check_task

@@ -6,7 +6,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.image.base_images import image_env
 from t1.tasks.needs.predict import package_needs, static_needs

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import ShellRole
 from t1.tasks.formats.dataset import load_dataset, load_task
 from t1.tasks.provision import provision, sandbox_request

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.verify.oracle import RunMode, RunStatus, run_task

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from t1.config.tasks import DecontamConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_dataset
 from t1.tasks.synth import FAMILIES, corpus_texts, plan, synthesize, task_seed
 from t1.tasks.synth.decontam import (

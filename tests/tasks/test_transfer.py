@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import CommandResult, SandboxRequest, Shell, ShellRole
 from t1.tasks.transfer import INLINE_MAX_BYTES, read_if_exists, upload_dir_contents
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import docker.errors
 
-from t1.sandbox.bwrap import SANDBOX_PATH
+from t1.sandbox.isolation.bwrap import SANDBOX_PATH
 from t1.sandbox.needs import NeedsImageError
 from t1.tasks.image.dockerfile import parse_dockerfile
 from t1.tasks.image.dockerplan import expand

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import bashlex
 
-from t1.sandbox.bwrap import SANDBOX_PATH
+from t1.sandbox.isolation.bwrap import SANDBOX_PATH
 from t1.tasks import offline_pkgs
 from t1.tasks.toolchain import KNOWN_INSTALLERS
 

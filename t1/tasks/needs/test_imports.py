@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from t1.sandbox.bwrap import SANDBOX_PATH
+from t1.sandbox.isolation.bwrap import SANDBOX_PATH
 from t1.tasks.spec import TaskSpec
 
 _T1_SHIPS = frozenset({"pytest", "_pytest", "pluggy", "iniconfig", "packaging"})

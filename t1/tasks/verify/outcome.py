@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from t1.errors import InfraError
 from t1.sandbox.needs import NeedsError
-from t1.sandbox.remote import SandboxCreateError
+from t1.sandbox.ssh.remote import SandboxCreateError
 from t1.sandbox.types import SandboxHostLost, SandboxLost
 from t1.tasks.transfer import SetupError
 from t1.tasks.verify.report import FailureMode

@@ -26,7 +26,7 @@ import time
 import uuid
 
 from t1.sandbox.types import Shell
-from t1.sandbox.verifier_env import trusted_env
+from t1.sandbox.verifier.verifier_env import trusted_env
 from t1.tasks.image.dockerfile_replay import exports, place_tests_files
 from t1.tasks.provision import Provisioned, as_user
 from t1.tasks.spec import VerifierKind, VerifierSpec

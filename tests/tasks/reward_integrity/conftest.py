@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from tasks.reward_integrity.attacks import HARBOR_BASE
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxProvider
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.verify.oracle import RunMode, RunStatus, TaskRun, run_task

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.sandbox.local import LocalProvider
+from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole
 from t1.tasks.verify.oracle import RunStatus
 from tasks.reward_integrity.attacks import (
