@@ -33,7 +33,7 @@ from bench.machine_info import machine
 from bench.sim_inference import Latency, SimInferenceServicer, binding
 from bench.sim_replies import ModelShape, ReplyBook, ReplySettings
 from t1.config.inference import InferencePoolConfig
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.inference.client.pool import InferencePool
 from t1.inference.types import GenerateRequest, SamplingParams
 from t1.rpc.server import GrpcServer

@@ -38,7 +38,7 @@ from bench.sim_replies import (
     ReplySettings,
     RoutingPool,
 )
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.inference.multiplex import MAX_BATCH_BYTES, BatchedSession
 from t1.inference.prompt_delta import ServedContexts
 from t1.rpc.errors import RequestError, rpc_errors

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from t1.config.service import LoggingConfig
+from t1.config.shared import LoggingConfig
 
 _CONFIGURED = False
 CONSOLE_LOGGER = "t1.console"

@@ -4,7 +4,7 @@ Modules:
 - schema.py: T1Config: the one typed schema of every process (imports without torch)
 - loader.py: YAML in, `--set` overrides, validation, every error named by its key path (ConfigError)
 - base.py: the base class of every section: strict, immutable, documented
-- service.py: what every process shares: auth, TLS, logging, metrics, server addresses
+- shared.py: what every process shares: auth, TLS, logging, metrics, server addresses
 - coordinator.py: the coordinator's server, run directory, spool, eval jobs, watchdog
 - rollout.py: episodes: agent format, limits, sampling, concurrency
 - sandbox.py: the sandbox plane: providers, the pool, shell limits

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from t1.config.base import Section
-from t1.config.service import ServerConfig
+from t1.config.shared import ServerConfig
 
 
 class SpoolConfig(Section):

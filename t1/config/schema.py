@@ -10,7 +10,7 @@ from t1.config.inference import InferenceConfig
 from t1.config.limits import RequestLimits
 from t1.config.rollout import RolloutConfig
 from t1.config.sandbox import SandboxConfig
-from t1.config.service import AuthConfig, LoggingConfig, MetricsConfig
+from t1.config.shared import AuthConfig, LoggingConfig, MetricsConfig
 from t1.config.tasks import RewardConfig, TasksConfig
 from t1.config.trainer import TrainerConfig
 

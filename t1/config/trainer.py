@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from t1.config.base import Section
-from t1.config.service import ServerConfig, host_port
+from t1.config.shared import ServerConfig, host_port
 
 
 def _default_deepspeed() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
-from t1.config.service import host_port
+from t1.config.shared import host_port
 from t1.rpc.errors import RequestError
 from t1.tasks.spec import TaskSpec
 from t1.v1 import coordinator_pb2 as pb

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.config.trainer import WarmStartConfig
 from t1.coordinator.run_state import TrainerSide
 from t1.evals.stats import EvalSummary

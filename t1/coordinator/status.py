@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 import grpc
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.metrics import registry as m
 from t1.metrics.runlog import RunLog
 from t1.rpc.client import call_options, make_channel

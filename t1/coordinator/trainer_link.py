@@ -26,7 +26,7 @@ from pathlib import Path
 
 import grpc
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.coordinator.spool import Spool, SpoolCursor
 from t1.metrics import registry as m
 from t1.rpc.client import call_options, make_channel

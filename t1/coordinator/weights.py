@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.metrics import registry as m
 from t1.rpc.client import call_options, make_channel
 from t1.rpc.options import STREAM_DEADLINE_S

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.rpc.client import call_options, make_channel
 from t1.rpc.options import STREAM_DEADLINE_S
 from t1.v1 import inference_pb2 as ipb

@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from t1.config.service import MetricsConfig
+from t1.config.shared import MetricsConfig
 from t1.metrics.registry import REGISTRY
 
 log = logging.getLogger(__name__)

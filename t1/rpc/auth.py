@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 
 # Health checks stay open so load balancers and Kubernetes probes need no secret.
 OPEN_METHODS_PREFIXES = ("/grpc.health.v1.Health/",)

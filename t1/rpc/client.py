@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.rpc.auth import auth_metadata, client_token
 from t1.rpc.options import DEFAULT_DEADLINE_S, channel_options
 

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from bench.sim_inference import Latency, SimInferenceServicer, binding, cached_prefix
 from bench.sim_replies import CommandMix, ModelShape, ReplyBook, ReplySettings
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.rpc.client import make_channel
 from t1.rpc.server import GrpcServer
 from t1.rpc.tensors import from_tensor, routing_from_proto, to_tensor

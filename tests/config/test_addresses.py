@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from t1.config.loader import ConfigError, load_config
-from t1.config.service import host_port
+from t1.config.shared import host_port
 
 GOOD = ["127.0.0.1:50051", "localhost:1", "t1-trainer.t1.svc.cluster.local:50061", "[::1]:8000", "host_1:65535"]
 BAD = ["", "127.0.0.1", ":50051", "host:0", "host:65536", "host:http", "http://host:80", "ho st:80", "host/x:80",

@@ -15,7 +15,7 @@ import pytest
 
 from t1.cli.main import main as t1_main
 from t1.config.limits import RequestLimits
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
 from t1.coordinator.eval_request import EvalRequest, OpenAIEndpointRequest, request_bytes, request_of, stored_request
 from t1.coordinator.evals import EvalAttempt, EvalJobs

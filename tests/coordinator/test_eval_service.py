@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from t1.cli.main import main as t1_main
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
 from t1.coordinator.eval_request import EvalRequest
 from t1.coordinator.evals import EvalAttempt, EvalJobs

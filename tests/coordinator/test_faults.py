@@ -20,7 +20,7 @@ from t1.agent.transcript import Transcript
 from t1.config.inference import InferencePoolConfig
 from t1.config.loader import load_config
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.coordinator.children import Child, service_argv
 from t1.coordinator.model_setup import make_renderers
 from t1.coordinator.weights import WeightSync

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.coordinator.spool import Spool
 from t1.coordinator.trainer_link import TrainerLink
 from t1.rpc.loop import cancel_and_wait

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inference_helpers import ServerProcess
 
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 
 
 @pytest.fixture(scope="session", autouse=True)

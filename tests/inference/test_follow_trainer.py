@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from t1.config.inference import InferencePoolConfig, WeightsMode
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.inference.client.pool import InferencePool
 from t1.inference.follow import TrainerFollower
 from t1.inference.server.servicer import InferenceServicer, inference_binding

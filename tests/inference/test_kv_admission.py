@@ -12,7 +12,7 @@ import pytest
 from inference_helpers import prompt
 
 from t1.config.inference import InferencePoolConfig
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.inference.client.kv_admission import KvAdmission
 from t1.inference.client.pool import InferencePool
 from t1.inference.server.servicer import inference_binding

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 
 from t1.config.inference import InferencePoolConfig
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.coordinator.weights import WeightSync
 from t1.inference.client.pool import InferencePool, WeightsUpdate
 from t1.inference.server.servicer import inference_binding

@@ -20,7 +20,7 @@ from inference_helpers import prompt
 from openai_standin import StandIn, serve
 
 from t1.config.inference import InferencePoolConfig
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.inference.client.grpc_transport import GrpcTransport
 from t1.inference.client.pool import InferencePool, InferenceUnavailable
 from t1.inference.client.replicas import Failure, ReplicaSet

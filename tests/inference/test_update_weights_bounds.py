@@ -77,7 +77,7 @@ async def test_pool_counts_a_server_already_past_the_version_as_updated(served: 
 async def test_a_following_server_refuses_update_weights(backend, tiny_model_dir: object) -> None:
     """A server that follows a trainer takes its versions from there only: a client without a token cannot move it
     to a version that locks it out of the trainer's (UpdateWeights(version=2**31 - 1) was such a lock)."""
-    from t1.config.service import AuthConfig, ServerConfig
+    from t1.config.shared import AuthConfig, ServerConfig
     from t1.inference.server.servicer import InferenceServicer, inference_binding
     from t1.rpc.server import GrpcServer
 

@@ -133,7 +133,7 @@ async def test_the_kv_cache_in_tokens_comes_from_vllms_stat_logger_and_admits_ep
     """vLLM's cache (65 blocks of 16, one the null block: 1024 positions) through GetModelInfo over real
     gRPC, and the pool's KV admission on it: a second 600-position episode waits until the first ends."""
     from t1.config.inference import InferencePoolConfig
-    from t1.config.service import AuthConfig, ServerConfig
+    from t1.config.shared import AuthConfig, ServerConfig
     from t1.inference.client.pool import InferencePool
     from t1.inference.server.servicer import inference_binding
     from t1.inference.server.vllm_backend import KvGauge

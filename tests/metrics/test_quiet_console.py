@@ -14,7 +14,7 @@ from t1.logsetup import shown_on_console
 _CHILD = textwrap.dedent("""
     import logging, sys
     from pathlib import Path
-    from t1.config.service import LoggingConfig
+    from t1.config.shared import LoggingConfig
     from t1.logsetup import setup_logging
     setup_logging(LoggingConfig(console=sys.argv[2]), "t1-coordinator", Path(sys.argv[1]))
     logging.getLogger("t1.coordinator.rollout").info("episode g-a0 (task-1): ok, reward 1, 3 turns, 2.0s")

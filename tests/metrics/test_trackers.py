@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from smoke_run import SMOKE_TIMEOUT, SmokeRun
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from t1.config.service import MetricsConfig
+from t1.config.shared import MetricsConfig
 from t1.metrics.runlog import RunLog
 from t1.metrics.trackers import Trackers, open_trackers, registry_scalars
 
@@ -143,7 +143,6 @@ def test_no_trackers_configured_imports_neither(tmp_path: Path) -> None:
 
 def test_bad_tracker_config_and_missing_package_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from t1.config import ConfigError, validate
-
     with pytest.raises(ConfigError) as err:
         validate({"metrics": {"trackers": ["tensorboard", "mlflow"]}})
     assert "metrics.trackers[1]" in str(err.value) and "mlflow" in str(err.value)

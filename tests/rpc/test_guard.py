@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import coordinator_pb2 as cpb
 from t1.v1 import coordinator_pb2_grpc as cpb_grpc

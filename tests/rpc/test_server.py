@@ -10,7 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from t1.config.service import AuthConfig, ServerConfig, TlsConfig
+from t1.config.shared import AuthConfig, ServerConfig, TlsConfig
 from t1.rpc.client import call_options, make_channel
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.server import GrpcServer, ServiceBinding

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from t1.config.schema import T1Config
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.coordinator.children import Child
 from t1.coordinator.local import LocalStack
 from t1.rpc import auth as auth_module
@@ -26,7 +26,7 @@ SERVE = f'''
 import asyncio, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from tests.rpc.test_server import _binding
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.rpc.server import GrpcServer
 
 async def main():

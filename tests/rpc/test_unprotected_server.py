@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.rpc.introspect import health_status
 from t1.rpc.server import GrpcServer, UnprotectedServer, is_loopback
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from t1.config.service import AuthConfig, ServerConfig
+from t1.config.shared import AuthConfig, ServerConfig
 from t1.rpc.server import GrpcServer
 from t1.sandbox.local.local_provider import LocalProvider
 from t1.sandbox.types import SandboxRequest, ShellRole

@@ -19,7 +19,7 @@ import logging
 import grpc
 
 from t1.config.inference import InferencePoolConfig, WeightsMode
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.inference.client.replicas import Failure
 from t1.inference.convert import event_from_proto, info_from_proto, result_from_proto
 from t1.inference.follow import await_served

@@ -34,7 +34,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from t1.config.inference import InferencePoolConfig
-from t1.config.service import AuthConfig
+from t1.config.shared import AuthConfig
 from t1.inference.client.affinity import MAX_AFFINITY_ENTRIES
 from t1.inference.client.grpc_transport import GrpcTransport
 from t1.inference.client.pool_common import InferenceUnavailable, WeightsUpdate
