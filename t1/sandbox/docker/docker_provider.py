@@ -89,7 +89,7 @@ class EnvironmentImages(Protocol):
 
 ImageBuilder = Callable[[docker.DockerClient, float], EnvironmentImages]
 """Makes the environment builder for an engine's client and a build timeout
-(`t1.tasks.docker_build.EnvironmentBuilder`)."""
+(`t1.tasks.image.docker_build.EnvironmentBuilder`)."""
 
 
 def inside_container(pid: int, fn: Callable[[], object]) -> None:
