@@ -49,7 +49,7 @@ from t1.agent.formats import format_output
 from t1.agent.pacing import pace
 from t1.agent.policy_call import call_policy, is_text_level
 from t1.agent.resume_point import ResumePoint, provisioned_record
-from t1.agent.shell_state import ShellState, probe, restore
+from t1.agent.shell_state import ShellState, StateWatch, probe, restore
 from t1.agent.transcript import Transcript
 from t1.agent.turn_journal import TurnJournal
 from t1.inference.types import (
@@ -114,6 +114,7 @@ class Episode:
         self._baseline = 0  # passing verifiers before the agent's first turn (process rewards)
         self._pending_obs: list[dict] = []
         self._shell_state: ShellState | None = None  # the last one journaled
+        self._state_watch = StateWatch()  # which turns may have changed the shell's state: those are probed
         self._resume = resume
         self._phase = 0  # the task step being played
         self._t0 = 0.0
@@ -361,12 +362,15 @@ class Episode:
                 self._journal.turn(turn=self.turns - 1, commands=ran, bad=bool(bad_in_a_row), done=done,
                                    checkpoint=self._checkpoints.get(self.turns - 1), observation=self._pending_obs,
                                    phase=self._phase, elapsed=round(time.monotonic() - self._t0, 3),
-                                   tito=self.buf.resume_state(), shell=await self._probe(shell) if ran else None)
+                                   tito=self.buf.resume_state(), shell=await self._probe(shell, ran))
             if done:
                 return
 
-    async def _probe(self, shell: Shell) -> list[str] | None:
-        """The shell's directory and exports for a resume, when they changed since the last journaled ones."""
+    async def _probe(self, shell: Shell, ran: list[tuple[str, int | None]]) -> list[str] | None:
+        """The shell's directory and exports for a resume, when this turn's commands may have changed them and they
+        differ from the last journaled ones."""
+        if not ran or not self._state_watch.wants_probe([text for text, _ in ran]):
+            return None
         state = await probe(shell)
         if state is None or state == self._shell_state:
             return None
