@@ -16,7 +16,9 @@ class ShellConfig(Section):
     command_timeout_s: float = Field(180.0, gt=0, description="Default per-command timeout.")
     output_cap_bytes: int = Field(16384, ge=256, description="Observation cap; head and tail are kept.")
     interrupt_grace_s: float = Field(2.0, ge=0, description="Wait after SIGINT before killing the job.")
-    keepalive_s: float = Field(15.0, gt=0, description="SSH keepalive interval.")
+    keepalive_s: float = Field(30.0, gt=0, description=(
+        "SSH keepalive interval: a probe after this long without a packet from the sandbox (each is a wake-up of "
+        "the coordinator per idle sandbox: 333 a second at 10,000 sandboxes)."))
     keepalive_count_max: int = Field(3, ge=1, description="Missed keepalives before the connection is lost.")
 
 

@@ -35,6 +35,9 @@ from t1.sandbox.isolation.pristine import PristineState
 from t1.sandbox.types import ShellRole
 
 log = logging.getLogger(__name__)
+# Longer than the coordinator's (`sandbox.shell.keepalive_s`): a connection it keeps alive answers before this side
+# would probe, so an idle sandbox costs one keepalive exchange, not two.
+KEEPALIVE_S = 60
 
 _READ_CHUNK = 65536
 PTY_DRAIN_S = 0.5  # how long a PTY is read after its shell exited, before what holds it open is killed
@@ -382,7 +385,7 @@ class LocalSshServer:
             lambda: _SandboxServer(self), self.host, self._port,
             server_host_keys=[self.host_key], encoding=None, allow_scp=False, line_editor=False,
             x509_trusted_certs=None, agent_forwarding=False, x11_forwarding=False,
-            keepalive_interval=30, keepalive_count_max=4,
+            keepalive_interval=KEEPALIVE_S, keepalive_count_max=4,
         )
 
     async def start_sandbox(self, tree: SandboxTree) -> None:
