@@ -16,13 +16,14 @@ msgpack `[kind, fields]`, arrays as the trajectory codec's ndarray extension. Ki
 
 Writes run on one writer thread in submission order: the loop packs a frame body and queues it;
 every WRITE_EVERY_S (at once when an export or the back-pressure waits) the thread takes what is
-queued, checksums and appends each frame (open, write, close: no descriptor held per episode) and
-tells waiting exports. One wake-up serves many turns: handing the GIL to the thread per frame cost
-about 1 ms of CPU a turn. A frame reaches the file, so the page cache, which survives a kill of the
-coordinator, within WRITE_EVERY_S of its turn (a kill loses the turn in flight and at most that). With
-`fsync_window_ms` the files reach the disk that
-often: one syncfs of the journal's file system covers every episode written in the window (fsyncs
-per turn fall as episodes grow), so a crash of the machine loses at most that window of turns;
+queued, checksums the frames and appends each file's in one write (open, write, close: no
+descriptor held per episode; a turn's end and the next observation usually go together) and tells
+waiting exports. One wake-up serves many turns: handing the GIL to the thread per frame cost about
+1 ms of CPU a turn. A frame reaches the file, so the page cache, which survives a kill of the
+coordinator, within WRITE_EVERY_S of its turn (a kill loses the turn in flight and at most that).
+With `fsync_window_ms` the files reach the disk that often: one syncfs of the journal's file system
+covers every episode written in the window (fsyncs per turn fall as episodes grow), so a crash of
+the machine loses at most that window of turns;
 without it (0), the kernel's writeback decides. A write
 that fails (a full disk) is retried with backoff, its frames held in memory meanwhile, counted.
 Back-pressure: while more than `max_backlog_bytes` wait to be written (a disk slower than the
@@ -42,7 +43,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -60,8 +61,9 @@ SUFFIX = ".journal"
 WRITE_EVERY_S = 0.02
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 10.0
+IOV_MAX = 1024  # Linux's most buffers in one writev
 Event = tuple[str, dict[str, Any]]
-Body = list[Any]  # a frame body as buffers (bytes, memoryviews of arrays) written without joining them
+Body = list[Any]  # a frame body as pack_parts gives it (bytes, flat byte memoryviews of arrays), written unjoined
 
 
 def _syncfs() -> Any:
@@ -136,7 +138,7 @@ class Journal:
         The body's buffers must not change until the frame is written (the arrays of a finished turn)."""
         if self._stopping:
             raise RuntimeError("journal is closed")
-        size = 0 if body is None else sum(memoryview(p).nbytes for p in body)
+        size = 0 if body is None else sum(map(len, body))  # pack_parts' parts: bytes and flat byte memoryviews
         with self._cv:
             seq = self._next_seq
             self._next_seq += 1
@@ -210,11 +212,11 @@ class Journal:
                 batch = list(self._queue)
                 self._queue.clear()
                 stopping = self._stopping
-            for item in batch:
-                self._apply(item)
-                if item[2] is not None:
+            for path, bodies, size in _by_file(batch):
+                self._apply(path, bodies, size)
+                if bodies:
                     with self._cv:
-                        self._backlog_bytes -= item[3]
+                        self._backlog_bytes -= size
                     if self._room_waiters and self._backlog_bytes <= self.max_backlog_bytes and self._loop is not None:
                         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
                             self._loop.call_soon_threadsafe(self._wake)
@@ -231,19 +233,20 @@ class Journal:
             if stopping and not self._queue:
                 return
 
-    def _apply(self, item: tuple[int, Path, Body | None, int]) -> None:
-        _, path, body, size = item
+    def _apply(self, path: Path, bodies: list[tuple[Body, int]] | None, size: int) -> None:
+        """Append `bodies` (frame bodies with their sizes) to `path` in one write, or remove it (None)."""
         delay = RETRY_FIRST_S
         while True:
             try:
-                if body is None:
+                if bodies is None:
                     path.unlink(missing_ok=True)
                     self._dirty.discard(path)
                 else:
-                    _append(path, body, size)
-                    self.frames += 1
-                    self.bytes += sf.HEADER.size + size
-                    m.JOURNAL_BYTES.inc(sf.HEADER.size + size)
+                    _append(path, bodies)
+                    self.frames += len(bodies)
+                    written = sf.HEADER.size * len(bodies) + size
+                    self.bytes += written
+                    m.JOURNAL_BYTES.inc(written)
                     self._dirty.add(path)
                 if self.write_error:
                     log.warning("journal writes succeed again (%s cleared)", self.write_error)
@@ -291,22 +294,43 @@ class Journal:
         m.JOURNAL_SYNCS.inc()
 
 
-def _append(path: Path, body: Body, size: int) -> None:
-    """One frame at the end of `path`; a failed write is cut off again (else a torn tail, which reading stops at)."""
-    crc = 0
-    for part in body:
-        crc = sf.crc32(part, crc)
+def _by_file(batch: list[tuple[int, Path, Body | None, int]]
+             ) -> Iterator[tuple[Path, list[tuple[Body, int]] | None, int]]:
+    """A batch as writes per file, each file's frames in order: (path, [(body, size)], bytes) to append in one
+    open and write, or (path, None, 0) where a removal was queued (after that file's frames before it)."""
+    frames: dict[Path, list[tuple[Body, int]]] = {}
+    for _, path, body, size in batch:
+        if body is not None:
+            frames.setdefault(path, []).append((body, size))
+            continue
+        queued = frames.pop(path, None)
+        if queued:
+            yield path, queued, sum(n for _, n in queued)
+        yield path, None, 0
+    for path, queued in frames.items():
+        yield path, queued, sum(n for _, n in queued)
+
+
+def _append(path: Path, bodies: list[tuple[Body, int]]) -> None:
+    """Frames at the end of `path` (one open, one write of them all); a failed write is cut off again (else a torn
+    tail, which reading stops at)."""
+    parts: list[Any] = []  # bytes and flat byte memoryviews (pack_parts'), as writev takes them
+    for body, size in bodies:
+        crc = 0
+        for part in body:
+            crc = sf.crc32(part, crc)
+        parts.append(sf.HEADER.pack(size, crc))
+        parts.extend(body)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            parts = [memoryview(sf.HEADER.pack(size, crc)), *(memoryview(p).cast("B") for p in body)]
-            while parts:  # writev may write less than asked
-                n = os.writev(fd, parts)
+            while parts:  # writev may write less than asked, and takes at most IOV_MAX buffers
+                n = os.writev(fd, parts[:IOV_MAX])
                 while parts and n >= len(parts[0]):
                     n -= len(parts.pop(0))
                 if parts:
-                    parts[0] = parts[0][n:]
+                    parts[0] = memoryview(parts[0])[n:]
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -68,6 +69,37 @@ async def test_a_failing_write_is_retried_and_nothing_is_lost_or_reordered(tmp_p
         await asyncio.wait_for(ep.written(), 10)
         assert journal.write_error == ""
         assert [f["turn"] for _, f in ep.read()] == [1, 2, 3]  # turn 0 went with the directory
+    finally:
+        journal.close()
+
+
+async def test_a_batch_is_written_file_by_file_in_order_with_one_write_per_file(tmp_path: Path, monkeypatch) -> None:
+    """Frames of many episodes queued together: each file gets its own frames in order with one open and one write;
+    a release queued between an episode's frames removes the file after the frames before it, and the frames after
+    it start the file again."""
+    journal = Journal.open(tmp_path / "j", fsync_window_s=0)
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path, flags, *args):
+        opened.append(os.fspath(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr("t1.coordinator.journal.os.open", counting_open)
+    try:
+        eps = [journal.episode(f"e{i}") for i in range(20)]
+        for turn in range(3):  # no await in between: the writer finds them queued together (one or a few batches)
+            for ep in eps:
+                ep.turn(turn=turn, ids=np.full(100, turn, np.int32))
+        eps[0].release()
+        eps[0].turn(turn=7)
+        await journal.drained()
+        for ep in eps[1:]:
+            assert [f["turn"] for _, f in ep.read()] == [0, 1, 2]
+            assert np.array_equal(ep.read()[2][1]["ids"], np.full(100, 2, np.int32))
+        assert [f["turn"] for _, f in eps[0].read()] == [7]
+        assert journal.frames == 61
+        assert len(opened) < 61 and all(opened.count(str(ep.path)) <= 3 for ep in eps[1:])
     finally:
         journal.close()
 
