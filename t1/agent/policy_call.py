@@ -7,7 +7,7 @@ NaN logprobs and no routing: good for evals, never for training (the config refu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,7 +23,9 @@ from t1.tito import ChatRenderer
 
 
 def is_text_level(generate: GenerateFn) -> bool:
-    return isinstance(generate, ChatGenerateFn) and generate.text_level
+    """A chat endpoint that answers with text (a ChatGenerateFn whose `text_level` is true). Read as an attribute,
+    not by `isinstance` against the protocol: that walks the protocol's members on every call (every turn)."""
+    return getattr(generate, "text_level", False) is True and callable(getattr(generate, "chat", None))
 
 
 def text_result(reply: ChatReply, renderer: ChatRenderer) -> GenerateResult:
@@ -37,7 +39,8 @@ async def call_policy(generate: GenerateFn, request: GenerateRequest, messages: 
                       tools: list[dict[str, Any]] | None, renderer: ChatRenderer
                       ) -> tuple[GenerateResult, str | None]:
     """The turn's result, and the server's text when the policy answers with text (else None)."""
-    if not isinstance(generate, ChatGenerateFn) or not generate.text_level:
+    if not is_text_level(generate):
         return await generate(request), None
-    reply = await generate.chat(ChatRequest(request.session_id, tuple(messages), tools, request.sampling))
+    chat = cast(ChatGenerateFn, generate)
+    reply = await chat.chat(ChatRequest(request.session_id, tuple(messages), tools, request.sampling))
     return text_result(reply, renderer), reply.text

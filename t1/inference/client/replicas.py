@@ -95,7 +95,7 @@ class Replica(Generic[T]):
     unhealthy_until: float = 0.0
     version: int | None = None  # the policy version it is known to serve; None: ask before routing to it
     sync_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one weight load at a time per replica
-    aborts: set[asyncio.Future[None]] = field(default_factory=set)  # in-flight sends, failed when it stalls
+    aborts: set[asyncio.Future[Any]] = field(default_factory=set)  # in-flight sends, cancelled when it stalls
     healthy_gauge: Any = None  # its labelled metric child, looked up once
     shown_healthy: bool = True
 

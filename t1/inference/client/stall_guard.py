@@ -2,10 +2,10 @@
 
 While any replica is busy (requests of the pool outstanding there, or a weight load of its own
 running) a task probes the busy ones every `check_s` and feeds their answers to the `StallWatch`
-(t1.inference.client.stall); it ends when none is busy, and the next guarded send starts it again. Each
-send runs beside an abort future; a verdict calls the pool's `on_stall` (avoid the replica, log,
-count) and fails the aborts of that replica's sends with UNAVAILABLE, so the pool retries their turns
-on other replicas (a failover) while the sends themselves are cancelled, on the server too.
+(t1.inference.client.stall); it ends when none is busy, and the next guarded send starts it again.
+Each send runs as a task of its own; a verdict calls the pool's `on_stall` (avoid the replica, log,
+count) and cancels that replica's sends (on the server too), which then fail with UNAVAILABLE, so the
+pool retries their turns on other replicas (a failover).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -27,7 +27,7 @@ T = TypeVar("T")
 class Guarded(Protocol):
     outstanding: int
     sync_lock: asyncio.Lock
-    aborts: set[asyncio.Future[None]]  # its sends in flight, failed when it stalls
+    aborts: set[asyncio.Future[Any]]  # its sends in flight, cancelled when it stalls
 
     @property
     def address(self) -> str: ...
@@ -44,29 +44,24 @@ class StallGuard(Generic[R]):
         self.watch, self.check_s = watch, check_s
         self._replicas, self._probe, self._on_stall = replicas, probe, on_stall
         self._task: asyncio.Task[None] | None = None
+        self._verdicts: dict[asyncio.Future[Any], grpc.aio.AioRpcError] = {}  # sends cancelled for a stall: why
 
     async def send(self, replica: R, send: Awaitable[T]) -> T:
         """`send`, failed with the stall's UNAVAILABLE (and cancelled) when the watch finds `replica` stalled."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="inference-pool-stall-watch")
-        abort: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         sending = asyncio.ensure_future(send)
-        replica.aborts.add(abort)
+        replica.aborts.add(sending)
         try:
-            await asyncio.wait((sending, abort), return_when=asyncio.FIRST_COMPLETED)
-            if sending.done():
-                return sending.result()
-            sending.cancel()
-            await asyncio.gather(sending, return_exceptions=True)
-            abort.result()  # raises
-            raise AssertionError("unreachable: an abort is only ever failed")
+            return await sending
+        except asyncio.CancelledError:
+            verdict = self._verdicts.pop(sending, None)
+            if verdict is None:  # our own cancellation, not the watch's
+                raise
+            raise verdict from None
         finally:
-            replica.aborts.discard(abort)
-            if not sending.done():
-                sending.cancel()
-            if abort.done() and not abort.cancelled():
-                abort.exception()  # retrieved: a stall that came as the send finished is not an error
-            abort.cancel()
+            replica.aborts.discard(sending)
+            self._verdicts.pop(sending, None)
 
     async def _run(self) -> None:
         """Probe the busy replicas for progress until none is busy."""
@@ -88,9 +83,9 @@ class StallGuard(Generic[R]):
     def _stalled(self, replica: R, stall: Stall) -> None:
         self._on_stall(replica, stall)
         error = rpc_error(grpc.StatusCode.UNAVAILABLE, stall.describe())
-        for abort in list(replica.aborts):
-            if not abort.done():
-                abort.set_exception(error)
+        for sending in list(replica.aborts):
+            if sending.cancel():  # a send that finished as the verdict came keeps its result
+                self._verdicts[sending] = error
 
     async def close(self) -> None:
         if self._task is not None:
