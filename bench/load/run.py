@@ -242,10 +242,12 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
                 gate.set()
             await asyncio.sleep(args.warmup_s)
             live_at_start = live.live
-            clock.reset_samples()
+            log.warning("window: %d live episodes, measuring for %.0f s", live_at_start, args.window_s)
             cpu0 = await asyncio.to_thread(meter.cpu, True)
             # Our own CPU is read here and before the end scan: scanning thousands of shell processes
-            # with psutil takes seconds of this process's CPU and must not count as coordinator work.
+            # with psutil takes seconds of this process's CPU and must not count as coordinator work. The
+            # turns are counted from here too: those done during the scan (its CPU not counted) are not ours.
+            clock.reset_samples()
             cpu0["coordinator"] = time.process_time()
             packing0 = pool.stream_stats()
             deltas0 = prompt_delta_counts(pool)
