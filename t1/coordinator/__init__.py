@@ -26,7 +26,7 @@ Modules:
 - evals.py: eval jobs: every (task, attempt) once, each result recorded as it lands, resumed after a crash
 - jobs.py: the eval job store (SQLite): jobs and every finished attempt
 - run_report.py: RunReport: the run's report as a value; to_json() is report.json
-- report.py: the end-of-run report on the console: solve rates with intervals, per family; SFT curve; fidelity
+- console_report.py: the end-of-run report on the console: solve rates with intervals, per family; SFT curve; fidelity
 - progress.py: progress on the console: a live display on a terminal, plain lines otherwise
 - sft_steer.py: steered SFT: train on demonstrations until the validation solve rate stops rising
 - local.py: the local stack of a one-command run: the model, task sets, child services

@@ -55,10 +55,10 @@ from typing import Any
 
 from t1.config.schema import T1Config
 from t1.coordinator import stages
+from t1.coordinator.console_report import print_report
 from t1.coordinator.gc_policy import GcSchedule
 from t1.coordinator.local import LocalStack
 from t1.coordinator.parts import Parts
-from t1.coordinator.report import print_report
 from t1.coordinator.run_report import EvalsByLabel, RunReport
 from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
 from t1.coordinator.sft_steer import SftOutcome, SftSteer, steered_sft

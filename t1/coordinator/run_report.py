@@ -2,7 +2,7 @@
 and the rollout totals.
 
 `RunReport.to_json()` is report.json and the run log's `report` record (bench/learning.py, t1 view and the
-docs read its keys); stages.write_report builds it, report.py prints it.
+docs read its keys); stages.write_report builds it, console_report.py prints it.
 """
 
 from __future__ import annotations
