@@ -169,8 +169,8 @@ async def echo_load(stop: asyncio.Event, counter: list[int]) -> None:
 
 
 async def measure_ending(setup: Setup, work: Path, n: int, turns: int) -> dict[str, Any]:
-    from t1.coordinator.rollout import RolloutRunner, RolloutStats
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.rollout.runner import RolloutRunner, RolloutStats
+    from t1.coordinator.spool.trajectory_spool import Spool
 
     eps = [setup.episode(1000 + i, turns) for i in range(n)]
     await asyncio.gather(*(setup.play(ep) for ep in eps))

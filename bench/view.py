@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 
 from bench.machine_info import cpu_name
 from t1.agent.transcript import Transcript
-from t1.coordinator.jobs import JobState, JobStore
-from t1.coordinator.spool import Spool
+from t1.coordinator.evals.job_store import JobState, JobStore
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.evals.results import AttemptOutcome
 from t1.metrics.runlog import RunLog
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer

@@ -62,7 +62,7 @@ echo "t1 setup: installing Python packages into $VENV"
 "${PIP[@]}" install -q --no-build-isolation "deepspeed>=0.19,<0.20"
 "${PIP[@]}" install -q --no-build-isolation -e ".[dev]"
 # DeepSpeed's CPU communication op, compiled with g++ on first use: built here, into the folder the trainer
-# looks in (t1.coordinator.children.torch_extensions_dir), so the first run does not spend a minute on it.
+# looks in (t1.coordinator.local.children.torch_extensions_dir), so the first run does not spend a minute on it.
 echo "t1 setup: building DeepSpeed's CPU op"
 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$(cd "$VENV" && pwd)/torch_extensions} "$VENV/bin/python" -c '
 from deepspeed.accelerator import get_accelerator

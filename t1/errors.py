@@ -41,7 +41,7 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   ├── ConfigError              [config.loader] a config file or override, by key path
     │   ├── TaskParseError           [tasks.spec] a task folder
     │   ├── BadCall                  [gateway.call] a harness's chat call
-    │   └── RunDirError              [coordinator.run_dirs] the run-again rule cannot be followed
+    │   └── RunDirError              [coordinator.run.run_dirs] the run-again rule cannot be followed
     ├── StorageError                 [here; workdir re-exports it] a process's on-disk state cannot be used
     │   └── DirectoryBusy            [workdir] another live process owns the directory
     ├── DataError                    a record that does not decode or does not fit what reads it
@@ -51,8 +51,8 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   ├── NotResumable             [agent.resume_point] a journal with no point to continue from
     │   ├── RoutingError             [routing.validation] a routing array
     │   └── RewardFileError          [tasks.report] a verifier's reward file
-    ├── ChildFailed                  [coordinator.children] a child service of the local run exited
-    └── BackgroundFailed             [coordinator.parts] a background loop of the coordinator died
+    ├── ChildFailed                  [coordinator.local.children] a child service of the local run exited
+    └── BackgroundFailed             [coordinator.run.parts] a background loop of the coordinator died
 
 Private control-flow exceptions (a leading underscore) are not errors and stay outside the tree.
 tests/test_errors.py fails when an exception class under t1/ does not derive from T1Error or is

@@ -18,7 +18,7 @@ trap 'rm -rf "$SITE"' EXIT
 "$PY" bench/gpu/install.py bench/gpu/wheels "$SITE" > "$OUT/logs/install.log" 2>&1 || {
     echo "run.sh: unpacking the wheels failed, see $OUT/logs/install.log" >&2; exit 1; }
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-# DeepSpeed's CPU op: where `make setup` built it for this checkout's virtualenv (t1.coordinator.children), else
+# DeepSpeed's CPU op: where `make setup` built it for this checkout's virtualenv (t1.coordinator.local.children), else
 # a folder of the kit's own (the GPU machine). Compiling it inside a part's time limit, and a compile killed there
 # leaving its lock behind, made the trainer part hang.
 if [ -z "${TORCH_EXTENSIONS_DIR:-}" ]; then

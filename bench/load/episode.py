@@ -28,8 +28,8 @@ from typing import Any
 
 from bench.load.metrics import TurnClock
 from bench.sim_inference import Latency
-from t1.coordinator.rollout import RolloutRunner
-from t1.coordinator.spool import Spool
+from t1.coordinator.rollout.runner import RolloutRunner
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult
 from t1.sandbox.types import (
     CommandResult,

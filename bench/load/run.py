@@ -182,11 +182,11 @@ async def run_scale(args: argparse.Namespace, episodes: int, workdir: Path) -> d
     )
     from bench.sandbox_host import HostGroup
     from t1.config.sandbox import ShellConfig
-    from t1.coordinator.gc_policy import GcSchedule
-    from t1.coordinator.journal import Journal
     from t1.coordinator.model_setup import make_renderers
-    from t1.coordinator.parts import make_scheduler, open_spool
-    from t1.coordinator.rollout import RolloutRunner
+    from t1.coordinator.rollout.runner import RolloutRunner
+    from t1.coordinator.run.gc_policy import GcSchedule
+    from t1.coordinator.run.parts import make_scheduler, open_spool
+    from t1.coordinator.spool.journal import Journal
     from t1.inference.client.pool import InferencePool
     from t1.rpc.loop import freeze_long_lived
     from t1.sandbox.pool import SandboxPool

@@ -3,7 +3,7 @@ local stack).
 
 The config is validated first (exit 2 naming each bad key); torch, transformers and the other
 heavy imports happen only after that, inside the coordinator. A training run then picks its run
-directory by the run-again rule (t1.coordinator.run_dirs) and says on its first line whether it
+directory by the run-again rule (t1.coordinator.run.run_dirs) and says on its first line whether it
 starts fresh or resumes; a run the rule refuses exits 3 with the reason. A training run logs every
 record to <run_dir>/logs/coordinator.log; the terminal gets the progress view, stage lines and warnings.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from t1.cli.common import EXIT_BAD_STATE, add_config_args, config_or_exit, run_service
 from t1.config.schema import T1Config
-from t1.coordinator.run_dirs import (
+from t1.coordinator.run.run_dirs import (
     TRAINER_SUBDIR,
     RunChoice,
     RunDirError,
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from t1.logsetup import setup_logging
 
     setup_logging(cfg.logging, "t1-coordinator", log_file)
-    from t1.coordinator.app import Coordinator
+    from t1.coordinator.run.app import Coordinator
 
     coordinator = Coordinator(cfg, args.config, overrides)
     return run_service(coordinator.run())

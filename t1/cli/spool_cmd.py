@@ -34,7 +34,7 @@ def spool_dir(run_dir: Path) -> Path:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from t1.coordinator import spool_recovery as sr
+    from t1.coordinator.spool import spool_recovery as sr
     from t1.trajectory import spool_files as sf
 
     directory = spool_dir(args.run_dir)
@@ -60,7 +60,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.spool.trajectory_spool import Spool
 
     directory = spool_dir(args.run_dir)
     if not directory.is_dir():

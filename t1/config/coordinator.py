@@ -20,7 +20,7 @@ class SpoolConfig(Section):
 
 
 class JournalConfig(Section):
-    """Each live episode's turns on disk as they complete (t1/coordinator/journal.py): memory per episode
+    """Each live episode's turns on disk as they complete (t1/coordinator/spool/journal.py): memory per episode
     that does not grow with its length."""
 
     enabled: bool = Field(True, description="Journal live episodes; off: each keeps its trajectory arrays in memory.")

@@ -2,9 +2,9 @@
 
 A full disk (or an unwritable one) must not stop a run: each writer keeps going without its file
 (the run log and a transcript stop writing; the job database holds a finished attempt in memory
-and retries, t1/coordinator/evals.py) and reports here. The first failure of each kind is logged
+and retries, t1/coordinator/evals/eval_jobs.py) and reports here. The first failure of each kind is logged
 as an error, its recovery as a warning; `errors()` is what GetRunStatus shows (`write_errors`) and
-`t1_write_failing{file}` is 1 meanwhile. The spool degrades on its own terms (t1/coordinator/spool.py).
+`t1_write_failing{file}` is 1 meanwhile. The spool degrades on its own terms (t1/coordinator/spool/trajectory_spool.py).
 """
 
 from __future__ import annotations

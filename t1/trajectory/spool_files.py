@@ -2,7 +2,7 @@
 
 A frame is `u32 length | u32 crc32(body) | body` (little-endian). A spool record's body is
 msgpack `[trajectory_id, payload]`; an ack-log frame's body is the acknowledged id (UTF-8).
-Reading a file back, and recovering one that is torn or damaged, is t1/coordinator/spool_recovery.py.
+Reading a file back, and recovering one that is torn or damaged, is t1/coordinator/spool/spool_recovery.py.
 The CRC is zlib's CRC-32, computed by ISA-L (the same values, an order of magnitude faster).
 """
 

@@ -4,7 +4,7 @@ Nothing here writes, locks or repairs: SQLite files are opened `mode=ro`, spool 
 frame by frame (a torn tail of a file still being written is simply not read yet), and every
 reader can start where the last one stopped, so a live run is followed by reading only what is new.
 Record formats are the writers' own: `t1.trajectory.spool_files` frames, `t1.trainer.buffer`
-tables, `t1.coordinator.jobs` tables, `t1.trajectory.serialization` records.
+tables, `t1.coordinator.evals.job_store` tables, `t1.trajectory.serialization` records.
 """
 
 from __future__ import annotations

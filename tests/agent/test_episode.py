@@ -214,8 +214,8 @@ async def test_cancelled_episode_keeps_its_transcript(tmp_path: Path, provider, 
 async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, renderers) -> None:
     """RolloutRunner.train_episode: export, encode and the fsynced append run off the loop; the spooled
     record is the episode's trajectory, and the runner knows which policy versions sampled it."""
-    from t1.coordinator.rollout import RolloutRunner
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.rollout.runner import RolloutRunner
+    from t1.coordinator.spool.trajectory_spool import Spool
     from t1.trajectory.serialization import decode_trajectory, encode_trajectory
 
     task = load_task(_task(tmp_path, "spooled", "yes"))
@@ -240,8 +240,8 @@ async def test_training_episode_is_spooled_byte_exact(tmp_path: Path, provider, 
 async def test_only_training_episodes_run_the_per_turn_verifiers(tmp_path: Path, provider, renderers) -> None:
     """Process rewards are a training signal: a training episode gets its turn rewards, while an eval attempt
     and a demonstration (run_episode's default) run only the final verification, with the same outcome."""
-    from t1.coordinator.rollout import RolloutRunner
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.rollout.runner import RolloutRunner
+    from t1.coordinator.spool.trajectory_spool import Spool
 
     task = load_task(_task(tmp_path, "per-turn", "yes"))
     policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS])
@@ -262,7 +262,7 @@ async def test_only_training_episodes_run_the_per_turn_verifiers(tmp_path: Path,
 async def test_episodes_ending_together_hold_at_most_the_ending_slots(tmp_path: Path, provider, renderers,
                                                                       monkeypatch) -> None:
     """RolloutRunner: between its export and the end of `persist`, an episode holds one slot: copies stay bounded."""
-    from t1.coordinator import rollout
+    from t1.coordinator.rollout import runner as rollout
 
     monkeypatch.setattr(rollout, "ENDING_SLOTS", 2)
     task = load_task(_task(tmp_path, "t", "x"))
@@ -347,8 +347,8 @@ def _task_with_a_passing_check(root: Path) -> Path:
 async def test_a_group_measures_its_baseline_once(tmp_path: Path, provider, renderers, shared: bool) -> None:
     """The attempts of a group start alike: one verifier run before their first turns serves them all, and
     the process rewards are what each attempt would have measured itself (the answer's check: +1)."""
-    from t1.coordinator.rollout import RolloutRunner
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.rollout.runner import RolloutRunner
+    from t1.coordinator.spool.trajectory_spool import Spool
 
     task = load_task(_task_with_a_passing_check(tmp_path))
     policy = ScriptedPolicy(renderers[FormatName.TOOL_CALLS])

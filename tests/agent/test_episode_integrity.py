@@ -23,7 +23,7 @@ from t1.agent.scripted import ScriptedEpisode, ScriptedPolicy
 from t1.agent.transcript import Transcript
 from t1.config.loader import load_config
 from t1.config.sandbox import LimitsConfig, LocalProviderConfig, ShellConfig
-from t1.coordinator.rollout import outcome_of
+from t1.coordinator.rollout.runner import outcome_of
 from t1.evals.results import summarize
 from t1.inference.types import GenerateFn, GenerateRequest, GenerateResult, SamplingParams
 from t1.sandbox.local.local_provider import LocalProvider

@@ -15,9 +15,9 @@ from t1.agent.episode import Episode, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.scripted import ScriptedPolicy
 from t1.agent.transcript import Transcript
-from t1.coordinator.journal import Journal, read_events
-from t1.coordinator.journal_recovery import recover
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool.journal import Journal, read_events
+from t1.coordinator.spool.journal_recovery import recover
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.tasks.formats.dataset import load_task
 from t1.trajectory.serialization import decode_trajectory, encode_trajectory

@@ -19,10 +19,10 @@ from t1.agent.formats import FormatName, get_format
 from t1.agent.resume_point import NotResumable, resume_point
 from t1.agent.transcript import Transcript
 from t1.config.loader import load_config
-from t1.coordinator.journal import Journal, cut, read_frames
-from t1.coordinator.journal_recovery import recover
-from t1.coordinator.rollout import RolloutRunner
-from t1.coordinator.spool import Spool
+from t1.coordinator.rollout.runner import RolloutRunner
+from t1.coordinator.spool.journal import Journal, cut, read_frames
+from t1.coordinator.spool.journal_recovery import recover
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.inference.types import FinishReason, GenerateRequest, GenerateResult, SamplingParams
 from t1.routing.block import RoutingBlock
 from t1.sandbox.pool import SandboxPool

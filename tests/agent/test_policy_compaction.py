@@ -17,7 +17,7 @@ from t1.agent.compaction import NOTE_HEAD, SUMMARY_REQUEST
 from t1.agent.episode import Episode, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.transcript import Transcript
-from t1.coordinator.journal import Journal, read_events
+from t1.coordinator.spool.journal import Journal, read_events
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.metrics import registry as m
 from t1.tasks.formats.dataset import load_task

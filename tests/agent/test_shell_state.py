@@ -12,7 +12,7 @@ from t1.agent.episode import Episode, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
 from t1.agent.shell_state import PROBE, StateWatch, may_change_state
 from t1.agent.transcript import Transcript
-from t1.coordinator.journal import Journal, read_events
+from t1.coordinator.spool.journal import Journal, read_events
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.tasks.formats.dataset import load_task
 

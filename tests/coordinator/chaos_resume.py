@@ -25,7 +25,7 @@ from chaos import accepted_ids, processes_under, trained_steps, wait_until
 from test_chaos_train import Proc
 
 from t1.agent.resume_point import resume_point
-from t1.coordinator.journal import read_frames
+from t1.coordinator.spool.journal import read_frames
 from t1.tito.buffer import build_segments
 from t1.tito.replay import replay
 from t1.trajectory.serialization import decode_trajectory

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from t1.config.loader import load_config
-from t1.coordinator import parts as parts_mod
-from t1.coordinator.app import EXIT_FAILED, Coordinator
-from t1.coordinator.parts import Background, BackgroundFailed, Parts
+from t1.coordinator.run import parts as parts_mod
+from t1.coordinator.run.app import EXIT_FAILED, Coordinator
+from t1.coordinator.run.parts import Background, BackgroundFailed, Parts
 
 LOOPS = ("status-ticker", "progress", "trainer-link", "weight-sync", "trainer-status")
 

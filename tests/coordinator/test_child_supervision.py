@@ -19,9 +19,9 @@ from smoke_run import small_config
 from smoke_run import start_coordinator as _start
 
 from t1.config.loader import load_config
-from t1.coordinator import local as local_mod
-from t1.coordinator.children import Child, ChildFailed
-from t1.coordinator.local import LocalStack
+from t1.coordinator.local import local_stack as local_mod
+from t1.coordinator.local.children import Child, ChildFailed
+from t1.coordinator.local.local_stack import LocalStack
 from t1.rpc.introspect import health_status
 
 _SERVE = "import time; print('svc listening on 127.0.0.1:1', flush=True); time.sleep(600)"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from t1.coordinator.children import Child
+from t1.coordinator.local.children import Child
 
 _REPORT = ("import json, os, sys, time; open(sys.argv[1], 'w').write(json.dumps({k: os.environ.get(k) for k in "
            "sys.argv[2:]})); print('svc listening on 127.0.0.1:1', flush=True); time.sleep(60)")

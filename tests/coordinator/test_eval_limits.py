@@ -17,10 +17,16 @@ from t1.cli.main import main as t1_main
 from t1.config.limits import RequestLimits
 from t1.config.shared import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
-from t1.coordinator.eval_request import EvalRequest, OpenAIEndpointRequest, request_bytes, request_of, stored_request
-from t1.coordinator.evals import EvalAttempt, EvalJobs
-from t1.coordinator.jobs import JobState, JobStore
-from t1.coordinator.service import CoordinatorServicer
+from t1.coordinator.evals.eval_jobs import EvalAttempt, EvalJobs
+from t1.coordinator.evals.eval_request import (
+    EvalRequest,
+    OpenAIEndpointRequest,
+    request_bytes,
+    request_of,
+    stored_request,
+)
+from t1.coordinator.evals.job_store import JobState, JobStore
+from t1.coordinator.evals.service import CoordinatorServicer
 from t1.coordinator.tasksource import make_resolver
 from t1.evals.results import AttemptOutcome, summarize, summary_of
 from t1.rpc.errors import RequestError

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 from test_eval_limits import CountingRunner
 
 from t1.config.tasks import TasksConfig
-from t1.coordinator import stages
-from t1.coordinator.crash import ExitKind, PreviousExit
-from t1.coordinator.evals import EvalJobs
-from t1.coordinator.jobs import JobState, JobStore
+from t1.coordinator.evals.crash import ExitKind, PreviousExit
+from t1.coordinator.evals.eval_jobs import EvalJobs
+from t1.coordinator.evals.job_store import JobState, JobStore
+from t1.coordinator.run import stages
 from t1.coordinator.tasksource import make_resolver
 from t1.metrics.runlog import RunLog
 from t1.v1 import coordinator_pb2 as pb

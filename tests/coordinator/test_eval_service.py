@@ -16,10 +16,10 @@ import pytest
 from t1.cli.main import main as t1_main
 from t1.config.shared import AuthConfig, ServerConfig
 from t1.config.tasks import TasksConfig
-from t1.coordinator.eval_request import EvalRequest
-from t1.coordinator.evals import EvalAttempt, EvalJobs
-from t1.coordinator.jobs import JobStore
-from t1.coordinator.service import CoordinatorServicer
+from t1.coordinator.evals.eval_jobs import EvalAttempt, EvalJobs
+from t1.coordinator.evals.eval_request import EvalRequest
+from t1.coordinator.evals.job_store import JobStore
+from t1.coordinator.evals.service import CoordinatorServicer
 from t1.coordinator.tasksource import make_resolver
 from t1.evals.results import AttemptOutcome
 from t1.rpc.introspect import health_status, list_services

@@ -21,9 +21,9 @@ from t1.config.inference import InferencePoolConfig
 from t1.config.loader import load_config
 from t1.config.sandbox import LocalProviderConfig, ShellConfig
 from t1.config.shared import AuthConfig, ServerConfig
-from t1.coordinator.children import Child, service_argv
+from t1.coordinator.local.children import Child, service_argv
 from t1.coordinator.model_setup import make_renderers
-from t1.coordinator.weights import WeightSync
+from t1.coordinator.trainer_side.weights import WeightSync
 from t1.inference.client.pool import InferencePool
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
 from t1.rpc.loop import cancel_and_wait

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from t1.coordinator.gc_policy import NEVER, scheduled_full_collections, young_collections_only
+from t1.coordinator.run.gc_policy import NEVER, scheduled_full_collections, young_collections_only
 from t1.metrics import registry as m
 
 

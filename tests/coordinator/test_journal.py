@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t1.coordinator.journal import Journal, read_events
+from t1.coordinator.spool.journal import Journal, read_events
 
 
 async def test_frames_are_read_back_in_order_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
@@ -85,7 +85,7 @@ async def test_a_batch_is_written_file_by_file_in_order_with_one_write_per_file(
         opened.append(os.fspath(path))
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr("t1.coordinator.journal.os.open", counting_open)
+    monkeypatch.setattr("t1.coordinator.spool.journal.os.open", counting_open)
     try:
         eps = [journal.episode(f"e{i}") for i in range(20)]
         for turn in range(3):  # no await in between: the writer finds them queued together (one or a few batches)

@@ -18,7 +18,7 @@ import pytest
 from smoke_run import SMOKE_TIMEOUT, SmokeRun, small_config
 from smoke_run import start_coordinator as _start
 
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool.trajectory_spool import Spool
 
 
 @pytest.fixture()

@@ -85,7 +85,7 @@ def test_a_second_service_on_a_directory_exits_3_naming_the_owner(tmp_path: Path
 _PARENT = textwrap.dedent("""
     import asyncio, sys
     from pathlib import Path
-    from t1.coordinator.children import Child
+    from t1.coordinator.local.children import Child
 
     async def main():
         child = Child("svc", [sys.executable, "-c",

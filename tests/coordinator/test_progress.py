@@ -11,7 +11,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from t1.coordinator.progress import EvalProgress, ProgressView, eta_s, format_eta, progress_line
+from t1.coordinator.run.progress import EvalProgress, ProgressView, eta_s, format_eta, progress_line
 from t1.rpc.loop import cancel_and_wait
 from t1.v1 import coordinator_pb2 as pb
 

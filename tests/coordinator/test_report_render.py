@@ -10,9 +10,9 @@ from typing import Any
 
 from rich.console import Console
 
-from t1.coordinator.console_report import eval_labels, lift_lines, print_report
-from t1.coordinator.run_report import EvalsByLabel, RolloutTotals, RunReport, TrainerAtEnd
-from t1.coordinator.sft_steer import CurvePoint
+from t1.coordinator.run.console_report import eval_labels, lift_lines, print_report
+from t1.coordinator.run.run_report import EvalsByLabel, RolloutTotals, RunReport, TrainerAtEnd
+from t1.coordinator.run.sft_steer import CurvePoint
 from t1.evals.results import JobSummaryValues
 from t1.evals.stats import EvalSummary, RateSummary, wilson_interval
 

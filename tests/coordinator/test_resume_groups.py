@@ -7,8 +7,8 @@ import asyncio
 import itertools
 from pathlib import Path
 
-from t1.coordinator.scheduler import Scheduler
-from t1.coordinator.spool import Spool
+from t1.coordinator.rollout.scheduler import Scheduler
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.spec import TaskSpec
 from t1.tasks.synth.curriculum import synthesize_curriculum

@@ -20,8 +20,8 @@ from smoke_run import SMOKE_TIMEOUT, SmokeRun, small_config, start_coordinator
 
 from t1.cli.coordinator import select_run
 from t1.config import load_config
-from t1.coordinator.jobs import JobStore
-from t1.coordinator.run_dirs import RunDirError, RunMode, choose, choose_fixed, first_line
+from t1.coordinator.evals.job_store import JobStore
+from t1.coordinator.run.run_dirs import RunDirError, RunMode, choose, choose_fixed, first_line
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 
 
@@ -171,7 +171,7 @@ def _stop_resume_and_start_again(root: Path, tiny_model_dir: Path) -> None:
             assert proc.poll() is None and time.monotonic() < deadline, out.read_text(errors="replace")[-4000:]
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
-        # A training run stopped before its end exits 128 + the signal (t1/coordinator/app.py).
+        # A training run stopped before its end exits 128 + the signal (t1/coordinator/run/app.py).
         assert proc.wait(120) == 128 + signal.SIGTERM, out.read_text(errors="replace")[-4000:]
     finally:
         if proc.poll() is None:

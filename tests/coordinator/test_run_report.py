@@ -9,7 +9,7 @@ import re
 
 from smoke_run import SMOKE_TIMEOUT, SmokeRun
 
-from t1.coordinator.console_report import LABEL_ORDER
+from t1.coordinator.run.console_report import LABEL_ORDER
 from t1.evals.stats import wilson_interval
 from t1.view.learning_png import read_panels
 

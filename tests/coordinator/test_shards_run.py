@@ -17,7 +17,7 @@ from chaos import accepted_ids, processes_under, trained_steps, wait_until
 from test_chaos_train import Proc, _events, _port
 from test_local_run import root, small_config  # noqa: F401  (root is a fixture)
 
-from t1.coordinator.spool_recovery import scan_segment
+from t1.coordinator.spool.spool_recovery import scan_segment
 from t1.trajectory.spool_files import decode_record, list_segments, segment_path
 
 MAX_STEPS = 4

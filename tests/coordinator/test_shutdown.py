@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from t1.config.loader import load_config
-from t1.coordinator.parts import Parts
-from t1.coordinator.run_state import RunPhase, RunState
+from t1.coordinator.run.parts import Parts
+from t1.coordinator.run.run_state import RunPhase, RunState
 from t1.sandbox.types import Sandbox
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from t1.coordinator import spool_recovery as sr
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool import spool_recovery as sr
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.metrics import registry as m
 from t1.trajectory import spool_files as sf
 
@@ -74,7 +74,7 @@ async def test_torn_tail_is_cut_and_later_appends_survive(tmp_path: Path) -> Non
 _WRITER = textwrap.dedent("""
     import asyncio, sys
     from pathlib import Path
-    from t1.coordinator.spool import Spool
+    from t1.coordinator.spool.trajectory_spool import Spool
 
     async def main():
         spool = Spool.open(Path(sys.argv[1]), max_bytes=1 << 30, segment_bytes=4096)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from t1.cli.main import main as t1_main
-from t1.coordinator import spool_recovery as sr
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool import spool_recovery as sr
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.metrics import registry as m
 from t1.trajectory import spool_files as sf
 
@@ -68,7 +68,7 @@ async def test_damage_costs_only_the_frames_it_touches(tmp_path: Path, caplog: p
     record = int(where.split()[-1]) if "records" not in where else 4
     offset = starts[record] + (0 if where.startswith("length") else 40)
     original = _damage(seg, offset, value)
-    caplog.set_level(logging.WARNING, logger="t1.coordinator.spool_recovery")
+    caplog.set_level(logging.WARNING, logger="t1.coordinator.spool.spool_recovery")
     damaged_before = _sample("t1_spool_damaged_ranges_total")
     assert _pending(tmp_path) == [f"t{i}" for i in range(N) if f"t{i}" not in lost]
     side = seg.with_name(seg.name + ".corrupt")

@@ -12,9 +12,9 @@ import asyncio
 import itertools
 from pathlib import Path
 
-from t1.coordinator.scheduler import Scheduler, staleness_allows
-from t1.coordinator.spool import Spool
-from t1.coordinator.status import TrainerStatusPoller
+from t1.coordinator.rollout.scheduler import Scheduler, staleness_allows
+from t1.coordinator.spool.trajectory_spool import Spool
+from t1.coordinator.trainer_side.status import TrainerStatusPoller
 from t1.tasks.formats.dataset import load_task
 from t1.tasks.spec import TaskSpec
 from t1.tasks.synth.curriculum import synthesize_curriculum

@@ -11,7 +11,7 @@ from coordproc import write_harbor_task
 
 from t1.config.coordinator import ShardConfig
 from t1.config.loader import ConfigError, validate
-from t1.coordinator.rollout import new_group_id
+from t1.coordinator.rollout.runner import new_group_id
 from t1.coordinator.tasksource import shard_tasks
 from t1.tasks.formats.dataset import load_task
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 
 from t1.config.shared import AuthConfig, ServerConfig
-from t1.coordinator.spool import Spool
-from t1.coordinator.trainer_link import TrainerLink
+from t1.coordinator.spool.trajectory_spool import Spool
+from t1.coordinator.trainer_side.trainer_link import TrainerLink
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as pb

@@ -24,8 +24,8 @@ import grpc
 import pytest
 
 from t1.config.shared import AuthConfig, ServerConfig
-from t1.coordinator.spool import Spool
-from t1.coordinator.trainer_link import TrainerLink
+from t1.coordinator.spool.trajectory_spool import Spool
+from t1.coordinator.trainer_side.trainer_link import TrainerLink
 from t1.rpc.loop import cancel_and_wait
 from t1.rpc.server import GrpcServer, ServiceBinding
 from t1.v1 import trainer_pb2 as pb
@@ -139,7 +139,8 @@ async def test_link_recovers_from_every_kind_of_broken_stream_losing_and_duplica
     assert not errors, [r.getMessage() for r in errors]
     assert not [r for r in caplog.records if "already running" in r.getMessage()]
     assert not loop_errors, loop_errors
-    assert any("chaos:" in r.getMessage() for r in caplog.records if r.name == "t1.coordinator.trainer_link")
+    assert any("chaos:" in r.getMessage() for r in caplog.records
+               if r.name == "t1.coordinator.trainer_side.trainer_link")
 
 
 class RejectingTrainer(pb_grpc.TrainerServiceServicer):

@@ -15,7 +15,7 @@ from t1.agent.harness import HarnessEpisode
 from t1.agent.transcript import Transcript
 from t1.config.loader import load_config
 from t1.config.rollout import HarnessConfig
-from t1.coordinator.rollout import EpisodeOptions, RolloutRunner
+from t1.coordinator.rollout.runner import EpisodeOptions, RolloutRunner
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams, collect
 from t1.tasks.formats.dataset import load_task
 from t1.trajectory.types import EpisodeStatus

@@ -251,8 +251,8 @@ def test_config_refuses_training_on_text_or_frozen_endpoints_and_mixed_pools() -
 async def test_the_router_serves_training_and_eval_episodes_from_openai_pools(renderers, tiny_model_dir,
                                                                              tmp_path) -> None:
     from t1.agent.formats import get_format
-    from t1.coordinator.evals import EvalAttempt
-    from t1.coordinator.generate_router import GenerateRouter
+    from t1.coordinator.evals.eval_jobs import EvalAttempt
+    from t1.coordinator.rollout.generate_router import GenerateRouter
     from t1.tasks.formats.dataset import load_task
 
     (tmp_path / "t" / "tests").mkdir(parents=True)

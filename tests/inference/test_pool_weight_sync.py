@@ -11,7 +11,7 @@ import grpc
 
 from t1.config.inference import InferencePoolConfig
 from t1.config.shared import AuthConfig, ServerConfig
-from t1.coordinator.weights import WeightSync
+from t1.coordinator.trainer_side.weights import WeightSync
 from t1.inference.client.pool import InferencePool, WeightsUpdate
 from t1.inference.server.servicer import inference_binding
 from t1.rpc.loop import cancel_and_wait

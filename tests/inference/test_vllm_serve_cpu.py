@@ -35,11 +35,11 @@ from t1.agent.formats import FormatName, get_format  # noqa: E402
 from t1.agent.transcript import Transcript  # noqa: E402
 from t1.config.inference import InferencePoolConfig  # noqa: E402
 from t1.config.loader import load_config  # noqa: E402
-from t1.coordinator.eval_request import EvalRequest, OpenAIEndpointRequest  # noqa: E402
-from t1.coordinator.evals import EvalJobs  # noqa: E402
-from t1.coordinator.generate_router import GenerateRouter  # noqa: E402
-from t1.coordinator.jobs import JobState, JobStore  # noqa: E402
-from t1.coordinator.rollout import RolloutRunner  # noqa: E402
+from t1.coordinator.evals.eval_jobs import EvalJobs  # noqa: E402
+from t1.coordinator.evals.eval_request import EvalRequest, OpenAIEndpointRequest  # noqa: E402
+from t1.coordinator.evals.job_store import JobState, JobStore  # noqa: E402
+from t1.coordinator.rollout.generate_router import GenerateRouter  # noqa: E402
+from t1.coordinator.rollout.runner import RolloutRunner  # noqa: E402
 from t1.coordinator.tasksource import make_resolver  # noqa: E402
 from t1.inference.openai.openai_pool import OpenAIPool  # noqa: E402
 from t1.inference.types import GenerateRequest, SamplingParams  # noqa: E402

@@ -17,10 +17,11 @@ _CHILD = textwrap.dedent("""
     from t1.config.shared import LoggingConfig
     from t1.logsetup import setup_logging
     setup_logging(LoggingConfig(console=sys.argv[2]), "t1-coordinator", Path(sys.argv[1]))
-    logging.getLogger("t1.coordinator.rollout").info("episode g-a0 (task-1): ok, reward 1, 3 turns, 2.0s")
+    logging.getLogger("t1.coordinator.rollout.runner").info("episode g-a0 (task-1): ok, reward 1, 3 turns, 2.0s")
     logging.getLogger("t1.metrics.watchdog").warning("event loop lag 350 ms (threshold 100 ms); blocked in: x")
     logging.getLogger("t1.console").info("t1: stage training")
-    logging.getLogger("t1.coordinator.trainer_link").warning("trainer link to 127.0.0.1:1: UNAVAILABLE: down")
+    logging.getLogger("t1.coordinator.trainer_side.trainer_link").warning(
+        "trainer link to 127.0.0.1:1: UNAVAILABLE: down")
     logging.getLogger("t1.metrics.watchdog").warning("event loop lag 31000 ms (threshold 100 ms); blocked in: y")
 """)
 
@@ -53,7 +54,7 @@ def test_the_rule_itself() -> None:
         return logging.LogRecord(name, level, __file__, 1, msg, None, None)
 
     assert shown_on_console(rec("t1.console", logging.INFO, "t1: stage x"))
-    assert not shown_on_console(rec("t1.coordinator.app", logging.INFO, "coordinator serving"))
-    assert shown_on_console(rec("t1.coordinator.app", logging.ERROR, "boom"))
+    assert not shown_on_console(rec("t1.coordinator.run.app", logging.INFO, "coordinator serving"))
+    assert shown_on_console(rec("t1.coordinator.run.app", logging.ERROR, "boom"))
     assert not shown_on_console(rec("t1.metrics.watchdog", logging.WARNING, "event loop lag 29999 ms (x)"))
     assert shown_on_console(rec("t1.metrics.watchdog", logging.WARNING, "event loop lag 30000 ms (x)"))

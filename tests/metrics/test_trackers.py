@@ -134,7 +134,7 @@ def test_trackers_follow_the_run_log_and_drop_a_failing_sink(tmp_path: Path) -> 
 
 def test_no_trackers_configured_imports_neither(tmp_path: Path) -> None:
     assert open_trackers(MetricsConfig(), tmp_path, "x") is None
-    code = ("import sys; import t1.coordinator.parts, t1.metrics.trackers; "
+    code = ("import sys; import t1.coordinator.run.parts, t1.metrics.trackers; "
             "print(sorted(m for m in ('wandb', 'tensorboard', 'torch.utils.tensorboard') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -15,8 +15,8 @@ import pytest
 
 from t1.config.schema import T1Config
 from t1.config.shared import AuthConfig
-from t1.coordinator.children import Child
-from t1.coordinator.local import LocalStack
+from t1.coordinator.local.children import Child
+from t1.coordinator.local.local_stack import LocalStack
 from t1.rpc import auth as auth_module
 from t1.rpc.auth import SERVICE_TOKEN_ENV, server_token
 from t1.rpc.client import call_options, make_channel

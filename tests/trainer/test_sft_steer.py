@@ -12,7 +12,7 @@ from trainer_synth import segment, trainer_config, trajectory
 
 from t1.config.loader import ConfigError
 from t1.config.trainer import WarmStartConfig
-from t1.coordinator.sft_steer import best_round, kept_round, plateaued, pooled
+from t1.coordinator.run.sft_steer import best_round, kept_round, plateaued, pooled
 from t1.trainer.core import Stage, TrainerCore
 from t1.trainer.models import load_policy
 from t1.trainer.sft import sft_batch, sft_lr_at

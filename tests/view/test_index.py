@@ -16,7 +16,7 @@ from smoke_run import SMOKE_TIMEOUT, SmokeRun
 from starlette.testclient import TestClient
 
 from t1.agent.transcript import Transcript
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.trajectory.serialization import encode_trajectory
 from t1.trajectory.types import EpisodeStatus, Segment, Trajectory, TurnSpan, VerifierSummary
 from t1.view.episodes import EpisodeQuery, SortKey, group_advantages, run_query, task_family

@@ -15,7 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from t1.agent.transcript import Transcript, fence_for, one_line
-from t1.coordinator.jobs import JobStore
+from t1.coordinator.evals.job_store import JobStore
 from t1.evals.results import AttemptOutcome
 from t1.trajectory.types import EpisodeStatus
 from t1.view.transcripts import parse_transcript

@@ -16,15 +16,15 @@ from typing import Any
 
 from t1.agent.formats import get_format
 from t1.agent.scripted import ScriptedPolicy
-from t1.coordinator.eval_request import EvalRequest
-from t1.coordinator.jobs import JobRecord, JobState
-from t1.coordinator.journal_recovery import Unfinished
-from t1.coordinator.parts import Parts
-from t1.coordinator.rollout import EpisodeOptions, new_group_id
-from t1.coordinator.run_report import EvalsByLabel, RolloutTotals, RunReport, TrainerAtEnd
-from t1.coordinator.run_state import TrainerSide
-from t1.coordinator.scheduler import ResumeFn
-from t1.coordinator.sft_steer import CurvePoint, curve_records
+from t1.coordinator.evals.eval_request import EvalRequest
+from t1.coordinator.evals.job_store import JobRecord, JobState
+from t1.coordinator.rollout.runner import EpisodeOptions, new_group_id
+from t1.coordinator.rollout.scheduler import ResumeFn
+from t1.coordinator.run.parts import Parts
+from t1.coordinator.run.run_report import EvalsByLabel, RolloutTotals, RunReport, TrainerAtEnd
+from t1.coordinator.run.run_state import TrainerSide
+from t1.coordinator.run.sft_steer import CurvePoint, curve_records
+from t1.coordinator.spool.journal_recovery import Unfinished
 from t1.coordinator.tasksource import shard_tasks, training_stream
 from t1.evals.stats import EvalSummary, eval_summary, family_lookup
 from t1.metrics import registry as m

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from t1.coordinator.rollout import RolloutStats
-from t1.coordinator.run_state import RunState
-from t1.coordinator.spool import Spool
-from t1.coordinator.status import TurnRate
+from t1.coordinator.rollout.runner import RolloutStats
+from t1.coordinator.run.run_state import RunState
+from t1.coordinator.spool.trajectory_spool import Spool
+from t1.coordinator.trainer_side.status import TurnRate
 from t1.metrics.write_faults import WriteFaults
 from t1.v1 import coordinator_pb2 as cpb
 

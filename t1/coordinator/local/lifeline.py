@@ -1,4 +1,4 @@
-"""Children die with their parent: `python -m t1.coordinator.lifeline PARENT_PID -- ARGV...` arms the
+"""Children die with their parent: `python -m t1.coordinator.local.lifeline PARENT_PID -- ARGV...` arms the
 parent-death signal, then becomes ARGV (same pid) with exec.
 
 Linux keeps PR_SET_PDEATHSIG across exec, so when the coordinator dies, kill -9 included, the
@@ -19,13 +19,13 @@ PR_SET_PDEATHSIG = 1
 
 def lifeline_argv(argv: list[str]) -> list[str]:
     """`argv`, started so that it dies with this process."""
-    return [sys.executable, "-m", "t1.coordinator.lifeline", str(os.getpid()), "--", *argv]
+    return [sys.executable, "-m", "t1.coordinator.local.lifeline", str(os.getpid()), "--", *argv]
 
 
 def main(args: list[str]) -> None:
     parent, sep, argv = args[0], args[1], args[2:]
     if sep != "--" or not argv:
-        raise SystemExit("usage: python -m t1.coordinator.lifeline PARENT_PID -- ARGV...")
+        raise SystemExit("usage: python -m t1.coordinator.local.lifeline PARENT_PID -- ARGV...")
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.rpc.loop import wait_or_stop
 from t1.tasks.spec import TaskSpec
 

@@ -11,7 +11,7 @@ stop (`disarm`) removes it. So the next coordinator on the run dir (`previous`) 
 - the file, empty: it died without a word (`ExitKind.KILLED`): kill -9 by an operator, the OOM
   killer, a power cut, an exception that skipped the clean stop. One such death is no proof
   against a job (an operator's kill -9 must not fail it), so a job running at it is resumed, at
-  most `coordinator.eval.max_unclean_resumes` times (`t1.coordinator.evals`); the next such death
+  most `coordinator.eval.max_unclean_resumes` times (`t1.coordinator.evals.eval_jobs`); the next such death
   marks it FAILED naming why.
 """
 

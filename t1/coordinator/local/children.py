@@ -4,10 +4,10 @@ A child is started with `--config FILE` plus the coordinator's overrides and a p
 prints `... listening on HOST:PORT` once it serves, which is how the coordinator learns its
 address. Its output goes to `<run_dir>/logs/<name>.log`. Stopping sends SIGTERM, waits the
 grace period, then SIGKILL. A child also gets SIGTERM from the kernel when the coordinator dies
-(t1/coordinator/lifeline.py), so a killed coordinator leaves no service behind.
+(t1/coordinator/local/lifeline.py), so a killed coordinator leaves no service behind.
 
 A child that exits on its own while it serves is noticed by the local stack's supervisor
-(t1/coordinator/local.py): `restart` starts it again on the port it had, so its address, which
+(t1/coordinator/local/local_stack.py): `restart` starts it again on the port it had, so its address, which
 the rest of the run holds, stays valid.
 """
 
@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t1.coordinator.lifeline import lifeline_argv
+from t1.coordinator.local.lifeline import lifeline_argv
 from t1.errors import T1Error
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from itertools import pairwise
 from rich.console import Console
 from rich.table import Table
 
-from t1.coordinator.run_report import RunReport
-from t1.coordinator.sft_steer import CurvePoint
+from t1.coordinator.run.run_report import RunReport
+from t1.coordinator.run.sft_steer import CurvePoint
 from t1.evals.stats import EvalSummary, RateSummary, intervals_overlap, wilson_interval
 
 LABEL_ORDER = ("base", "before", "warm_start", "rl", "after")

@@ -1,6 +1,6 @@
 """Run status: polls the trainer's GetStatus into metrics and the run log; the rollout's turn rate.
 
-GetRunStatus is answered by `t1.coordinator.run_status.RunStatusReader` from these and the run state.
+GetRunStatus is answered by `t1.coordinator.run.run_status.RunStatusReader` from these and the run state.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class JobRecord:
     resumes: int = 0
     """How many times a restarted coordinator resumed the job."""
     unclean_resumes: int = 0
-    """Of those, how many followed a coordinator that died while the job ran (`t1.coordinator.crash`)."""
+    """Of those, how many followed a coordinator that died while the job ran (`t1.coordinator.evals.crash`)."""
 
     @property
     def total_attempts(self) -> int:

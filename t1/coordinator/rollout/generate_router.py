@@ -12,7 +12,7 @@ from t1.agent.formats import AgentFormat, FormatName
 from t1.agent.scripted import ScriptedPolicy
 from t1.config.inference import OpenAIEndpointConfig
 from t1.config.schema import T1Config
-from t1.coordinator.evals import EvalAttempt
+from t1.coordinator.evals.eval_jobs import EvalAttempt
 from t1.inference.types import GenerateFn
 from t1.metrics.registry import REGISTRY
 from t1.rpc.errors import RequestError

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from t1.coordinator.sft_steer import CurvePoint
+from t1.coordinator.run.sft_steer import CurvePoint
 from t1.evals.stats import EvalSummary
 
 EvalsByLabel = dict[str, dict[str, EvalSummary]]

@@ -15,7 +15,7 @@ most `hold_bytes`; a further append waits for room there), `write_error` names t
 the error, `has_room` turns false so no new episode starts, and a retry task writes the held
 records in order once the disk takes them again. Held records are not durable and not sent
 before they are written; a process killed during an outage loses them (docs/operations.md).
-Recovery on open keeps every intact frame of a damaged file (t1/coordinator/spool_recovery.py).
+Recovery on open keeps every intact frame of a damaged file (t1/coordinator/spool/spool_recovery.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict, deque
 from pathlib import Path
 
-from t1.coordinator import spool_recovery as sr
+from t1.coordinator.spool import spool_recovery as sr
 from t1.metrics import registry as m
 from t1.trajectory import spool_files as sf
 from t1.trajectory.spool_files import Record

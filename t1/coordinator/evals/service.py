@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from t1.coordinator.eval_request import check_text, request_of
-from t1.coordinator.evals import EvalJobs, JobUpdate
-from t1.coordinator.jobs import JobRecord, JobState
+from t1.coordinator.evals.eval_jobs import EvalJobs, JobUpdate
+from t1.coordinator.evals.eval_request import check_text, request_of
+from t1.coordinator.evals.job_store import JobRecord, JobState
 from t1.evals.results import AttemptOutcome, JobSummaryValues
 from t1.rpc.errors import RequestError, rpc_errors
 from t1.rpc.options import MB

@@ -11,9 +11,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from t1.coordinator.status import TrainerStatusPoller
-    from t1.coordinator.trainer_link import TrainerLink
-    from t1.coordinator.weights import WeightSync
+    from t1.coordinator.trainer_side.status import TrainerStatusPoller
+    from t1.coordinator.trainer_side.trainer_link import TrainerLink
+    from t1.coordinator.trainer_side.weights import WeightSync
 
 
 class RunPhase(StrEnum):

@@ -20,7 +20,7 @@ import secrets
 from pathlib import Path
 
 from t1.config.schema import T1Config
-from t1.coordinator.children import Child, ChildFailed, service_argv
+from t1.coordinator.local.children import Child, ChildFailed, service_argv
 from t1.coordinator.model_setup import ensure_model
 from t1.rpc.auth import SERVICE_TOKEN_ENV, resolve_token, use_service_token
 from t1.tasks.formats.dataset import load_named_set

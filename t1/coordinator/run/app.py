@@ -54,14 +54,14 @@ from pathlib import Path
 from typing import Any
 
 from t1.config.schema import T1Config
-from t1.coordinator import stages
-from t1.coordinator.console_report import print_report
-from t1.coordinator.gc_policy import GcSchedule
-from t1.coordinator.local import LocalStack
-from t1.coordinator.parts import Parts
-from t1.coordinator.run_report import EvalsByLabel, RunReport
-from t1.coordinator.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
-from t1.coordinator.sft_steer import SftOutcome, SftSteer, steered_sft
+from t1.coordinator.local.local_stack import LocalStack
+from t1.coordinator.run import stages
+from t1.coordinator.run.console_report import print_report
+from t1.coordinator.run.gc_policy import GcSchedule
+from t1.coordinator.run.parts import Parts
+from t1.coordinator.run.run_report import EvalsByLabel, RunReport
+from t1.coordinator.run.run_state import EvalJobRef, RunPhase, RunState, TrainerSide
+from t1.coordinator.run.sft_steer import SftOutcome, SftSteer, steered_sft
 from t1.evals.stats import EvalSummary
 from t1.metrics.watchdog import LagWatchdog
 from t1.rpc.loop import cancel_and_wait, freeze_long_lived, wait_or_stop

@@ -25,10 +25,10 @@ from t1.agent.resume_point import NotResumable, ResumePoint, resume_point
 from t1.agent.transcript import Transcript
 from t1.config.coordinator import ShardConfig
 from t1.config.schema import T1Config
-from t1.coordinator.evals import EvalAttempt
-from t1.coordinator.journal import EpisodeJournal, Journal, cut, read_frames
-from t1.coordinator.journal_recovery import Unfinished, end_unfinished
-from t1.coordinator.spool import Spool
+from t1.coordinator.evals.eval_jobs import EvalAttempt
+from t1.coordinator.spool.journal import EpisodeJournal, Journal, cut, read_frames
+from t1.coordinator.spool.journal_recovery import Unfinished, end_unfinished
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.evals.results import AttemptOutcome
 from t1.gateway.renderers import ToolRenderers
 from t1.inference.types import GenerateFn, SamplingParams

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from t1.agent.resume_point import NotResumable, resume_point
-from t1.coordinator.journal import Journal, read_events, read_frames
-from t1.coordinator.spool import Spool
+from t1.coordinator.spool.journal import Journal, read_events, read_frames
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.metrics import registry as m
 from t1.sandbox.types import SandboxRecord
 from t1.tito.buffer import build_segments

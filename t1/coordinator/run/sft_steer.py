@@ -21,7 +21,7 @@ from typing import Any
 
 from t1.config.shared import AuthConfig
 from t1.config.trainer import WarmStartConfig
-from t1.coordinator.run_state import TrainerSide
+from t1.coordinator.run.run_state import TrainerSide
 from t1.evals.stats import EvalSummary
 from t1.rpc.client import call_options, make_channel
 from t1.v1 import trainer_pb2 as pb

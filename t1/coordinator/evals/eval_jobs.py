@@ -25,8 +25,8 @@ from google.protobuf.message import DecodeError
 
 from t1.config.inference import OpenAIEndpointConfig
 from t1.config.limits import RequestLimits
-from t1.coordinator.crash import CLEAN_EXIT, ExitKind, PreviousExit
-from t1.coordinator.eval_request import (
+from t1.coordinator.evals.crash import CLEAN_EXIT, ExitKind, PreviousExit
+from t1.coordinator.evals.eval_request import (
     EvalRequest,
     agent_format_of,
     check_job_size,
@@ -36,7 +36,7 @@ from t1.coordinator.eval_request import (
     request_bytes,
     stored_request,
 )
-from t1.coordinator.jobs import JobRecord, JobState, JobStore
+from t1.coordinator.evals.job_store import JobRecord, JobState, JobStore
 from t1.evals.results import AttemptOutcome, JobSummaryValues, summary_of
 from t1.metrics.write_faults import WriteFaults
 from t1.rpc.errors import NotFound, RequestError, ResourceExhausted
@@ -145,7 +145,7 @@ class EvalJobs:
     async def resume(self, previous: PreviousExit = CLEAN_EXIT, max_unclean_resumes: int = 1) -> list[str]:
         """Restart every job left queued or running by an earlier process; returns their ids.
 
-        `previous`: how that process ended (`t1.coordinator.crash`). A job it was running when it died of a fatal
+        `previous`: how that process ended (`t1.coordinator.evals.crash`). A job it was running when it died of a fatal
         signal is marked FAILED naming the crash; one running when it died without a word (kill -9, the OOM
         killer) is resumed, at most `max_unclean_resumes` times, then FAILED: a job whose attempts kill the
         process cannot do it again on every restart, and an operator's kill -9 fails nothing the first time."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import grpc
 
 from t1.config.shared import AuthConfig
-from t1.coordinator.spool import Spool, SpoolCursor
+from t1.coordinator.spool.trajectory_spool import Spool, SpoolCursor
 from t1.metrics import registry as m
 from t1.rpc.client import call_options, make_channel
 from t1.rpc.options import STREAM_DEADLINE_S

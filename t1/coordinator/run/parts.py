@@ -18,24 +18,24 @@ from pathlib import Path
 from typing import Any
 
 from t1.config.schema import T1Config
-from t1.coordinator.crash import CrashWatch, ExitKind
-from t1.coordinator.evals import EvalJobs
-from t1.coordinator.generate_router import GenerateRouter
-from t1.coordinator.jobs import JobStore
-from t1.coordinator.journal import Journal
-from t1.coordinator.journal_recovery import Recovered, recover
+from t1.coordinator.evals.crash import CrashWatch, ExitKind
+from t1.coordinator.evals.eval_jobs import EvalJobs
+from t1.coordinator.evals.job_store import JobStore
+from t1.coordinator.evals.service import CoordinatorServicer
 from t1.coordinator.model_setup import make_renderers
-from t1.coordinator.progress import EvalProgress, ProgressView
-from t1.coordinator.rollout import RolloutRunner, new_group_id
-from t1.coordinator.run_state import RunState, TrainerSide
-from t1.coordinator.run_status import RunStatusReader
-from t1.coordinator.scheduler import Scheduler
-from t1.coordinator.service import CoordinatorServicer
-from t1.coordinator.spool import Spool
-from t1.coordinator.status import TrainerStatusPoller, TurnRate
+from t1.coordinator.rollout.generate_router import GenerateRouter
+from t1.coordinator.rollout.runner import RolloutRunner, new_group_id
+from t1.coordinator.rollout.scheduler import Scheduler
+from t1.coordinator.run.progress import EvalProgress, ProgressView
+from t1.coordinator.run.run_state import RunState, TrainerSide
+from t1.coordinator.run.run_status import RunStatusReader
+from t1.coordinator.spool.journal import Journal
+from t1.coordinator.spool.journal_recovery import Recovered, recover
+from t1.coordinator.spool.trajectory_spool import Spool
 from t1.coordinator.tasksource import make_resolver
-from t1.coordinator.trainer_link import TrainerLink
-from t1.coordinator.weights import WeightSync
+from t1.coordinator.trainer_side.status import TrainerStatusPoller, TurnRate
+from t1.coordinator.trainer_side.trainer_link import TrainerLink
+from t1.coordinator.trainer_side.weights import WeightSync
 from t1.errors import T1Error
 from t1.metrics.http import MetricsServer, start_metrics_server
 from t1.metrics.runlog import RunLog
