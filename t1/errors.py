@@ -11,24 +11,24 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   ├── SandboxLost              [sandbox.types] a sandbox or its connection is gone
     │   │   ├── SandboxHostLost      [sandbox.types] lost with T1's process serving it (the sandbox service): T1's fault
     │   │   └── SandboxGone          [sandbox.types] a recorded sandbox cannot be reattached
-    │   ├── SandboxCreateError       [sandbox.remote] a provider's create failed
-    │   ├── NoFreeHost               [sandbox.remote] every host of an SSH inventory is busy
-    │   ├── NetworkSetupError        [sandbox.netns] a sandbox's network namespace could not be made
+    │   ├── SandboxCreateError       [sandbox.ssh.remote] a provider's create failed
+    │   ├── NoFreeHost               [sandbox.ssh.remote] every host of an SSH inventory is busy
+    │   ├── NetworkSetupError        [sandbox.isolation.netns] a sandbox's network namespace could not be made
     │   ├── LoopbackPortError        [sandbox.loopback_port] no port on a sandbox's own loopback
-    │   ├── ServiceFailed            [sandbox.service_client] the local sandbox service cannot be started or reached
+    │   ├── ServiceFailed            [sandbox.local.service_client] the local sandbox service cannot be started/reached
     │   ├── NeedsError               [sandbox.needs] the task needs what this host or provider cannot give
     │   │   ├── NeedsImageError
     │   │   ├── NeedsNetworkError
     │   │   └── NeedsFeatureError
     │   ├── SetupError               [tasks.transfer] preparing the sandbox for the task failed
-    │   ├── T1Fault                  [tasks.outcome] positively not the attempt's fault, even after it acted
-    │   │   ├── InferenceFailed      [agent.episode] generation failed on every try
-    │   │   └── VerifierEnvironmentError  [tasks.separate] the separate verifier's environment did not build
-    │   ├── InferenceUnavailable     [inference.pool_common] no replica answered within the retries
-    │   │   └── EndpointUnavailable  [inference.openai_pool]
-    │   ├── EndpointRefused          [inference.openai_wire] an endpoint refused for good (auth, 4xx)
-    │   ├── MalformedReply           [inference.openai_wire] a reply that breaks the API
-    │   ├── NoTokenIds               [inference.openai_wire] a completions reply without token ids
+    │   ├── T1Fault                  [tasks.verify.outcome] positively not the attempt's fault, even after it acted
+    │   │   ├── InferenceFailed      [agent.episode_types] generation failed on every try
+    │   │   └── VerifierEnvironmentError  [tasks.verify.separate] the separate verifier's environment did not build
+    │   ├── InferenceUnavailable     [inference.client.pool_common] no replica answered within the retries
+    │   │   └── EndpointUnavailable  [inference.openai.openai_pool]
+    │   ├── EndpointRefused          [inference.openai.openai_wire] an endpoint refused for good (auth, 4xx)
+    │   ├── MalformedReply           [inference.openai.openai_wire] a reply that breaks the API
+    │   ├── NoTokenIds               [inference.openai.openai_wire] a completions reply without token ids
     │   └── GatewayInferenceFailed   [gateway.session] a harness's call found no inference
     ├── BadRequest                   what a caller asked for or handed in is wrong; the message names it
     │   ├── RequestError             [rpc.errors] a request field (INVALID_ARGUMENT)
@@ -50,7 +50,7 @@ RuntimeError, LookupError), so `except ValueError` around a parser still catches
     │   ├── JournalMismatch          [tito.replay] a journal that does not rebuild its buffer
     │   ├── NotResumable             [agent.resume_point] a journal with no point to continue from
     │   ├── RoutingError             [routing.validation] a routing array
-    │   └── RewardFileError          [tasks.report] a verifier's reward file
+    │   └── RewardFileError          [tasks.verify.report] a verifier's reward file
     ├── ChildFailed                  [coordinator.local.children] a child service of the local run exited
     └── BackgroundFailed             [coordinator.run.parts] a background loop of the coordinator died
 

@@ -108,3 +108,18 @@ def test_the_episode_classifies_by_infraerror_not_by_provider() -> None:
     assert isinstance(SandboxCreateError("no host"), episode.INFRA_ERRORS)
     source = (ROOT / "agent" / "episode.py").read_text()
     assert not any(name in source for name in ("t1.sandbox.ssh.remote", "t1.sandbox.docker", "t1.sandbox.local"))
+
+
+def test_each_class_in_the_tree_names_the_module_that_defines_it() -> None:
+    """`Name  [pkg.module]` in the drawing: t1/pkg/module.py defines `class Name` (moves keep the map true)."""
+    import re
+
+    doc = t1.errors.__doc__ or ""
+    labelled = re.findall(r"(\w+)\s+\[([\w.]+)\]", doc)
+    assert len(labelled) > 20
+    wrong = []
+    for name, label in labelled:
+        path = ROOT.joinpath(*label.split(".")).with_suffix(".py")
+        if not path.exists() or not re.search(rf"^class {name}\b", path.read_text(), re.MULTILINE):
+            wrong.append(f"{name} [{label}]")
+    assert not wrong, f"labels that name no module defining the class: {wrong}"

@@ -49,13 +49,13 @@ from bench.sim_inference import Latency
 log = logging.getLogger("bench.load")
 REPO_ROOT = Path(__file__).resolve().parents[2]  # where `python -m bench.<module>` finds the bench package
 STOP_WAIT_S = 3600.0  # how long the episodes in flight may take to end after the stop
-PATH = ("t1.coordinator.scheduler.Scheduler (groups, global concurrency limit) -> "
-        "t1.coordinator.rollout.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, tool_calls "
-        "format, compaction, transcript, verifier) with t1.inference.client.pool.InferencePool over gRPC to "
-        "bench.sim_inference (child process) and t1.sandbox.pool.SandboxPool -> SshSandbox/SshShell to the embedded "
-        "sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with t1.trajectory.serialization "
-        "into "
-        "t1.coordinator.spool.Spool (fsync), acknowledged by a cursor consumer standing in for the trainer")
+PATH = ("t1.coordinator.rollout.scheduler.Scheduler (groups, global concurrency limit) -> "
+        "t1.coordinator.rollout.runner.RolloutRunner.train_episode -> t1.agent.episode.Episode (provision, TITO, "
+        "tool_calls format, compaction, transcript, verifier) with t1.inference.client.pool.InferencePool over gRPC "
+        "to bench.sim_inference (child process) and t1.sandbox.pool.SandboxPool -> SshSandbox/SshShell to the "
+        "embedded sshd + bubblewrap (bench.sandbox_host, child process); trajectories encoded with "
+        "t1.trajectory.serialization into t1.coordinator.spool.trajectory_spool.Spool (fsync), acknowledged by a "
+        "cursor consumer standing in for the trainer")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -22,5 +22,5 @@ Modules:
 - pacing.py: bounded event-loop iterations when thousands of episodes wake at once
 - scripted.py: a scripted policy: a GenerateFn that types a task's reference solution
 - transcript.py: the per-episode Markdown transcript, written turn by turn
-- turn_journal.py: the seam between an episode and its journal (t1/coordinator/journal.py is the real one)
+- turn_journal.py: the seam between an episode and its journal (t1/coordinator/spool/journal.py is the real one)
 """

@@ -8,7 +8,7 @@
 `run()` is `play()` then `export()`: a caller that bounds how many exported trajectories exist
 at once (the RolloutRunner) calls the two itself and exports under its own slot.
 
-With a journal (t1/coordinator/journal.py) every turn goes to disk as it completes and the
+With a journal (t1/coordinator/spool/journal.py) every turn goes to disk as it completes and the
 episode keeps only what its next turn needs: the buffer's ids and messages, counters, the last
 commands for a compaction note. The export replays the journal into the trajectory.
 
@@ -95,7 +95,7 @@ class Episode:
                  baselines: SharedBaselines | None = None, journal: TurnJournal | None = None,
                  resume: tuple[ResumePoint, Sandbox] | None = None) -> None:
         """`resume`: continue a journaled episode a dead coordinator left at this point, in this (reattached)
-        sandbox; `journal` is its journal, already cut at the point (t1/coordinator/journal_recovery.py)."""
+        sandbox; `journal` is its journal, already cut at the point (t1/coordinator/spool/journal_recovery.py)."""
         self.spec = spec
         self._journal = journal
         self._generate = generate

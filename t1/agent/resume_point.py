@@ -1,6 +1,6 @@
 """Where an unfinished episode's journal lets it continue: the state after its last completed turn.
 
-A journal (t1/coordinator/journal.py) holds, in order, the episode's begin, its sandbox record,
+A journal (t1/coordinator/spool/journal.py) holds, in order, the episode's begin, its sandbox record,
 `ready` (provisioned: how shells start, the verifier baseline), then per turn the buffer's records
 (segment, gen, ctx) and a `turn` record. The resume point is the end of the last `turn` record
 (or of `ready` when no turn completed): what follows it is the turn that was in flight when the

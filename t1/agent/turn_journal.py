@@ -1,4 +1,4 @@
-"""The seam between an episode and its journal (t1/coordinator/journal.py is the real one).
+"""The seam between an episode and its journal (t1/coordinator/spool/journal.py is the real one).
 
 A journaled episode hands every change of its token buffer and the end of every turn to the
 journal as they happen, keeps only what its next turn needs, and builds its trajectory at the end

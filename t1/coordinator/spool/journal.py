@@ -194,7 +194,7 @@ class Journal:
 
     def close(self) -> None:
         """Write what is queued (one try each while writes fail), sync, stop the thread. The files stay: the
-        next start ends their episodes (t1/coordinator/journal_recovery.py)."""
+        next start ends their episodes (t1/coordinator/spool/journal_recovery.py)."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
