@@ -21,7 +21,7 @@ import yaml
 from chaos import accepted_ids, processes_under, trained_steps, wait_until
 from test_local_run import root, small_config  # noqa: F401  (root is a fixture)
 
-MAX_STEPS = 4
+MAX_STEPS = 8  # room for three kills mid-run: a 4-step run could finish before the last seeded moment
 
 
 def _port() -> int:
@@ -105,9 +105,12 @@ def test_kill_9_of_each_process_loses_nothing_and_trains_nothing_twice(root: Pat
         for name in ("trainer", "inference", "coordinator"):
             procs[name].start()
         wait_until(lambda: any(e["event"] == "start" for e in _events(run_dir)), 300, "the coordinator")
-        for victim in order:
-            wait_until(lambda: buffer.exists() and len(accepted_ids(buffer)) >= 2, 400, "trajectories at the trainer")
+        for i, victim in enumerate(order):
+            # Each kill after the run made progress since the one before (two more trajectories at the trainer).
+            wait_until(lambda i=i: buffer.exists() and len(accepted_ids(buffer)) >= 2 * (i + 1), 400,
+                       "trajectories at the trainer")
             time.sleep(rng.uniform(0.5, 8.0))  # a seeded moment: mid-episode, mid-step or mid-push
+            assert not (run_dir / "report.json").exists(), f"the run finished before {victim}'s kill: raise MAX_STEPS"
             procs[victim].kill9()
             time.sleep(rng.uniform(0.0, 3.0))
             procs[victim].start()
