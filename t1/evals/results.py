@@ -91,11 +91,6 @@ def resolve_rate(outcomes: Iterable[AttemptOutcome]) -> float:
     return summary_of(tallies_of(outcomes), 1, 0).resolve_rate
 
 
-def job_pass_at_k(outcomes: Iterable[AttemptOutcome], max_k: int) -> dict[int, float]:
-    """Mean over tasks of pass@k, k = 1..max_k; a task counts for k only if it has >= k scored attempts."""
-    return summary_of(tallies_of(outcomes), max_k, max_k).pass_at_k
-
-
 def summary_of(tallies: Sequence[TaskTally], attempts_per_task: int, max_k: int) -> JobSummaryValues:
     """Resolve rate and mean reward over scored attempts; pass@k (k up to min(attempts_per_task, max_k)) over
     the tasks with >= k scored attempts; infra errors counted, never scored."""

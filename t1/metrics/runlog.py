@@ -98,6 +98,3 @@ class RunLog:
             self.trackers.close()
 
 
-def read_run_log(path: Path) -> list[dict[str, Any]]:
-    """Every record of a run log (for reports and tests)."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

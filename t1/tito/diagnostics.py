@@ -51,15 +51,6 @@ def drift_tokens(trainer_ids: np.ndarray, loss_mask: np.ndarray, sampled: Sequen
     return int(wrong.sum()) + beyond
 
 
-def segment_sampled(segment: Segment, offset: int = 0) -> list[tuple[int, np.ndarray]]:
-    """The segment's sampled tokens as (start, ids) per turn, shifted by offset (its place in a packed row).
-
-    For the trainer: drift_tokens(row_ids, row_loss_mask, segment_sampled(seg, offset)) checks its
-    batch against the record (count it with DRIFT_TOKENS.inc).
-    """
-    return [(offset + t.start, segment.token_ids[t.start:t.end]) for t in segment.turns]
-
-
 def segment_drift(segment: Segment, sampled: Sequence[tuple[int, np.ndarray]]) -> int:
     """drift_tokens for a segment used as trainer input (its ids and loss mask)."""
     return drift_tokens(segment.token_ids, segment.loss_mask, sampled)

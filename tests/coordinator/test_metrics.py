@@ -11,7 +11,7 @@ from pathlib import Path
 import t1.tito.buffer  # noqa: F401 - registers the TITO counters on the default registry (bridged)
 from t1.metrics import registry as m
 from t1.metrics.http import start_metrics_server
-from t1.metrics.runlog import RunLog, read_run_log
+from t1.metrics.runlog import RunLog
 from t1.metrics.watchdog import LagWatchdog
 
 DESIGN_NAMES = [
@@ -43,7 +43,8 @@ def test_run_log_is_one_json_object_per_line(tmp_path: Path) -> None:
     log.write("stop")
     log.close()
     log.write("ignored-after-close")
-    records = read_run_log(tmp_path / "logs" / "run.jsonl")
+    lines = (tmp_path / "logs" / "run.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
     assert [r["event"] for r in records] == ["status", "stop"]
     assert records[0]["rate"] is None and records[0]["nested"] == {"a": [1.5, None]}
     assert records[0]["path"] == str(tmp_path) and isinstance(records[0]["ts"], float)

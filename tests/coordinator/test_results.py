@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from t1.evals.results import AttemptOutcome, job_pass_at_k, pass_at_k, resolve_rate, summarize
+from t1.evals.results import AttemptOutcome, pass_at_k, resolve_rate, summarize
 from t1.trajectory.types import EpisodeStatus as S
 
 
@@ -46,5 +46,5 @@ def test_infra_errors_are_counted_not_scored() -> None:
     assert s.mean_reward == pytest.approx(2 / 3)
     # Task b has one scored attempt: it counts for pass@1 only.
     assert s.pass_at_k == {1: pytest.approx((0.5 + 1.0) / 2), 2: pytest.approx(1.0)}
-    assert job_pass_at_k([_o("a", 0, False, S.INFRA_ERROR)], 1) == {}
+    assert summarize([_o("a", 0, False, S.INFRA_ERROR)], attempts_per_task=1).pass_at_k == {}
     assert resolve_rate([]) == 0.0

@@ -11,7 +11,6 @@ from t1.tito.diagnostics import (
     rate,
     retokenize_changes,
     retokenize_mismatch,
-    segment_sampled,
 )
 from t1.trajectory.types import Segment, TurnSpan
 
@@ -53,6 +52,7 @@ def test_retokenize_changes_zero_for_canonical_ids_and_positive_for_split_ones()
     assert 0 < rate(changed, total) < 1 and rate(0, 0) == 0.0
     packed_ids = np.concatenate([np.zeros(3, np.int32), seg.token_ids])
     packed_mask = np.concatenate([np.zeros(3, bool), seg.loss_mask])
-    assert drift_tokens(packed_ids, packed_mask, segment_sampled(seg, offset=3)) == 0
+    sampled = [(3 + t.start, seg.token_ids[t.start:t.end]) for t in seg.turns]  # the segment's turns, packed at 3
+    assert drift_tokens(packed_ids, packed_mask, sampled) == 0
     packed_ids[5] += 1
-    assert drift_tokens(packed_ids, packed_mask, segment_sampled(seg, offset=3)) == 1
+    assert drift_tokens(packed_ids, packed_mask, sampled) == 1
