@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from t1.sandbox.types import CommandResult, SandboxLost, Shell
 
@@ -62,12 +62,12 @@ class StateWatch:
     """Which turns to probe: those whose commands may change the shell's state; every turn once the episode has
     defined a function or an alias, set a trap or switched a shell option or builtin (`_STICKY`)."""
 
-    sticky: bool = False
+    sticky: bool = field(default=False)
 
     def wants_probe(self, commands: list[str]) -> bool:
         if not self.sticky and any(_STICKY.search(c) for c in commands):
             self.sticky = True
-        return self.sticky or any(_STATE_WORDS.search(c) for c in commands)  # _STICKY already read above
+        return self.sticky or any(may_change_state(c) for c in commands)
 
 
 @dataclass(frozen=True, slots=True)
