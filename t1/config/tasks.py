@@ -26,6 +26,9 @@ class TaskSetConfig(Section):
     synth_shortcut_copies: int = Field(
         0, ge=0, description="Curriculum only: every task with a shortcut is typed robustly once and with its "
         "shortcut this many times more (a teacher who shows each task both ways); excludes synth_shortcuts.")
+    synth_families: list[str] | None = Field(
+        None, min_length=1, description="Curriculum or long tier only: synthesize these of its families "
+        "(round-robin, in name order); null: all of them.")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks.")
 
     @model_validator(mode="after")
@@ -34,6 +37,9 @@ class TaskSetConfig(Section):
             if getattr(self, name) and self.synth_kind == "ood":
                 raise ValueError(f"{name} is {getattr(self, name)} but synth_kind is {self.synth_kind!r}: "
                                  "only the curriculum's families have shortcuts")
+        if self.synth_families is not None and self.synth_kind == "ood":
+            raise ValueError(f"synth_families is {self.synth_families} but synth_kind is 'ood': only the "
+                             "curriculum and its long tier are chosen by family")
         if self.synth_shortcuts and self.synth_shortcut_copies:
             raise ValueError(f"synth_shortcuts ({self.synth_shortcuts}) and synth_shortcut_copies "
                              f"({self.synth_shortcut_copies}) are two teachers: set one of them")

@@ -94,3 +94,24 @@ async def test_chain_shortcut_pays_only_with_a_current_index(provider: LocalProv
         assert res.resolved is current[seed], res.as_json()
         if not current[seed]:  # the target is there with the wrong code: one check of three
             assert (res.report.passed, res.report.total) == (1, 3), res.as_json()
+
+
+def test_a_set_of_chosen_families_from_config(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    cfg = TasksConfig(sets={
+        "one": TaskSetConfig(path=tmp_path / "one", synth=4, synth_kind="curriculum", synth_shortcut_copies=1,
+                             synth_families=["retry_fetch"]),
+        "two": TaskSetConfig(path=tmp_path / "two", synth=4, synth_kind="long",
+                             synth_families=["job_queue", "file_chain"]),
+        "typo": TaskSetConfig(path=tmp_path / "typo", synth=2, synth_kind="curriculum", synth_families=["file_chain"]),
+    })
+    one = load_named_set(cfg, "one")
+    assert {s.metadata.family for s in one} == {"retry_fetch"} and len(one) == 8  # 4 robust, 4 shortcut copies
+    assert sorted(s.metadata.family for s in load_named_set(cfg, "two")) == ["file_chain"] * 2 + ["job_queue"] * 2
+    with pytest.raises(ValueError, match=r"tasks.sets.typo.synth_families names \['file_chain'\], not families of "
+                                         r"synth_kind 'curriculum' \(known: count_match, fix_error"):
+        load_named_set(cfg, "typo")
+    assert not (tmp_path / "typo").exists()  # nothing half-written
+    with pytest.raises(ValidationError, match=r"synth_families is \['x'\] but synth_kind is 'ood'"):
+        TaskSetConfig(path=tmp_path, synth=2, synth_families=["x"])

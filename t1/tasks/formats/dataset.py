@@ -62,9 +62,15 @@ def load_named_set(cfg: TasksConfig, name: str) -> list[TaskSpec]:
 
         split = "eval" if s.split == "eval" else "train"
         if s.synth_kind in ("curriculum", "long"):
+            families = LONG_TIER if s.synth_kind == "long" else CURRICULUM
+            if s.synth_families is not None:
+                unknown = sorted(set(s.synth_families) - set(families))
+                if unknown:
+                    raise ValueError(f"tasks.sets.{name}.synth_families names {unknown}, not families of synth_kind "
+                                     f"{s.synth_kind!r} (known: {', '.join(sorted(families))})")
+                families = {family: families[family] for family in s.synth_families}
             synthesize_curriculum(s.path, n=s.synth, seed=s.synth_seed, split=split, shortcuts=s.synth_shortcuts,
-                                  shortcut_copies=s.synth_shortcut_copies,
-                                  families=LONG_TIER if s.synth_kind == "long" else CURRICULUM)
+                                  shortcut_copies=s.synth_shortcut_copies, families=families)
         else:
             synthesize(s.path, n=s.synth, seed=s.synth_seed, split=split)
     return load_dataset([s.path], limit=s.limit)
