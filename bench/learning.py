@@ -94,17 +94,20 @@ def run_config(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, com
 
 
 def one_run(base_cfg: dict[str, Any], root: Path, seed: int, reward: str, timeout_s: float,
-            compaction: str = "") -> dict[str, Any]:
+            compaction: str = "", env: dict[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    """One coordinator run of the config in `root` (`env`: the processes' environment, default this one's; `cwd`:
+    their working directory, default this one's)."""
     root.mkdir(parents=True, exist_ok=True)
     cfg = run_config(base_cfg, root, seed, reward, compaction)
     path = root / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
     with (root / "coordinator.log").open("wb") as log:
         try:
             rc: int | None = subprocess.run([sys.executable, "-m", "t1.cli.coordinator", "--config", str(path)],
-                                            stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s).returncode
+                                            stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
+                                            cwd=cwd).returncode
         except subprocess.TimeoutExpired:
             rc = None
     wall = time.monotonic() - start
