@@ -17,6 +17,9 @@ _.subsystem_requested, _.session_started, _.terminal_size_changed, _.data_receiv
 _.resume_writing, _.begin_auth, _.public_key_auth_supported, _.validate_public_key, _.session_requested
 term_modes, pixheight, pixwidth, datatype
 
+# pytest: a conftest hook (tests/conftest.py groups the tests of shared session fixtures on one xdist worker).
+pytest_collection_modifyitems
+
 # grpc: server interceptor hook. prometheus_client: collector hook. logging: Formatter.converter.
 _.intercept_service
 # uvicorn: Server.should_exit is read by its serve loop (tests/inference/openai_standin.py stops it so).

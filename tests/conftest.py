@@ -21,6 +21,18 @@ if TYPE_CHECKING:  # imported in the fixtures: the vLLM test environment lacks s
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# `make test` runs the suite on pytest-xdist workers (Makefile: -n 2 --dist loadgroup), each with its own session.
+# The tests that share one of these costly session fixtures go to one worker, so it is made once: the smoke run
+# (a whole local run) and the private Docker engine.
+SHARED_ON_ONE_WORKER = ("smoke_run", "dockerd")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        shared = [name for name in SHARED_ON_ONE_WORKER if name in getattr(item, "fixturenames", ())]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -11,7 +11,9 @@ The breaks themselves are checked here without a run: each applies to today's co
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,10 +25,15 @@ from bench.learning_gate import BREAKS, broken_tree, first_command_share, gate_r
 
 
 @pytest.mark.timeout(1500)
-def test_a_short_run_lifts_the_held_out_solve_rate_by_the_calibrated_bar(tmp_path: Path) -> None:
-    tmp_path.chmod(0o711)  # sandbox users must traverse to their trees
-    run = gate_run(tmp_path / "gate", seed=0, timeout_s=1200)
-    log = (tmp_path / "gate" / "coordinator.log").read_text(errors="replace")[-3000:]
+def test_a_short_run_lifts_the_held_out_solve_rate_by_the_calibrated_bar() -> None:
+    # Not tmp_path: the sandboxes' own uids must traverse to their trees, and an xdist worker's base folder is 0700.
+    root = Path(tempfile.mkdtemp(prefix="t1-learning-gate-"))
+    root.chmod(0o711)
+    try:
+        run = gate_run(root / "gate", seed=0, timeout_s=1200)
+        log = (root / "gate" / "coordinator.log").read_text(errors="replace")[-3000:]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     assert run["rows"], log
     assert run["rows"]["rl"]["attempts"] >= 120 and run["rows"]["warm_start"]["attempts"] >= 120, run["rows"]
     assert all(run["choice"][x]["attempts"] >= 120 for x in ("warm_start", "rl")), run["choice"]
