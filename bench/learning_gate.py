@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from bench.learning import one_run, policy_row
+from bench.learning import one_run
 from bench.machine_info import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,20 +132,18 @@ def gate_run(root: Path, seed: int, broken: str = "none", timeout_s: float = 120
             raise RuntimeError(f"break {broken}: the run would import {imported_t1(env, root)}, not {tree / 't1'}")
     cfg = yaml.safe_load(config.read_text())
     run = one_run(cfg, root, seed, cfg["reward"]["mode"], timeout_s, env=env, cwd=root)
-    return scored(run, root, cfg, broken)
+    return scored(run, root, broken)
 
 
-def scored(run: dict[str, Any], root: Path, cfg: dict[str, Any], broken: str) -> dict[str, Any]:
-    """A finished gate run (bench/learning.py's one_run) with its evals, choice shares and verdict read from
-    `root`."""
+def scored(run: dict[str, Any], root: Path, broken: str) -> dict[str, Any]:
+    """A finished gate run (bench/learning.py's one_run, which read its eval rows) with the choice shares of its
+    evals and the gate's verdict in place of the learning run's."""
     report_file = root / "run" / "report.json"
     report = json.loads(report_file.read_text()) if report_file.is_file() else {}
-    rows, choice = {}, {}
-    for label in ("warm_start", "rl"):
-        if label in report:
-            rows[label] = policy_row(report[label]["heldout"], cfg["coordinator"]["eval"]["attempts"])
-            job = root / "run" / "transcripts" / "eval" / str(report[label]["heldout"].get("job_id", ""))
-            choice[label] = first_command_share(job, PAID_WAY)
+    rows = {label: row for label, row in run["rows"].items() if label in ("warm_start", "rl")}
+    choice = {label: first_command_share(root / "run" / "transcripts" / "eval" /
+                                         str(report[label]["heldout"].get("job_id", "")), PAID_WAY)
+              for label in rows}
     run = {**run, "rows": rows, "choice": choice, "break": broken}
     for key in ("lift", "meets", "why"):
         run.pop(key, None)
