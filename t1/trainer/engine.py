@@ -44,7 +44,11 @@ def init_distributed() -> None:
 
 
 def shutdown_distributed() -> None:
+    """Leave the process group. Ranks first meet at a barrier: a rank that closed its gloo connections
+    while a peer was still busy (rank 0 writing its results) once aborted the peer at teardown."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() > 1:
+            torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
