@@ -44,8 +44,8 @@ def init_distributed() -> None:
 
 
 def shutdown_distributed() -> None:
-    """Leave the process group. Ranks first meet at a barrier: a rank that closed its gloo connections
-    while a peer was still busy (rank 0 writing its results) once aborted the peer at teardown."""
+    """Leave the process group. Ranks first meet at a barrier, so none closes its connections while a
+    peer is still at work (gloo can abort a rank whose peer's connections close under it: pytorch/gloo#155)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         if torch.distributed.get_world_size() > 1:
             torch.distributed.barrier()

@@ -8,6 +8,7 @@ checkpointing on; rank 0 writes the largest differences to the JSON file named o
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -102,7 +103,12 @@ def main(model_dir: Path, out: Path) -> None:
     }
     if ds.rank() == 0:
         out.write_text(json.dumps(result))
-    ds.shutdown_distributed()
+    # Both ranks are done; leave without gloo's teardown, which can abort a rank whose peer closed its
+    # connections first (pytorch/gloo#155: a barrier then the context's destruction), once seen in CI.
+    torch.distributed.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
