@@ -56,7 +56,7 @@ def probe(weights: Path, trajectories: Path, episodes: int, stride: int) -> dict
     probs: dict[str, list[float]] = defaultdict(list)
     words: dict[str, list[float]] = defaultdict(list)
     with trajectories.open("rb") as fh:
-        picked = list(itertools.islice(iter_trajectories(fh), 0, None, stride))[:episodes]
+        picked = list(itertools.islice(iter_trajectories(fh), 0, episodes * stride, stride))  # reads no further
     for traj in picked:
         for seg in traj.segments:
             ids = seg.token_ids.astype(np.int64)
