@@ -410,7 +410,7 @@ class Episode:
         prompt = self.buf.prompt_ids()
         budget = min(self.spec.limits.max_context_tokens - len(prompt), max_tokens or self.spec.sampling.max_tokens)
         sampling = self.spec.sampling
-        if budget < sampling.max_tokens:
+        if budget != sampling.max_tokens:  # a turn near the window's end, or a summary (its own budget)
             sampling = SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, sampling.seed,
                                       sampling.stop_token_ids, max(1, budget))
         req = GenerateRequest(self.session_id, np.asarray(prompt, np.int32), sampling)

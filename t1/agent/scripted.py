@@ -10,10 +10,13 @@ token, exactly as a sampler's would; logprobs are 0 (the script is deterministic
 Asked for a compaction summary (`rollout.compaction.mode: policy`: the prompt ends with the request), it
 writes what a teacher would: how many commands ran and the last one, and the values the remaining commands
 need that the machine has shown (words of the remaining commands that appear in the conversation but neither
-in the instruction nor in the commands typed so far). A `lossy_share` of the summaries (drawn per task and summary)
-drop those values: the
+in the instruction nor in the commands typed so far), each quoted in the line that showed it: the value follows
+the same words as where it was shown, so writing the summary, and reading it later, copies a value after the
+token it followed (the copy a small model learns best; bench/copy_probe.py); as many of those lines as fit the
+summary's token budget. The summaries of a `lossy_share` of the episodes (drawn per task) drop those values: the
 demonstrations then show summaries that lose what a later step needs, so SFT learns to write summaries and
-RL learns which ones pay.
+RL learns which ones pay. (Drawn per episode, not per summary: an episode compacts 3-8 times, and a value lost
+once is lost for good, so a per-summary share of 0.25 would lose it in most demonstrations.)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import random
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +39,7 @@ from t1.tito import ChatRenderer
 
 SOLUTION_DIRS = ("/solution", "/tmp/solution")
 ASSISTANT_TURN = "<|im_start|>assistant"  # how the chat template opens an assistant turn (and the generation prompt)
+STILL_NEEDED = "Still needed:"  # how a teacher summary opens its quotes of the values the rest of the task needs
 
 
 def solution_command(solution: SolutionSpec) -> str:
@@ -116,7 +121,7 @@ class ScriptedEpisode:
         renderer, version = self.policy.renderer, self.policy.policy_version
         tail = renderer.decode(request.prompt_ids[-256:].tolist())
         if SUMMARY_REQUEST in tail:
-            text = self._summary(renderer.decode(request.prompt_ids.tolist()))
+            text = self._summary(renderer.decode(request.prompt_ids.tolist()), request.sampling.max_tokens)
             self.summaries.append(text)
         else:
             # The turn is also read from the prompt (the assistant turns it holds), so a resumed episode (a restarted
@@ -131,20 +136,35 @@ class ScriptedEpisode:
                               policy_version=version, token_versions=np.full(n, version, np.int32), routing=None,
                               prompt_tokens=len(request.prompt_ids))
 
-    def _summary(self, conversation: str) -> str:
-        """The teacher's summary: commands run, the last one, and (unless this one is lossy) the values the
-        remaining commands need that the conversation shows and the instruction does not."""
+    def _summary(self, conversation: str, budget: int) -> str:
+        """The teacher's summary: commands run, the last one, and (unless this episode's are lossy) the values the
+        remaining commands need that the conversation shows and the instruction does not, each quoted in the line
+        that showed it (`Still needed: ticket: olive (write it to black.txt ...)`), as many of those lines as fit
+        the summary's token budget (the earliest first)."""
         done = [a for a in self.actions[:self.calls] if a is not None]
         text = f"I ran {len(done)} commands" + (f", the last: {done[-1]}." if done else ".")
-        lossy = random.Random(f"{self.task_id}/{len(self.summaries)}").random() < self.policy.lossy_share
-        if lossy:
+        if random.Random(f"{self.task_id}/lossy").random() < self.policy.lossy_share:
             return text
         later = [w for a in self.actions[self.calls:] if a for w in _WORD.findall(a)]
         known = set(_WORD.findall(self.instruction)).union(*(_WORD.findall(a) for a in done))
-        values = list(
-            dict.fromkeys(w for w in later if w not in known and re.search(rf"\b{re.escape(w)}\b", conversation))
-        )
-        return f"{text} Values still needed: {', '.join(values)}." if values else text
+        shown = list(_shown_lines(conversation))
+        where: set[int] = set()  # per value, the last line that shows it; quoted in the conversation's order
+        for value in {w for w in later if w not in known}:
+            lines = [i for i, line in enumerate(shown) if re.search(rf"\b{re.escape(value)}\b", line)]
+            where.update(lines[-1:])
+        quotes = list(dict.fromkeys(shown[i] for i in sorted(where)))
+        renderer = self.policy.renderer
+        summaries = [f"{text} {STILL_NEEDED} {'; '.join(quotes[:n])}" for n in range(len(quotes), 0, -1)]
+        room = budget - len(renderer.end_of_turn_ids)
+        return next((s for s in summaries if len(renderer.encode(s)) <= room), text)
+
+
+def _shown_lines(conversation: str) -> Iterator[str]:
+    """The conversation's lines as the teacher quotes them: an earlier summary's quotes one by one (so a value
+    carried through several summaries keeps the words around it), every other line whole."""
+    for line in conversation.splitlines():
+        _, sep, quotes = line.partition(f" {STILL_NEEDED} ")
+        yield from (q.strip() for q in quotes.split("; ")) if sep else (line.strip(),)
 
 
 _WORD = re.compile(r"[A-Za-z0-9_]+")

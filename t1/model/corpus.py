@@ -138,6 +138,7 @@ def _long_tier_corpus(seed: int) -> Iterator[str]:
     """The long tier's texts as tool calls, and per 10 of them a compaction request and a teacher-shaped summary
     in a note (the words of t1.agent.compaction and t1.agent.scripted)."""
     from t1.agent.compaction import NOTE_HEAD, SUMMARY_REQUEST
+    from t1.agent.scripted import STILL_NEEDED
     from t1.tasks.synth.curriculum import long_tier_texts
 
     done: list[str] = []
@@ -146,7 +147,7 @@ def _long_tier_corpus(seed: int) -> Iterator[str]:
         yield f"{text}\n<tool_call>\n{call}\n</tool_call><|im_end|>\n"
         done.append(text)
         if i % 10 == 9:
-            summary = f"I ran {len(done)} commands, the last: {done[-1]}. Values still needed: {done[0].split()[-1]}."
+            summary = f"I ran {len(done)} commands, the last: {done[-1]}. {STILL_NEEDED} next: {done[0].split()[-1]}"
             yield (f"<|im_start|>user\n{SUMMARY_REQUEST}<|im_end|>\n<|im_start|>assistant\n{summary}<|im_end|>\n"
                    f"{NOTE_HEAD} Your summary of them:]\n{summary}\n"
                    "[Continue the task from the current state of the machine.]")

@@ -16,6 +16,7 @@ from test_episode import _says, _task, limits
 from t1.agent.compaction import NOTE_HEAD, SUMMARY_REQUEST
 from t1.agent.episode import Episode, EpisodeSpec, acquire_from
 from t1.agent.formats import FormatName, get_format
+from t1.agent.scripted import STILL_NEEDED
 from t1.agent.transcript import Transcript
 from t1.coordinator.spool.journal import Journal, read_events
 from t1.inference.types import GenerateRequest, GenerateResult, SamplingParams
@@ -89,6 +90,27 @@ async def test_policy_summary_closes_its_segment_and_opens_the_next(tmp_path: Pa
     assert len(loss) == sum(t.end - t.start for s in segs for t in s.turns)  # every sampled token, once
 
 
+async def test_a_summary_has_its_own_budget_beyond_a_turns(tmp_path: Path, provider, renderers) -> None:
+    """`summary_max_tokens` above the turns' `max_tokens`: the summary request asks for the summary's budget (a
+    summary longer than a command is not cut off); the turns keep theirs."""
+    task = load_task(_task(tmp_path, "t", "hello"))
+    renderer = renderers[FormatName.TOOL_CALLS]
+    inner, asked = _policy(renderer, SUMMARY)
+    budgets: list[int] = []
+
+    async def policy(req: GenerateRequest) -> GenerateResult:
+        budgets.append(req.sampling.max_tokens)
+        return await inner(req)
+
+    spec = replace(_spec(task, "rollout.compaction.mode=policy", "rollout.compaction.summary_max_tokens=100"),
+                   sampling=SamplingParams(max_tokens=48))
+    result = await Episode(spec, policy, acquire_from(provider), renderer, Transcript(None, task.id, "ep-c")).run()
+    assert result.status is EpisodeStatus.OK and result.report.resolved
+    kinds = [a == "summary" for a in asked]
+    assert sum(kinds) >= 2 and {b for b, s in zip(budgets, kinds, strict=True) if s} == {100}, (asked, budgets)
+    assert {b for b, s in zip(budgets, kinds, strict=True) if not s} == {48}
+
+
 async def test_a_malformed_summary_falls_back_to_the_rule(tmp_path: Path, provider, renderers) -> None:
     task = load_task(_task(tmp_path, "t", "hello"))
     renderer = renderers[FormatName.TOOL_CALLS]
@@ -141,6 +163,38 @@ async def test_journaled_policy_compaction_exports_what_memory_does(tmp_path: Pa
         journal.close()
 
 
+def test_the_teachers_summary_quotes_what_fits_its_budget(tmp_path: Path, renderers) -> None:
+    """The teacher quotes each needed value in the line that showed it, earliest first, as many lines as fit the
+    summary's budget; an earlier summary's quotes are quoted again one by one."""
+    import random as _random
+
+    from t1.agent.scripted import ScriptedPolicy
+    from t1.tasks.synth.base import write_task
+    from t1.tasks.synth.long_tier import job_queue
+
+    synth = job_queue(_random.Random(3))
+    ticket, target = synth.turns[-1].removeprefix("echo ").split(" > ")
+    value, path = synth.turns[1].removeprefix("echo ").split(" > ")
+    ticket_line = f"ticket: {ticket} (write it to {target} when the queue is empty)"
+    job_line = f"job {path.removeprefix('out/').removesuffix('.txt')}: write {value} to {path}"
+    first = synth.turns[0]
+    renderer = renderers[FormatName.TOOL_CALLS]
+    task = load_task(write_task(synth, tmp_path, "queue", "train", 3))
+    teacher = ScriptedPolicy(renderer).for_episode(task, get_format("tool_calls"))
+    teacher.calls = 1  # `bash next.sh` ran and showed the ticket and the first job
+    conversation = f"Work through the job queue.\n{first}\n{ticket_line}\n{job_line}\n[exit code 0]\n"
+    full = teacher._summary(conversation, 200)
+    assert full == f"I ran 1 commands, the last: {first}. {STILL_NEEDED} {ticket_line}; {job_line}"
+    head = f"I ran 1 commands, the last: {first}."
+    fit = len(renderer.encode(f"{head} {STILL_NEEDED} {ticket_line}")) + len(renderer.end_of_turn_ids)
+    assert teacher._summary(conversation, fit) == f"{head} {STILL_NEEDED} {ticket_line}"
+    assert teacher._summary(conversation, fit - 1) == head
+    # after a compaction the ticket is shown only by the last summary: quoted from it, as it was shown
+    teacher.calls = 2
+    later = f"[Earlier turns were compacted.]\n{full}\n{synth.turns[1]}\n[exit code 0]\n"
+    assert teacher._summary(later, 200) == f"I ran 2 commands, the last: {synth.turns[1]}. {STILL_NEEDED} {ticket_line}"
+
+
 @pytest.mark.parametrize("lossy", [0.0, 1.0])
 async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider, renderers, lossy: float) -> None:
     """The oracle teacher answers a summary request with what the rest of the task needs that the machine showed
@@ -166,8 +220,9 @@ async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider,
     ).run()
     assert result.status is EpisodeStatus.OK and result.report.resolved and result.drift_tokens == 0
     assert len(scripted.summaries) >= 2 and len(result.trajectory.segments) == len(scripted.summaries) + 1
-    carried = [target in s.split("Values still needed:")[-1] for s in scripted.summaries if "Values" in s]
+    # the target is quoted as the first file showed it (`target: red`), in every summary after it was shown
+    carried = [f"{STILL_NEEDED} target: {target}" in s for s in scripted.summaries if STILL_NEEDED in s]
     if lossy:
-        assert not any("Values still needed" in s for s in scripted.summaries), scripted.summaries
+        assert not any(STILL_NEEDED in s for s in scripted.summaries), scripted.summaries
     else:
         assert carried and all(carried), scripted.summaries
