@@ -31,8 +31,8 @@ class CompactionConfig(Section):
         "summary that is empty, cut off, an action or over the note's length falls back to the rule (counted).")
     summary_max_tokens: int = Field(128, ge=8, description="policy: the summary's token budget (within the context).")
     teacher_lossy_share: float = Field(
-        0.25, ge=0, le=1, description="policy: the share of the oracle teacher's demonstration episodes whose summaries "
-        "drop the values a later step needs (so SFT learns to write summaries and RL which ones pay).")
+        0.25, ge=0, le=1, description="policy: the share of the oracle teacher's demonstration episodes whose "
+        "summaries drop the values a later step needs (so SFT learns to write summaries and RL which ones pay).")
 
 
 class HarnessSamplingConfig(Section):
