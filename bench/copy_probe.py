@@ -1,6 +1,7 @@
 """Which copies a policy gets right: the probability it gives each sampled token that repeats a token shown before
 it, split by whether the token before the copy is the same as before the shown one (an induction copy: `out` `/bee`
-shown, `out` `/bee` typed) or not (` plum` shown after ` write`, typed after ` echo`).
+shown, `out` `/bee` typed) or not (` plum` shown after ` write`, typed after ` echo`), and each kind by how far back
+it was last shown (`near` under `--far-tokens`, `far` from there: a model may copy only from close by).
 
     python -m bench.copy_probe --weights RUN/trainer/weights/v1500 --trajectories RUN/run/demos.msgpack \
         --episodes 40 --out FILE
@@ -27,9 +28,10 @@ from bench.machine_info import machine
 INDUCTION, OTHER = "induction", "other_predecessor"
 
 
-def copy_kinds(token_ids: np.ndarray, sampled: np.ndarray) -> dict[int, str]:
-    """Position -> kind, for each sampled position whose token was shown before it (see the module docstring)."""
-    kinds: dict[int, str] = {}
+def copy_kinds(token_ids: np.ndarray, sampled: np.ndarray) -> dict[int, tuple[str, int]]:
+    """Position -> (kind, tokens back to where it was last shown), for each sampled position whose token was shown
+    before it (see the module docstring)."""
+    kinds: dict[int, tuple[str, int]] = {}
     for pos in np.nonzero(sampled)[0]:
         if pos == 0:
             continue
@@ -41,11 +43,11 @@ def copy_kinds(token_ids: np.ndarray, sampled: np.ndarray) -> dict[int, str]:
         typed = before[sampled[before]]
         if (token_ids[typed - 1] == prev).any():
             continue
-        kinds[int(pos)] = INDUCTION if (token_ids[shown - 1] == prev).any() else OTHER
+        kinds[int(pos)] = (INDUCTION if (token_ids[shown - 1] == prev).any() else OTHER, int(pos - shown[-1]))
     return kinds
 
 
-def probe(weights: Path, trajectories: Path, episodes: int, stride: int) -> dict[str, Any]:
+def probe(weights: Path, trajectories: Path, episodes: int, stride: int, far_tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -63,8 +65,9 @@ def probe(weights: Path, trajectories: Path, episodes: int, stride: int) -> dict
             with torch.no_grad():
                 logp = torch.log_softmax(model(torch.from_numpy(ids[None])).logits[0, :-1].float(), -1)
             p = logp[torch.arange(len(ids) - 1), torch.from_numpy(ids[1:])].exp().numpy()  # p[i]: token i + 1
-            for pos, kind in copy_kinds(ids, np.asarray(seg.loss_mask, bool)).items():
+            for pos, (kind, back) in copy_kinds(ids, np.asarray(seg.loss_mask, bool)).items():
                 probs[kind].append(float(p[pos - 1]))
+                probs[f"{kind}/{'far' if back >= far_tokens else 'near'}"].append(float(p[pos - 1]))
             for i in np.nonzero(seg.loss_mask)[0]:
                 if i > 0:
                     words[str(tok.decode([int(ids[i])])).strip()].append(float(p[i - 1]))
@@ -75,7 +78,9 @@ def probe(weights: Path, trajectories: Path, episodes: int, stride: int) -> dict
                 "share_below_half": round(float((v < 0.5).mean()), 4) if v.size else None}
 
     lowest = sorted((float(np.mean(v)), w, len(v)) for w, v in words.items() if len(v) >= 5 and w)[:20]
-    return {"episodes": len(picked), **{kind: summary(probs[kind]) for kind in (INDUCTION, OTHER)},
+    by_kind = {kind: {**summary(probs[kind]), "near": summary(probs[f"{kind}/near"]),
+                      "far": summary(probs[f"{kind}/far"])} for kind in (INDUCTION, OTHER)}
+    return {"episodes": len(picked), "far_tokens": far_tokens, **by_kind,
             "lowest_words": [{"word": w, "tokens": n, "mean_p": round(m, 4)} for m, w, n in lowest]}
 
 
@@ -85,18 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trajectories", type=Path, required=True, help="demos.msgpack or a spool file")
     p.add_argument("--episodes", type=int, default=40)
     p.add_argument("--stride", type=int, default=20, help="read every stride-th episode of the file")
+    p.add_argument("--far-tokens", type=int, default=120, help="a copy shown at least this many tokens back is far")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     for path in (args.weights, args.trajectories):
         if not path.exists():
             p.error(f"{path} does not exist")
     result = {"machine": machine(), "weights": str(args.weights), "trajectories": str(args.trajectories),
-              **probe(args.weights, args.trajectories, args.episodes, args.stride)}
-    print(f"{'copy':<20}{'tokens':>8}{'mean p':>9}{'p < 0.5':>9}")
+              **probe(args.weights, args.trajectories, args.episodes, args.stride, args.far_tokens)}
+    print(f"{'copy':<26}{'tokens':>8}{'mean p':>9}{'p < 0.5':>9}")
     for kind in (INDUCTION, OTHER):
-        r = result[kind]
-        print(f"{kind:<20}{r['tokens']:>8}{r['mean_p'] if r['mean_p'] is not None else '-':>9}"
-              f"{r['share_below_half'] if r['share_below_half'] is not None else '-':>9}")
+        for label, r in ((kind, result[kind]), (f"  near (< {args.far_tokens} back)", result[kind]["near"]),
+                         ("  far", result[kind]["far"])):
+            print(f"{label:<26}{r['tokens']:>8}{r['mean_p'] if r['mean_p'] is not None else '-':>9}"
+                  f"{r['share_below_half'] if r['share_below_half'] is not None else '-':>9}")
     print("lowest words:", ", ".join(f"{w['word']} {w['mean_p']:.2f}" for w in result["lowest_words"][:10]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -21,8 +21,9 @@ SAMPLED = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1], bool)
 def test_copies_are_split_by_the_token_before_them() -> None:
     kinds = copy_kinds(IDS, SAMPLED)
     # 3 and 4 were never shown; 6 after 3 copies "plum" after another token; 8 after 6: shown after 7, not 6;
-    # 9 after 8 is the induction copy; the second 6 after 9: shown after 5, typed before only after 3
-    assert kinds == {8: OTHER, 9: OTHER, 10: INDUCTION, 11: OTHER}
+    # 9 after 8 is the induction copy; the second 6 after 9: shown after 5, typed before only after 3. Each with
+    # how far back its token was last shown (6 at 2, 8 at 4, 9 at 5)
+    assert kinds == {8: (OTHER, 6), 9: (OTHER, 5), 10: (INDUCTION, 5), 11: (OTHER, 9)}
     # a token typed before after the same token is the policy repeating itself, not a copy
     again = np.concatenate([IDS, [3, 6]])
     assert 14 not in copy_kinds(again, np.concatenate([SAMPLED, [True, True]]))
@@ -39,10 +40,13 @@ def test_the_probe_reads_a_trajectory_file_with_a_real_model(tmp_path: Path, tin
     path.write_bytes(encode_trajectory(traj) * 3)
     out = tmp_path / "probe.json"
     assert main(["--weights", str(tiny_model_dir), "--trajectories", str(path), "--episodes", "2", "--stride", "1",
-                 "--out", str(out)]) == 0
+                 "--far-tokens", "6", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["episodes"] == 2
     assert r[INDUCTION]["tokens"] == 2 * 2 and r[OTHER]["tokens"] == 3 * 2 * 2  # per segment, two of each episode
+    # 6 or more tokens back is far: the copies at 8 (6 back) and 11 (9 back); near: 9 and the induction copy
+    assert (r[OTHER]["far"]["tokens"], r[OTHER]["near"]["tokens"]) == (2 * 2 * 2, 1 * 2 * 2)
+    assert (r[INDUCTION]["far"]["tokens"], r[INDUCTION]["near"]["mean_p"]) == (0, r[INDUCTION]["mean_p"])
     # the one induction copy of a segment (position 10) gets the model's own probability of that token there
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).eval()
     with torch.no_grad():
