@@ -55,7 +55,7 @@ def probe(weights: Path, trajectories: Path, episodes: int, stride: int, far_tok
 
     model = AutoModelForCausalLM.from_pretrained(str(weights)).eval()
     tok = AutoTokenizer.from_pretrained(str(weights))
-    probs: dict[str, list[float]] = defaultdict(list)
+    probs: dict[tuple[str, str], list[float]] = defaultdict(list)  # (kind, near or far) -> p of each copy
     words: dict[str, list[float]] = defaultdict(list)
     with trajectories.open("rb") as fh:
         picked = list(itertools.islice(iter_trajectories(fh), 0, episodes * stride, stride))  # reads no further
@@ -66,8 +66,7 @@ def probe(weights: Path, trajectories: Path, episodes: int, stride: int, far_tok
                 logp = torch.log_softmax(model(torch.from_numpy(ids[None])).logits[0, :-1].float(), -1)
             p = logp[torch.arange(len(ids) - 1), torch.from_numpy(ids[1:])].exp().numpy()  # p[i]: token i + 1
             for pos, (kind, back) in copy_kinds(ids, np.asarray(seg.loss_mask, bool)).items():
-                probs[kind].append(float(p[pos - 1]))
-                probs[f"{kind}/{'far' if back >= far_tokens else 'near'}"].append(float(p[pos - 1]))
+                probs[kind, "far" if back >= far_tokens else "near"].append(float(p[pos - 1]))
             for i in np.nonzero(seg.loss_mask)[0]:
                 if i > 0:
                     words[str(tok.decode([int(ids[i])])).strip()].append(float(p[i - 1]))
@@ -78,8 +77,8 @@ def probe(weights: Path, trajectories: Path, episodes: int, stride: int, far_tok
                 "share_below_half": round(float((v < 0.5).mean()), 4) if v.size else None}
 
     lowest = sorted((float(np.mean(v)), w, len(v)) for w, v in words.items() if len(v) >= 5 and w)[:20]
-    by_kind = {kind: {**summary(probs[kind]), "near": summary(probs[f"{kind}/near"]),
-                      "far": summary(probs[f"{kind}/far"])} for kind in (INDUCTION, OTHER)}
+    by_kind = {kind: {**summary(probs[kind, "near"] + probs[kind, "far"]), "near": summary(probs[kind, "near"]),
+                      "far": summary(probs[kind, "far"])} for kind in (INDUCTION, OTHER)}
     return {"episodes": len(picked), "far_tokens": far_tokens, **by_kind,
             "lowest_words": [{"word": w, "tokens": n, "mean_p": round(m, 4)} for m, w, n in lowest]}
 
