@@ -17,6 +17,11 @@ summary's token budget. The summaries of a `lossy_share` of the episodes (drawn 
 demonstrations then show summaries that lose what a later step needs, so SFT learns to write summaries and
 RL learns which ones pay. (Drawn per episode, not per summary: an episode compacts 3-8 times, and a value lost
 once is lost for good, so a per-summary share of 0.25 would lose it in most demonstrations.)
+
+With `notes` each reply opens with a running note of the values still needed that the machine showed before its
+last two outputs (`Still needed: target: pink`, then the action): the value an early step showed is typed late
+as a chain of copies from the last reply (a small model copies from close by, not from far back), and the
+kept last turn carries the note over a compaction; a lossy episode keeps none.
 """
 
 from __future__ import annotations
@@ -94,12 +99,14 @@ class ScriptedPolicy:
     """Makes each episode's scripted GenerateFn from its task (`for_episode`); `policy_version` is the
     version its replies carry (the coordinator sets it when weights change)."""
 
-    def __init__(self, renderer: ChatRenderer, policy_version: int = 0, lossy_share: float = 0.0) -> None:
+    def __init__(self, renderer: ChatRenderer, policy_version: int = 0, lossy_share: float = 0.0,
+                 notes: bool = False) -> None:
         if not 0.0 <= lossy_share <= 1.0:
             raise ValueError(f"lossy_share must be in [0, 1], got {lossy_share}")
         self.renderer = renderer
         self.policy_version = policy_version
         self.lossy_share = lossy_share
+        self.notes = notes
 
     def for_episode(self, task: TaskSpec, fmt: AgentFormat) -> ScriptedEpisode:
         return ScriptedEpisode(self, fmt, tuple(oracle_actions(task)), task.phases()[0].instruction, task.id)
@@ -130,11 +137,18 @@ class ScriptedEpisode:
             action = self.actions[self.calls] if self.calls < len(self.actions) else None
             self.calls += 1
             text = render_action(self.fmt, action)
+            if self.policy.notes and not self.lossy:
+                text = self._noted(renderer.decode(request.prompt_ids.tolist()), text, request.sampling.max_tokens)
         ids = np.asarray(renderer.encode(text) + list(renderer.end_of_turn_ids), np.int32)
         n = len(ids)
         return GenerateResult(token_ids=ids, logprobs=np.zeros(n, np.float32), finish_reason=FinishReason.STOP,
                               policy_version=version, token_versions=np.full(n, version, np.int32), routing=None,
                               prompt_tokens=len(request.prompt_ids))
+
+    @property
+    def lossy(self) -> bool:
+        """This episode's teacher forgets: its summaries drop the values a later step needs, and it keeps no notes."""
+        return random.Random(f"{self.task_id}/lossy").random() < self.policy.lossy_share
 
     def _summary(self, conversation: str, budget: int) -> str:
         """The teacher's summary: commands run, the last one, and (unless this episode's are lossy) the values the
@@ -143,27 +157,54 @@ class ScriptedEpisode:
         the summary's token budget (the earliest first)."""
         done = [a for a in self.actions[:self.calls] if a is not None]
         text = f"I ran {len(done)} commands" + (f", the last: {done[-1]}." if done else ".")
-        if random.Random(f"{self.task_id}/lossy").random() < self.policy.lossy_share:
+        if self.lossy:
             return text
+        quotes = [line for line, _ in self._quotes(conversation)]
+        summaries = [f"{text} {STILL_NEEDED} {'; '.join(quotes[:n])}" for n in range(len(quotes), 0, -1)]
+        return self._first_fitting(summaries, budget, text)
+
+    def _noted(self, conversation: str, action: str, budget: int) -> str:
+        """The reply `action` opened by the teacher's running note (`notes`): the values the remaining commands need
+        that the machine showed before its last two outputs, each quoted in the line that showed it up to the last
+        such value (`Still needed: target: pink`), earliest first, as many as fit the reply's budget. A value shown
+        early is so copied from the last reply, close by, and not from where it was shown, far back: the copy a
+        small model gets right (bench/copy_probe.py); the kept last turn carries the note over a compaction."""
+        parts = conversation.split(ASSISTANT_TURN)
+        recent = "\n".join(line for part in parts[-3:] for line in part.splitlines() if STILL_NEEDED not in line)
+        quotes = [line[:end] for line, (value, end) in self._quotes(conversation)
+                  if not re.search(rf"\b{re.escape(value)}\b", recent)]
+        noted = [f"{STILL_NEEDED} {'; '.join(quotes[:n])}\n{action}" for n in range(len(quotes), 0, -1)]
+        return self._first_fitting(noted, budget, action)
+
+    def _quotes(self, conversation: str) -> list[tuple[str, tuple[str, int]]]:
+        """The lines of the conversation that show a value the remaining commands need (neither in the instruction
+        nor typed yet), each value's last such line, in the conversation's order; with each line, its last needed
+        value and where that value ends in the line."""
+        done = [a for a in self.actions[:self.calls] if a is not None]
         later = [w for a in self.actions[self.calls:] if a for w in _WORD.findall(a)]
         known = set(_WORD.findall(self.instruction)).union(*(_WORD.findall(a) for a in done))
         shown = list(_shown_lines(conversation))
-        where: set[int] = set()  # per value, the last line that shows it; quoted in the conversation's order
+        last: dict[int, tuple[str, int]] = {}  # line -> its last needed value and that value's end
         for value in {w for w in later if w not in known}:
-            lines = [i for i, line in enumerate(shown) if re.search(rf"\b{re.escape(value)}\b", line)]
-            where.update(lines[-1:])
-        quotes = list(dict.fromkeys(shown[i] for i in sorted(where)))
+            found = [(i, m.end()) for i, line in enumerate(shown)
+                     for m in re.finditer(rf"\b{re.escape(value)}\b", line)]
+            if found:
+                i, end = found[-1]
+                if end > last.get(i, ("", 0))[1]:
+                    last[i] = (value, end)
+        return list({shown[i]: last[i] for i in sorted(last)}.items())
+
+    def _first_fitting(self, texts: list[str], budget: int, fallback: str) -> str:
         renderer = self.policy.renderer
-        summaries = [f"{text} {STILL_NEEDED} {'; '.join(quotes[:n])}" for n in range(len(quotes), 0, -1)]
         room = budget - len(renderer.end_of_turn_ids)
-        return next((s for s in summaries if len(renderer.encode(s)) <= room), text)
+        return next((t for t in texts if len(renderer.encode(t)) <= room), fallback)
 
 
 def _shown_lines(conversation: str) -> Iterator[str]:
-    """The conversation's lines as the teacher quotes them: an earlier summary's quotes one by one (so a value
-    carried through several summaries keeps the words around it), every other line whole."""
+    """The conversation's lines as the teacher quotes them: an earlier summary's or note's quotes one by one (so a
+    value carried through several keeps the words around it), every other line whole."""
     for line in conversation.splitlines():
-        _, sep, quotes = line.partition(f" {STILL_NEEDED} ")
+        _, sep, quotes = line.partition(f"{STILL_NEEDED} ")
         yield from (q.strip() for q in quotes.split("; ")) if sep else (line.strip(),)
 
 

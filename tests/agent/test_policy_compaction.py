@@ -226,3 +226,41 @@ async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider,
         assert not any(STILL_NEEDED in s for s in scripted.summaries), scripted.summaries
     else:
         assert carried and all(carried), scripted.summaries
+
+
+@pytest.mark.parametrize(("mode", "window"), [("rule", 3000), ("policy", 1500)])  # the rule's note lists every command
+async def test_the_teachers_notes_carry_an_early_value_reply_to_reply(tmp_path: Path, provider, renderers,
+                                                                       mode: str, window: int) -> None:
+    """With notes, every reply after the first file's output is two outputs back opens with the target quoted as
+    that file showed it, up to the reply that types it, across compactions (the kept last turn carries the note):
+    the demonstrations copy it from the reply before, never from far back."""
+    import random as _random
+
+    from t1.agent.scripted import ScriptedPolicy
+    from t1.tasks.synth.base import write_task
+    from t1.tasks.synth.long_tier import file_chain
+
+    synth = file_chain(_random.Random(5))
+    task = load_task(write_task(synth, tmp_path, "chain", "train", 5))
+    target = synth.turns[-1].split("> ")[1].removesuffix(".txt")
+    renderer = renderers[FormatName.TOOL_CALLS]
+    scripted = ScriptedPolicy(renderer, notes=True).for_episode(task, get_format("tool_calls"))
+    spec = EpisodeSpec("ep-n", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=96),
+                       limits("rollout.max_turns=40", f"rollout.max_context_tokens={window}",
+                              f"rollout.compaction.mode={mode}", "rollout.compaction.keep_last_turns=1",
+                              "rollout.compaction.max_segments=30"))
+    result = await Episode(
+        spec, scripted, acquire_from(provider), renderer, Transcript(tmp_path / "tx", task.id, "t")
+    ).run()
+    assert result.status is EpisodeStatus.OK and result.report.resolved and result.drift_tokens == 0
+    assert len(result.trajectory.segments) >= 2
+    replies = []
+    for seg in result.trajectory.segments:
+        spans = np.split(np.arange(len(seg.token_ids)), np.nonzero(np.diff(seg.loss_mask.astype(np.int8)))[0] + 1)
+        replies += [renderer.decode(seg.token_ids[s].tolist()) for s in spans if seg.loss_mask[s[0]]]
+    actions = [r for r in replies if "<tool_call>" in r]  # the summaries (policy mode) are no actions
+    note = f"{STILL_NEEDED} target: {target}\n<tool_call>"
+    assert len(actions) == len(synth.turns) + 1
+    assert not any(STILL_NEEDED in r for r in actions[:3])  # the target is shown by the first output
+    assert all(note in r for r in actions[3:len(synth.turns) - 1]), actions
+    assert not any(STILL_NEEDED in r for r in actions[len(synth.turns) - 1:])  # the echo types it; then finish

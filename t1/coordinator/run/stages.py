@@ -53,7 +53,8 @@ async def write_demos(parts: Parts, tasks: list[TaskSpec], path: Path) -> int:
     """Oracle demonstrations for SFT: each training task's reference solution typed through the rollout path."""
     fmt = get_format(parts.cfg.rollout.agent_format)
     scripted = ScriptedPolicy(parts.runner.renderers[fmt.name],
-                              lossy_share=parts.cfg.rollout.compaction.teacher_lossy_share)
+                              lossy_share=parts.cfg.rollout.compaction.teacher_lossy_share,
+                              notes=parts.cfg.rollout.compaction.teacher_notes)
     records: dict[str, bytes] = {}
 
     async def one(task: TaskSpec) -> None:
