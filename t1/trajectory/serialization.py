@@ -40,7 +40,7 @@ def _pack_array(arr: np.ndarray) -> msgpack.ExtType:
     dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
     code = dt.str.encode()
     head = _HEADER.pack(len(code), arr.ndim) + code + struct.pack(f"<{arr.ndim}Q", *arr.shape)
-    body = np.ascontiguousarray(arr, dtype=dt)
+    body = np.ascontiguousarray(arr, dtype=dt).reshape(-1)  # flat: an empty (0, 48, 8) array has no byte view
     # one copy: join reads the array's buffer directly (tobytes + concatenation would copy twice)
     raw = memoryview(body).cast("B")  # type: ignore[arg-type]
     return msgpack.ExtType(NDARRAY_EXT, b"".join((head, raw)))
@@ -139,22 +139,33 @@ def _pack_into(obj: Any, parts: list[Any], packer: msgpack.Packer) -> None:
 
 def _array_parts(arr: np.ndarray, parts: list[Any]) -> None:
     """The ExtType of _pack_array(arr) as parts: ext header, array header, the array's own buffer."""
-    dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
-    code = dt.str.encode()
-    head = _HEADER.pack(len(code), arr.ndim) + code + struct.pack(f"<{arr.ndim}Q", *arr.shape)
-    body = memoryview(np.ascontiguousarray(arr, dtype=dt)).cast("B")  # type: ignore[arg-type]
+    known = _ARRAY_HEADS.get((arr.dtype, arr.ndim))
+    if known is None:
+        dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+        code = dt.str.encode()
+        known = _ARRAY_HEADS[(arr.dtype, arr.ndim)] = (dt, _HEADER.pack(len(code), arr.ndim) + code,
+                                                       struct.Struct(f"<{arr.ndim}Q"))
+    dt, head, shape = known
+    if dt is not arr.dtype or not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr, dtype=dt)
+    head += shape.pack(*arr.shape)
+    body = memoryview(arr if arr.size else arr.reshape(-1)).cast("B")  # type: ignore[arg-type]  # (0, 48, 8): no cast
     n = len(head) + body.nbytes
     if n in _FIXEXT:
-        ext = struct.pack(">BB", _FIXEXT[n], NDARRAY_EXT)
+        ext = bytes((_FIXEXT[n], NDARRAY_EXT))
     elif n < 1 << 8:
-        ext = struct.pack(">BBB", 0xC7, n, NDARRAY_EXT)
+        ext = bytes((0xC7, n, NDARRAY_EXT))
     elif n < 1 << 16:
-        ext = struct.pack(">BHB", 0xC8, n, NDARRAY_EXT)
+        ext = _EXT16.pack(0xC8, n, NDARRAY_EXT)
     else:
-        ext = struct.pack(">BIB", 0xC9, n, NDARRAY_EXT)
+        ext = _EXT32.pack(0xC9, n, NDARRAY_EXT)
     parts += (ext, head, body)
 
 
+# (dtype, ndim) -> (little-endian dtype, array header without its shape, the shape's struct): a turn's journal
+# frames pack five arrays, and building these each time was most of their cost.
+_ARRAY_HEADS: dict[tuple[np.dtype[Any], int], tuple[np.dtype[Any], bytes, struct.Struct]] = {}
+_EXT16, _EXT32 = struct.Struct(">BHB"), struct.Struct(">BIB")
 _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
 
 

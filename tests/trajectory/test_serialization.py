@@ -133,7 +133,10 @@ def test_pack_parts_joins_to_msgpack_of_the_same_list_without_copying_arrays():
     routing = np.arange(5 * 48 * 8, dtype=np.uint8).reshape(5, 48, 8)
     items = ["gen", {"start": 3, "ids": np.arange(5, dtype=np.int32), "routing": routing, "routing_start": None,
                      "message": {"role": "assistant", "content": "ls"}, "messages": [{"role": "tool", "content": "x"}],
-                     "commands": [["ls", 0], ["make", None]]}]
+                     "commands": [["ls", 0], ["make", None]],
+                     # arrays the journal's fast path must convert as _pack_array does: big-endian, strided, empty
+                     "big": np.arange(4, dtype=">i4"), "strided": np.arange(12, dtype=np.int32)[::3],
+                     "empty": np.zeros((0, 48, 8), np.uint8), "again": np.arange(3, dtype=">i4")}]
     parts = pack_parts(items)
     assert b"".join(parts) == msgpack.packb(items, default=_default, use_bin_type=True)
     assert any(isinstance(p, memoryview) and p.obj is routing for p in parts)  # the array's own buffer, not a copy
