@@ -18,9 +18,9 @@ demonstrations then show summaries that lose what a later step needs, so SFT lea
 RL learns which ones pay. (Drawn per episode, not per summary: an episode compacts 3-8 times, and a value lost
 once is lost for good, so a per-summary share of 0.25 would lose it in most demonstrations.)
 
-With `notes` each reply opens with a running note of the values still needed that the machine showed before its
-last two outputs (`Still needed: target: pink`, then the action): the value an early step showed is typed late
-as a chain of copies from the last reply (a small model copies from close by, not from far back), and the
+With `notes` each reply opens with a running note of the values still needed that the machine has shown
+(`Still needed: target: pink`, then the action): the value an early step showed is typed late at the end of a
+chain of copies, each from the reply before (a small model copies from close by, not from far back), and the
 kept last turn carries the note over a compaction; a lossy episode keeps none.
 """
 
@@ -165,14 +165,12 @@ class ScriptedEpisode:
 
     def _noted(self, conversation: str, action: str, budget: int) -> str:
         """The reply `action` opened by the teacher's running note (`notes`): the values the remaining commands need
-        that the machine showed before its last two outputs, each quoted in the line that showed it up to the last
-        such value (`Still needed: target: pink`), earliest first, as many as fit the reply's budget. A value shown
-        early is so copied from the last reply, close by, and not from where it was shown, far back: the copy a
-        small model gets right (bench/copy_probe.py); the kept last turn carries the note over a compaction."""
-        parts = conversation.split(ASSISTANT_TURN)
-        recent = "\n".join(line for part in parts[-3:] for line in part.splitlines() if STILL_NEEDED not in line)
-        quotes = [line[:end] for line, (value, end) in self._quotes(conversation)
-                  if not re.search(rf"\b{re.escape(value)}\b", recent)]
+        that the machine has shown, each quoted in the line that showed it up to the last such value (`Still needed:
+        target: pink`), earliest first, as many as fit the reply's budget. A value is so copied first from the
+        output just above and then from the last reply, always from close by, never from where it was shown far
+        back: the copy a small model gets right (bench/copy_probe.py); the kept last turn carries the note over a
+        compaction."""
+        quotes = [line[:end] for line, (_, end) in self._quotes(conversation)]
         noted = [f"{STILL_NEEDED} {'; '.join(quotes[:n])}\n{action}" for n in range(len(quotes), 0, -1)]
         return self._first_fitting(noted, budget, action)
 

@@ -35,8 +35,8 @@ class CompactionConfig(Section):
         "summaries drop the values a later step needs (so SFT learns to write summaries and RL which ones pay).")
     teacher_notes: bool = Field(
         False, description="The oracle teacher's replies (any mode) open with a running note quoting the values a "
-        "later step needs that the machine showed before its last two outputs (`Still needed: target: pink`), so "
-        "the demonstrations copy them from the last reply, close by; none in its lossy episodes.")
+        "later step needs that the machine has shown (`Still needed: target: pink`), so the demonstrations copy "
+        "them from the reply before, close by; none in its lossy episodes.")
 
 
 class HarnessSamplingConfig(Section):

@@ -231,9 +231,9 @@ async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider,
 @pytest.mark.parametrize(("mode", "window"), [("rule", 3000), ("policy", 1500)])  # the rule's note lists every command
 async def test_the_teachers_notes_carry_an_early_value_reply_to_reply(tmp_path: Path, provider, renderers,
                                                                        mode: str, window: int) -> None:
-    """With notes, every reply after the first file's output is two outputs back opens with the target quoted as
-    that file showed it, up to the reply that types it, across compactions (the kept last turn carries the note):
-    the demonstrations copy it from the reply before, never from far back."""
+    """With notes, every reply after the first file's output opens with the target quoted as that file showed it,
+    up to the reply that types it, across compactions (the kept last turn carries the note): the demonstrations
+    copy it from the output just above, then from the reply before, never from far back."""
     import random as _random
 
     from t1.agent.scripted import ScriptedPolicy
@@ -261,6 +261,6 @@ async def test_the_teachers_notes_carry_an_early_value_reply_to_reply(tmp_path: 
     actions = [r for r in replies if "<tool_call>" in r]  # the summaries (policy mode) are no actions
     note = f"{STILL_NEEDED} target: {target}\n<tool_call>"
     assert len(actions) == len(synth.turns) + 1
-    assert not any(STILL_NEEDED in r for r in actions[:3])  # the target is shown by the first output
-    assert all(note in r for r in actions[3:len(synth.turns) - 1]), actions
+    assert STILL_NEEDED not in actions[0]  # the target is shown by the first output
+    assert all(note in r for r in actions[1:len(synth.turns) - 1]), actions
     assert not any(STILL_NEEDED in r for r in actions[len(synth.turns) - 1:])  # the echo types it; then finish
