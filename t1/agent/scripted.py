@@ -31,7 +31,7 @@ import json
 import random
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -181,7 +181,7 @@ class ScriptedEpisode:
         done = [a for a in self.actions[:self.calls] if a is not None]
         later = [w for a in self.actions[self.calls:] if a for w in _WORD.findall(a)]
         known = set(_WORD.findall(self.instruction)).union(*(_WORD.findall(a) for a in done))
-        shown = list(_shown_lines(conversation))
+        shown = list(_shown_lines(conversation, self.policy.renderer.tokenizer.all_special_tokens))
         last: dict[int, tuple[str, int]] = {}  # line -> its last needed value and that value's end
         for value in {w for w in later if w not in known}:
             found = [(i, m.end()) for i, line in enumerate(shown)
@@ -198,10 +198,14 @@ class ScriptedEpisode:
         return next((t for t in texts if len(renderer.encode(t)) <= room), fallback)
 
 
-def _shown_lines(conversation: str) -> Iterator[str]:
+def _shown_lines(conversation: str, specials: Sequence[str]) -> Iterator[str]:
     """The conversation's lines as the teacher quotes them: an earlier summary's or note's quotes one by one (so a
-    value carried through several keeps the words around it), every other line whole."""
+    value carried through several keeps the words around it), every other line whole; never a line of the chat
+    template's (one with a special token: `<|im_start|>user` shows `user`, the name of a config file a later
+    command touches)."""
     for line in conversation.splitlines():
+        if any(t in line for t in specials):
+            continue
         _, sep, quotes = line.partition(f"{STILL_NEEDED} ")
         yield from (q.strip() for q in quotes.split("; ")) if sep else (line.strip(),)
 

@@ -264,3 +264,23 @@ async def test_the_teachers_notes_carry_an_early_value_reply_to_reply(tmp_path: 
     assert STILL_NEEDED not in actions[0]  # the target is shown by the first output
     assert all(note in r for r in actions[1:len(synth.turns) - 1]), actions
     assert not any(STILL_NEEDED in r for r in actions[len(synth.turns) - 1:])  # the echo types it; then finish
+
+
+def test_the_teacher_quotes_the_machine_never_the_chat_template(renderers) -> None:
+    """A later command touches `user.cfg`: the teacher quotes the output that named it, not `<|im_start|>user`."""
+    from t1.agent.scripted import ScriptedEpisode, ScriptedPolicy
+
+    renderer = renderers[FormatName.TOOL_CALLS]
+    fmt = get_format("tool_calls")
+    teacher = ScriptedEpisode(ScriptedPolicy(renderer, notes=True), fmt, ("bash svc.sh sync", "ls", "touch user.cfg"),
+                              "Bring the service up.", "t")
+    teacher.calls = 2
+    conversation = renderer.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Bring the service up."},
+         {"role": "assistant", "content": _call("bash svc.sh sync")},
+         {"role": "tool", "content": "error: sync needs user.cfg\n[exit code 1]"},
+         {"role": "assistant", "content": _call("ls")}, {"role": "tool", "content": "svc.sh\n[exit code 0]"}],
+        tokenize=False, add_generation_prompt=True)
+    assert [line for line in conversation.splitlines() if "user" in line][-1] == "<|im_start|>user"  # shown last
+    assert teacher._noted(conversation, "ACTION", 200) == f"{STILL_NEEDED} error: sync needs user.cfg\nACTION"
+    assert teacher._summary(conversation, 200).endswith(f"{STILL_NEEDED} error: sync needs user.cfg")
