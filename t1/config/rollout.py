@@ -32,7 +32,8 @@ class CompactionConfig(Section):
     summary_max_tokens: int = Field(128, ge=8, description="policy: the summary's token budget (within the context).")
     teacher_lossy_share: float = Field(
         0.25, ge=0, le=1, description="policy: the share of the oracle teacher's demonstration episodes whose "
-        "summaries drop the values a later step needs (so SFT learns to write summaries and RL which ones pay).")
+        "summaries drop the values a later step needs, and that keep no notes (`teacher_notes`): so SFT learns to "
+        "write summaries and RL which ones pay.")
     teacher_notes: bool = Field(
         False, description="The oracle teacher's replies (any mode) open with a running note quoting the values a "
         "later step needs that the machine has shown (`Still needed: target: pink`), so the demonstrations copy "
