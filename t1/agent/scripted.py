@@ -181,7 +181,8 @@ class ScriptedEpisode:
         done = [a for a in self.actions[:self.calls] if a is not None]
         later = [w for a in self.actions[self.calls:] if a for w in _WORD.findall(a)]
         known = set(_WORD.findall(self.instruction)).union(*(_WORD.findall(a) for a in done))
-        shown = list(_shown_lines(conversation, self.policy.renderer.tokenizer.all_special_tokens))
+        specials = getattr(self.policy.renderer.tokenizer, "all_special_tokens", ())  # a Hugging Face tokenizer's
+        shown = list(_shown_lines(conversation, specials))
         last: dict[int, tuple[str, int]] = {}  # line -> its last needed value and that value's end
         for value in {w for w in later if w not in known}:
             found = [(i, m.end()) for i, line in enumerate(shown)
