@@ -195,21 +195,27 @@ def test_the_teachers_summary_quotes_what_fits_its_budget(tmp_path: Path, render
     assert teacher._summary(later, 200) == f"I ran 2 commands, the last: {synth.turns[1]}. {STILL_NEEDED} {ticket_line}"
 
 
-@pytest.mark.parametrize("lossy", [0.0, 1.0])
-async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider, renderers, lossy: float) -> None:
-    """The oracle teacher answers a summary request with what the rest of the task needs that the machine showed
-    (file_chain: the target only its first file names); a lossy summary drops it. The episode resolves either way
-    (the teacher knows its commands): what the summary carries is what a learning policy would need."""
+def _chain(tmp_path: Path):
+    """A file_chain task of the long tier, and the target its first file names."""
     import random as _random
 
-    from t1.agent.scripted import ScriptedPolicy
     from t1.tasks.synth.base import write_task
     from t1.tasks.synth.long_tier import file_chain
 
     synth = file_chain(_random.Random(5))
     task = load_task(write_task(synth, tmp_path, "chain", "train", 5))
-    target = synth.turns[-1].split("> ")[1].removesuffix(".txt")
+    return synth, task, synth.turns[-1].split("> ")[1].removesuffix(".txt")
+
+
+@pytest.mark.parametrize("lossy", [0.0, 1.0])
+async def test_the_teacher_writes_summaries_some_lossy(tmp_path: Path, provider, renderers, lossy: float) -> None:
+    """The oracle teacher answers a summary request with what the rest of the task needs that the machine showed
+    (file_chain: the target only its first file names); a lossy summary drops it. The episode resolves either way
+    (the teacher knows its commands): what the summary carries is what a learning policy would need."""
+    _, task, target = _chain(tmp_path)
     renderer = renderers[FormatName.TOOL_CALLS]
+    from t1.agent.scripted import ScriptedPolicy
+
     scripted = ScriptedPolicy(renderer, lossy_share=lossy).for_episode(task, get_format("tool_calls"))
     spec = EpisodeSpec("ep-t", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=96),
                        limits("rollout.max_turns=40", "rollout.max_context_tokens=1500",
@@ -234,16 +240,10 @@ async def test_the_teachers_notes_carry_an_early_value_reply_to_reply(tmp_path: 
     """With notes, every reply after the first file's output opens with the target quoted as that file showed it,
     up to the reply that types it, across compactions (the kept last turn carries the note): the demonstrations
     copy it from the output just above, then from the reply before, never from far back."""
-    import random as _random
-
-    from t1.agent.scripted import ScriptedPolicy
-    from t1.tasks.synth.base import write_task
-    from t1.tasks.synth.long_tier import file_chain
-
-    synth = file_chain(_random.Random(5))
-    task = load_task(write_task(synth, tmp_path, "chain", "train", 5))
-    target = synth.turns[-1].split("> ")[1].removesuffix(".txt")
+    synth, task, target = _chain(tmp_path)
     renderer = renderers[FormatName.TOOL_CALLS]
+    from t1.agent.scripted import ScriptedPolicy
+
     scripted = ScriptedPolicy(renderer, notes=True).for_episode(task, get_format("tool_calls"))
     spec = EpisodeSpec("ep-n", task, "g", 0, get_format("tool_calls"), SamplingParams(max_tokens=96),
                        limits("rollout.max_turns=40", f"rollout.max_context_tokens={window}",
