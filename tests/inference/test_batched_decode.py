@@ -33,6 +33,15 @@ def assert_same(alone: GenerateResult, batched: GenerateResult) -> None:
     np.testing.assert_array_equal(np.sort(batched.routing.experts, -1), np.sort(alone.routing.experts, -1))
 
 
+async def quiet(backend) -> None:
+    """Wait until the batcher has run its last batch and the worker thread has let go of it, then collect."""
+    driver = backend.batcher._driver
+    if driver is not None:
+        await driver
+    await backend._run(int)  # the worker thread drops a work item before it takes the next
+    gc.collect()
+
+
 async def test_sessions_of_equal_length_decode_in_one_batch_and_match_alone(backend) -> None:
     prompts = [prompt(30, seed=40 + i) for i in range(len(SAMPLINGS))]
     alone = [await backend(req(p, **s)) for p, s in zip(prompts, SAMPLINGS, strict=True)]
@@ -112,7 +121,7 @@ async def test_slots_and_capacity_grow_while_rows_decode(backend) -> None:
     assert fresh.slots is not None and fresh.slots.num_slots >= n and fresh.slots.capacity > FIRST_CAPACITY
     for a, t in zip(alone, together, strict=True):
         assert_same(a, t)
-    gc.collect()
+    await quiet(backend)
     assert fresh.slots.num_free == fresh.slots.num_slots, "a finished request kept its slot"
 
 
@@ -175,7 +184,7 @@ async def test_a_cancelled_row_leaves_the_batch_and_the_others_finish(backend) -
     for a, t in zip(alone[1:], rest, strict=True):
         assert_same(a, t)
     assert backend.sessions.take("doomed", backend.policy_version) is None
-    gc.collect()
+    await quiet(backend)
     slots = backend._loaded.slots
     assert slots.num_free == slots.num_slots, "the cancelled row kept its slot"
 
@@ -207,7 +216,7 @@ async def test_a_batch_never_mixes_weight_versions(backend, tmp_path: Path) -> N
     again = await backend(req(np.concatenate([p_old, kept.token_ids]), "kept", temperature=1.0, seed=5, max_tokens=4))
     assert kept.cached_tokens == 0 and again.cached_tokens == 0, "a cache of the old weights was reused"
     assert backend._loaded.slots is not old_slots
-    gc.collect()
+    await quiet(backend)
     assert old_slots.num_free == old_slots.num_slots, "the old weights' slots are still held"
 
 

@@ -105,6 +105,13 @@ def take_group(pending: list[tuple[DecodeItem, asyncio.Future]], max_batch: int
     return group
 
 
+def _settle(group: list[tuple[DecodeItem, asyncio.Future]], steps: list[Any]) -> None:
+    """Hand each live request of a batch its step."""
+    for (_, fut), step in zip(group, steps, strict=True):
+        if not fut.done():
+            fut.set_result(step)
+
+
 class DecodeBatcher:
     """Queues decode steps and runs them in batches through `run_batch`, holding the backend's step lock."""
 
@@ -146,9 +153,8 @@ class DecodeBatcher:
                             fut.set_exception(exc)
                     continue
             self.batch_sizes.append(len(items))
-            for (_, fut), step in zip(group, steps, strict=True):
-                if not fut.done():
-                    fut.set_result(step)
+            _settle(group, steps)
+            del group, items, steps  # the batch's caches go now: a request that ended frees its KV slot at once
 
     def close(self) -> None:
         if self._driver is not None:
