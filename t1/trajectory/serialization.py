@@ -109,36 +109,48 @@ def encode_trajectory(t: Trajectory) -> bytes:
 _local = threading.local()
 
 
-def _packer() -> msgpack.Packer:
-    """This thread's packer (arrays as the ndarray extension; autoreset, so each pack returns its own bytes).
-    Made once: a packer's first buffer is 1 MB, and a new one per value (msgpack.packb) cost a turn's journal
-    frames 0.3 ms of page faults."""
-    packer = getattr(_local, "packer", None)
+def _packer(arrays: bool = True) -> msgpack.Packer:
+    """This thread's packer (autoreset, so each pack returns its own bytes): with `arrays`, numpy arrays as the
+    ndarray extension; without, packing what holds an array raises TypeError. Made once: a packer's first buffer
+    is 1 MB, and a new one per value (msgpack.packb) cost a turn's journal frames 0.3 ms of page faults."""
+    name = "packer" if arrays else "plain"
+    packer = getattr(_local, name, None)
     if packer is None:
-        packer = _local.packer = msgpack.Packer(use_bin_type=True, default=_default)
+        packer = msgpack.Packer(use_bin_type=True, default=_default if arrays else None)
+        setattr(_local, name, packer)
     return packer
 
 
 def _pack_into(obj: Any, parts: list[Any], packer: msgpack.Packer) -> None:
-    """Append the msgpack bytes of obj to parts (byte-identical to packb): containers of arrays are walked,
-    arrays framed in place, everything else packed whole."""
+    """Append the msgpack bytes of obj to parts (byte-identical to packb): arrays are framed in place, a dict or
+    list that holds one is walked, anything else is packed whole in one call. Whether a container holds an array
+    is what packing it without arrays says (a TypeError, the packer reset): asking in Python cost a turn's journal
+    frames more than packing them (6 us a record)."""
     if isinstance(obj, np.ndarray):
         _array_parts(obj, parts)
-    elif isinstance(obj, dict) and any(isinstance(v, (np.ndarray, dict, list)) for v in obj.values()):
-        parts.append(packer.pack_map_header(len(obj)))
-        for k, v in obj.items():
-            parts.append(packer.pack(k))
-            _pack_into(v, parts, packer)
-    elif isinstance(obj, list) and obj and all(isinstance(v, dict) for v in obj):
-        parts.append(packer.pack_array_header(len(obj)))
-        for v in obj:
-            _pack_into(v, parts, packer)
-    else:
-        parts.append(packer.pack(obj))
+        return
+    if isinstance(obj, (dict, list)):
+        try:
+            parts.append(_packer(arrays=False).pack(obj))
+            return
+        except TypeError:  # it holds an array (or something no packer takes: the walk reaches it and says so)
+            pass
+        if isinstance(obj, dict):
+            parts.append(packer.pack_map_header(len(obj)))
+            for k, v in obj.items():
+                parts.append(_KEYS.get(k) or packer.pack(k))
+                _pack_into(v, parts, packer)
+        else:
+            parts.append(packer.pack_array_header(len(obj)))
+            for v in obj:
+                _pack_into(v, parts, packer)
+        return
+    parts.append(packer.pack(obj))
 
 
 def _array_parts(arr: np.ndarray, parts: list[Any]) -> None:
-    """The ExtType of _pack_array(arr) as parts: ext header, array header, the array's own buffer."""
+    """The ExtType of _pack_array(arr) as parts: ext header, array header, the array's own buffer (one part, a
+    copy, for an array under JOINED_ARRAY_BYTES)."""
     known = _ARRAY_HEADS.get((arr.dtype, arr.ndim))
     if known is None:
         dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
@@ -159,14 +171,22 @@ def _array_parts(arr: np.ndarray, parts: list[Any]) -> None:
         ext = _EXT16.pack(0xC8, n, NDARRAY_EXT)
     else:
         ext = _EXT32.pack(0xC9, n, NDARRAY_EXT)
-    parts += (ext, head, body)
+    if body.nbytes < JOINED_ARRAY_BYTES:  # one small part: fewer checksum steps and write buffers than three
+        parts.append(b"".join((ext, head, body)))
+    else:
+        parts += (ext, head, body)
 
 
 # (dtype, ndim) -> (little-endian dtype, array header without its shape, the shape's struct): a turn's journal
 # frames pack five arrays, and building these each time was most of their cost.
 _ARRAY_HEADS: dict[tuple[np.dtype[Any], int], tuple[np.dtype[Any], bytes, struct.Struct]] = {}
+JOINED_ARRAY_BYTES = 4096  # arrays below this are copied into one part with their headers; bigger ones are not copied
 _EXT16, _EXT32 = struct.Struct(">BHB"), struct.Struct(">BIB")
 _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+# The map keys of the records that hold arrays (journal frames, trajectories), packed once.
+_KEYS = {k: msgpack.packb(k) for k in ("start", "ids", "logprobs", "versions", "routing_start", "routing", "message",
+                                         "repair", "summary", "messages", "shared", "token_ids", "loss_mask",
+                                         "policy_versions", "turns")}
 
 
 def _field(obj: dict[str, Any], key: str, where: str) -> Any:

@@ -130,8 +130,9 @@ def test_pack_parts_joins_to_msgpack_of_the_same_list_without_copying_arrays():
 
     from t1.trajectory.serialization import _default, pack_parts, unpack_obj
 
-    routing = np.arange(5 * 48 * 8, dtype=np.uint8).reshape(5, 48, 8)
-    items = ["gen", {"start": 3, "ids": np.arange(5, dtype=np.int32), "routing": routing, "routing_start": None,
+    routing = np.arange(20 * 48 * 8, dtype=np.uint8).reshape(20, 48, 8)  # 7,680 B: framed, not copied
+    ids = np.arange(5, dtype=np.int32)  # small: copied into one part with its headers
+    items = ["gen", {"start": 3, "ids": ids, "routing": routing, "routing_start": None,
                      "message": {"role": "assistant", "content": "ls"}, "messages": [{"role": "tool", "content": "x"}],
                      "commands": [["ls", 0], ["make", None]],
                      # arrays the journal's fast path must convert as _pack_array does: big-endian, strided, empty
@@ -140,6 +141,11 @@ def test_pack_parts_joins_to_msgpack_of_the_same_list_without_copying_arrays():
     parts = pack_parts(items)
     assert b"".join(parts) == msgpack.packb(items, default=_default, use_bin_type=True)
     assert any(isinstance(p, memoryview) and p.obj is routing for p in parts)  # the array's own buffer, not a copy
+    assert not any(isinstance(p, memoryview) and p.obj is ids for p in parts)
+    # a record without arrays is one part, packed in one call
+    record = ["turn", {"turn": 3, "commands": [("ls", 0)], "observation": [{"role": "tool", "content": "x"}],
+                       "tito": {"causes": {}, "synced": True}}]
+    assert len(pack_parts(record)) == 3 and b"".join(pack_parts(record)) == msgpack.packb(record, use_bin_type=True)
     kind, fields = unpack_obj(b"".join(parts))
     assert (
         kind == "gen"
