@@ -30,3 +30,18 @@ def test_quick_load_run_measures_every_figure(tiny_model_dir: Path, tmp_path: Pa
     assert all(v is not None and v >= 0 for v in scale["turn_overhead_ms"].values())
     assert scale["loop_lag_samples"] > 10
     assert scale["spool_mb_per_s"] > 0
+
+
+def test_ablation_runs_each_variant_in_its_own_load_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from bench.load import ablate
+
+    out = tmp_path / "ablate.json"
+    assert ablate.main(["--rounds", "1", "--variants", "full,floor", "--quick", "--model", str(tiny_model_dir),
+                        "--no-transcripts", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["variants"]["floor"] == ablate.VARIANTS["floor"]
+    assert [r["variant"] for r in report["rows"]] == ["full", "floor"]
+    full, floor = report["runs"]["full"][0], report["runs"]["floor"][0]
+    assert full["num_errors"] == 0 and floor["num_errors"] == 0
+    # The floor wrote no journal; the full run wrote 48 x 8 routing (384 B a token) and more with each turn.
+    assert floor["journal_bytes_per_turn"] in (None, 0) and full["journal_bytes_per_turn"] > 50 * 384

@@ -75,3 +75,25 @@ def test_shard_totals_weigh_cpu_by_turns() -> None:
     total = combine(2, [shard(100, 1.0, 5.0), shard(300, 2.0, 9.0)])
     assert total["coordinator_cpu_ms_per_turn"] == 1.75 and total["turns_per_s"] == 40.0
     assert (total["episodes"], total["loop_lag_p99_ms_worst"], total["coordinator_cores"]) == (200, 9.0, 0.07)
+
+
+def test_ablation_variants_and_medians() -> None:
+    from bench.load.ablate import VARIANTS, parse_variants, summarise
+
+    assert parse_variants("full,floor") == {"full": [], "floor": VARIANTS["floor"].split()}
+    assert parse_variants("a=;b=--no-journal --layers 1") == {"a": [], "b": ["--no-journal", "--layers", "1"]}
+    with pytest.raises(ValueError, match="unknown variant 'journal-off'"):
+        parse_variants("full,journal-off")
+
+    def run(cpu: float, errors: int = 0) -> dict:
+        return {"cpu_ms_per_turn": cpu, "turns_per_s": 600.0, "loop_lag_p99_ms": 50.0,
+                "rss_per_live_episode_kb": 200.0, "num_errors": errors}
+
+    rows = summarise({"full": [run(1.5), run(1.4), run(1.9)], "floor": [run(1.0), run(1.2, errors=2)]})
+    assert [r["variant"] for r in rows] == ["full", "floor"]
+    assert rows[0]["cpu_ms_per_turn"] == 1.5 and rows[0]["minus_reference_ms"] == 0.0
+    assert rows[1]["cpu_ms_per_turn"] == 1.1 and rows[1]["minus_reference_ms"] == -0.4 and rows[1]["errors"] == 2
+    assert rows[1]["cpu_ms_per_turn_runs"] == [1.0, 1.2]
+    # a quick run ends with no live episode: no RSS per live episode to take the median of
+    (quick,) = summarise({"quick": [{**run(2.0), "rss_per_live_episode_kb": None}]})
+    assert quick["rss_per_live_episode_kb"] is None and quick["loop_lag_p99_ms"] == 50.0
