@@ -138,7 +138,7 @@ def _pack_into(obj: Any, parts: list[Any], packer: msgpack.Packer) -> None:
         if isinstance(obj, dict):
             parts.append(packer.pack_map_header(len(obj)))
             for k, v in obj.items():
-                parts.append(_KEYS.get(k) or packer.pack(k))
+                parts.append(_key(k, packer))
                 _pack_into(v, parts, packer)
         else:
             parts.append(packer.pack_array_header(len(obj)))
@@ -146,6 +146,16 @@ def _pack_into(obj: Any, parts: list[Any], packer: msgpack.Packer) -> None:
                 _pack_into(v, parts, packer)
         return
     parts.append(packer.pack(obj))
+
+
+def _key(k: Any, packer: msgpack.Packer) -> bytes:
+    """A walked map's key, packed (a str key once)."""
+    packed = _KEYS.get(k) if isinstance(k, str) else None
+    if packed is None:
+        packed = packer.pack(k)
+        if isinstance(k, str) and len(_KEYS) < _MAX_KEYS:
+            _KEYS[k] = packed
+    return packed
 
 
 def _array_parts(arr: np.ndarray, parts: list[Any]) -> None:
@@ -183,10 +193,8 @@ _ARRAY_HEADS: dict[tuple[np.dtype[Any], int], tuple[np.dtype[Any], bytes, struct
 JOINED_ARRAY_BYTES = 4096  # arrays below this are copied into one part with their headers; bigger ones are not copied
 _EXT16, _EXT32 = struct.Struct(">BHB"), struct.Struct(">BIB")
 _FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
-# The map keys of the records that hold arrays (journal frames, trajectories), packed once.
-_KEYS = {k: msgpack.packb(k) for k in ("start", "ids", "logprobs", "versions", "routing_start", "routing", "message",
-                                         "repair", "summary", "messages", "shared", "token_ids", "loss_mask",
-                                         "policy_versions", "turns")}
+_KEYS: dict[str, bytes] = {}  # map keys of the walked records (journal frames, trajectories), each packed once
+_MAX_KEYS = 256  # the code's own field names are a few dozen; a record with arbitrary keys packs the rest each time
 
 
 def _field(obj: dict[str, Any], key: str, where: str) -> Any:
