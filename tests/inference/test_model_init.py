@@ -105,6 +105,25 @@ def test_learn_long_is_learn_with_the_long_tier_and_the_compaction_texts_in_its_
     assert all(text in extra for text in (SUMMARY_REQUEST, NOTE_HEAD, "bash next.sh", "bash svc.sh init", "next: "))
 
 
+def test_a_file_chain_path_is_one_name_token_to_the_learn_long_tokenizer() -> None:
+    """file_chain's paths (`chain/owl.txt`) tokenize as the folder, one `/name` token and `.txt`, the same in
+    the file that names the next and in the command that opens it: the hop copies one token. (A folder drawn
+    per task, `store/beta.txt`, put a second token to copy, and the learn model typed it at chance.)"""
+    from t1.model.corpus import curriculum_corpus
+    from t1.model.presets import get_preset
+    from t1.model.tokenizer import train_bpe
+    from t1.tasks.synth.long_tier import CHAIN_DIR, CHAIN_NAMES
+
+    spec = get_preset("learn-long")
+    tok = train_bpe(curriculum_corpus(0, long_tier=True), spec.tokenizer_vocab, spec.tokenizer_split)
+    for name in CHAIN_NAMES:
+        shown = tok.encode(f"next: {CHAIN_DIR}/{name}.txt").tokens
+        typed = tok.encode(f'{{"command": "cat {CHAIN_DIR}/{name}.txt"}}').tokens
+        path = ["\u0120" + CHAIN_DIR, f"/{name}", ".txt"]
+        at = typed.index(path[0])
+        assert shown[-3:] == path and typed[at:at + 3] == path, (name, shown, typed)
+
+
 def test_a_folder_made_by_another_recipe_is_remade_a_trained_one_kept(tmp_path: Path) -> None:
     from t1.model.init import init_model, why_make
 

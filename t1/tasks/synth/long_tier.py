@@ -4,15 +4,16 @@ an early step shows is needed late, so an episode whose context is compacted mus
 Three families, in the curriculum's vocabulary (so the `learn` preset's tokenizer has their words) and with its
 bash verifiers (one reward.json entry per check, so the count reward rises step by step):
 
-- `file_chain`: a chain of 11-30 files, each naming the next; the first file names the target, the last holds
-  the code. The target is shown once, by the first command, and written by the last. Shortcut: the chain's
-  `index.txt` names its end, current in half of the tasks and stale (an old end holding an old code) in the
-  rest; only walking the chain tells them apart, so only the reward shows whether the shortcut paid.
+- `file_chain`: a chain of 11-30 files in `chain/`, each naming the next; the first file names the target, the
+  last holds the code. The target is shown once, by the first command, and written by the last. Shortcut: the
+  chain's `index.txt` names its end, current in a quarter of the tasks and stale (an old end holding an old code)
+  in the rest; only walking the chain tells them apart, so only the reward shows whether the shortcut paid.
 - `job_queue`: 6-10 jobs, one shown at a time by `bash next.sh`, each done with one command; the first call
   also prints the ticket to write when the queue is empty (`bash left.sh` lists what remains).
 - `staged_start`: a service brought up by `bash svc.sh init` (its log prints a key), then 5-8 stages in an
   order only each stage's output names, each confirmed with the word its bare call prints, some of which
-  first need a config file their error names, then `bash svc.sh start KEY` with the key the first step showed.
+  first need a config file their error names (and how to make it), then `bash svc.sh start KEY` with the key
+  the first step showed.
 
 `synthesize_curriculum(..., families=LONG_TIER)` writes them; `tasks.sets.<name>.synth_kind: long` selects them.
 `early_value` names, from a task's files, the value its first step shows and its last step needs (the file_chain
@@ -32,6 +33,7 @@ from t1.tasks.synth.curriculum_kit import (
     CONFS,
     DIRS,
     FILES,
+    FOLDERS,
     TARGETS,
     TOOLS,
     WORDS,
@@ -40,7 +42,12 @@ from t1.tasks.synth.curriculum_kit import (
     code_word,
 )
 
-STALE_INDEX_PERCENT = 50  # file_chain tasks whose index.txt names an old end of the chain
+STALE_INDEX_PERCENT = 75  # file_chain tasks whose index.txt names an old end of the chain
+# file_chain's files: one folder, a name of one token each. The folder is the same in every task, so a path copies
+# as its one `/name` token (`chain/owl.txt`: chain, /owl, .txt); a folder drawn per task was copied at chance by the
+# learn preset's model (1,100 of 1,270 hops in session 27's eval transcripts typed the right name in a wrong folder).
+CHAIN_DIR = "chain"
+CHAIN_NAMES = FILES + FOLDERS + WORDS + DIRS  # 36: a chain of up to 30 links and its stale end
 NEEDS_CONFIG_PERCENT = 40  # staged_start stages that first fail naming a missing config file
 
 
@@ -54,7 +61,7 @@ def _long(family: str, instruction: str, files: dict[str, str], checks: str, tur
 def file_chain(rng: random.Random) -> SynthTask:
     """Walk a chain of files to its end; write the end's code to the target the first file named."""
     length = rng.randint(11, 30)
-    paths = [f"{d}/{f}.txt" for d in DIRS for f in FILES]
+    paths = [f"{CHAIN_DIR}/{name}.txt" for name in CHAIN_NAMES]
     chain = rng.sample(paths, length + 1)  # + 1: the stale end, outside the chain
     *links, stale_end = chain
     target, code = rng.choice(TARGETS), code_word(rng)
@@ -133,7 +140,8 @@ def staged_start(rng: random.Random) -> SynthTask:
            "    [ \"$1\" = \"$(next_stage)\" ] || { echo \"error: next stage is $(next_stage)\"; exit 1; }\n"
            f"    word=\"\"; need=\"\"\n    case \"$1\" in\n{word_case}    esac\n"
            f"    case \"$1\" in\n{conf_case}    esac\n"
-           "    if [ -n \"$need\" ] && [ ! -f $need.cfg ]; then echo \"error: missing $need.cfg\"; exit 1; fi\n"
+           "    if [ -n \"$need\" ] && [ ! -f $need.cfg ]; then\n"
+           "      echo \"error: missing $need.cfg (touch $need.cfg)\"; exit 1\n    fi\n"
            "    if [ \"$2\" != \"$word\" ]; then echo \"confirm with: bash svc.sh $1 $word\"; exit 1; fi\n"
            "    touch state/$1; n=$(next_stage)\n"
            "    if [ -n \"$n\" ]; then echo \"$1 done, next stage: $n\"; else echo \"$1 done, ready to start\"; fi ;;\n"
