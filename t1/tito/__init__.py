@@ -4,6 +4,7 @@ Modules:
 - buffer.py: TokenBuffer: exact context ids for the sampler, the trajectory for the trainer
 - render.py: ChatRenderer: the opening prompt and each observation delta; MismatchCause
 - template_memo.py: memoised rendering: a learnt conversation shape renders by concatenation
+- control_text.py: content that spells a control token (`<|im_end|>` in a command's output) tokenized as plain text
 - tokenizer_fast_path.py: ids <-> text through the `tokenizers` backend directly
 - segment.py: one segment under construction: ids, logprobs, loss mask, versions, routing, turns
 - diagnostics.py: token drift in the loss region, the re-tokenization mismatch rate

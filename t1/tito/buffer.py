@@ -99,7 +99,7 @@ class TokenBuffer:
     def _start_segment(self, messages: Sequence[Message], previous: SegmentBuilder | None) -> None:
         self._messages: list[Message] = list(messages)
         self._seg = SegmentBuilder(keep_arrays=self.sink is None)
-        opening = np.asarray(self.renderer.encode(self.renderer.render(messages, True)), np.int32)
+        opening = np.asarray(self.renderer.encode_conversation(messages, True), np.int32)
         self._seg.append_context(opening)
         shared = 0
         self._text: list[str] = [self.renderer.decode(opening.tolist())]  # the segment's ids, decoded by chunk
@@ -271,18 +271,20 @@ class TokenBuffer:
             raise ValueError(f"observations follow an assistant turn; the last message is "
                              f"{self._messages[-1].get('role')!r}")
         last = self._messages[-1]
+        # control texts the new messages spell (a command's output printing `<|im_start|>`) become plain tokens
+        safe, placeholders = self.renderer.control.defuse(messages)
         try:
-            delta = self.renderer.delta(anchor_context(self._messages), last, self._turn_text, messages)
+            delta = self.renderer.delta(anchor_context(self._messages), last, self._turn_text, safe)
         except Exception:  # a template that refuses the bounded anchor (it wants its real first messages):
             #                the delta in the whole history, O(context); an error there is the conversation's
-            delta = self.renderer.delta(self._messages[:-1], last, self._turn_text, messages)
+            delta = self.renderer.delta(self._messages[:-1], last, self._turn_text, safe)
         if delta.cause is not None:
             self._count_mismatch(delta.cause)
             if self.on_mismatch is MismatchPolicy.NEW_SEGMENT:
                 previous = self._close_segment()
                 self._start_segment([*self._messages, *messages], previous)
                 return self._seg.ids()
-        ids = np.asarray(self.renderer.encode(delta.text), np.int32)
+        ids = np.asarray(self.renderer.control.encode(delta.text, placeholders), np.int32)
         self._seg.append_context(ids)
         self._text.append(self.renderer.decode(ids.tolist()))
         self._messages.extend(messages)

@@ -1,6 +1,7 @@
 """Chat-template rendering for TITO: the opening prompt and the text of each observation delta.
 
-Only template text is ever tokenized here; sampled tokens stay ids in the buffer. The delta of new
+Only template text is ever tokenized here; sampled tokens stay ids in the buffer. Content of messages the
+policy did not write that spells a control token's text is tokenized as plain text (control_text.py). The delta of new
 messages is the text the template writes after the last assistant turn once they are appended, up to
 and including the generation prompt. The turn itself is the sampler's: the delta starts where the
 sampled tokens stopped (after the end-of-turn text, or after a stop text such as GLM's `<|observation|>`
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from t1.tito.control_text import ControlText, control_texts
 from t1.tito.template_memo import TemplateMemo
 from t1.tito.tokenizer_fast_path import DirectCodec, direct_codec
 
@@ -92,6 +94,7 @@ class ChatRenderer:
         self.tools = list(tools) if tools else None
         self.template_kwargs = dict(template_kwargs or {})
         self._codec: DirectCodec | None = direct_codec(tokenizer, end_of_turn) if fast else None
+        self.control = ControlText(control_texts(tokenizer), self.encode, self.decode)
         self.memo: TemplateMemo | None = (TemplateMemo(tokenizer, self.render, self.tools, self.template_kwargs)
                                           if fast else None)
         self.end_of_turn_ids = tuple(self.encode(end_of_turn))
@@ -109,7 +112,14 @@ class ChatRenderer:
             raise TypeError(f"chat template rendered {type(text).__name__}, expected str")
         return text
 
+    def encode_conversation(self, messages: Sequence[Message], add_generation_prompt: bool) -> list[int]:
+        """The ids of a rendered conversation, control texts its messages spell tokenized as plain text
+        (t1/tito/control_text.py): an opening, a new segment."""
+        safe, placeholders = self.control.defuse(messages)
+        return self.control.encode(self.render(safe, add_generation_prompt), placeholders)
+
     def encode(self, text: str) -> list[int]:
+        """Template text as the tokenizer reads it: a control token's text is that token."""
         if self._codec is not None:
             return self._codec.encode(text)
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -205,7 +205,7 @@ def _tool_call(fam: RealFamily, i: int) -> dict[str, Any]:
     }
 
 
-def _assistant(fam: RealFamily, i: int, thinking: bool, tool: bool) -> Message:
+def assistant_message(fam: RealFamily, i: int, thinking: bool, tool: bool) -> Message:
     text = f"I will list the files of step {i}." if tool else f"All files of step {i} are listed."
     m: Message = {"role": "assistant", "content": text}
     if tool:
@@ -217,7 +217,7 @@ def _assistant(fam: RealFamily, i: int, thinking: bool, tool: bool) -> Message:
     return m
 
 
-def _sampled_text(fam: RealFamily, r: ChatRenderer, conversation: list[Message], message: Message) -> str:
+def sampled_text(fam: RealFamily, r: ChatRenderer, conversation: list[Message], message: Message) -> str:
     """What a model trained on the template samples for `message` after the buffer's generation prompt."""
     opening = r.render(conversation, True)
     full = r.render([*conversation, message], False)
@@ -246,16 +246,20 @@ def _sample_ids(r: ChatRenderer, text: str) -> list[int]:
     return r.encode(text[:at]) + [i for c in "files" for i in r.encode(c)] + r.encode(text[at + 5:])
 
 
-def run_session(fam: RealFamily, tokenizer: Any, scenario: str, thinking: bool,
-                policy: MismatchPolicy = MismatchPolicy.REPAIR) -> SessionResult:
+def family_renderer(fam: RealFamily, tokenizer: Any, thinking: bool) -> ChatRenderer:
+    """The renderer of a family's sessions: its bash tool, its end of turn and stops as the coordinator finds them."""
     kwargs = fam.thinking(thinking) if fam.thinking is not None else {}
     tools = [{"type": "function", "function": {
         "name": "bash", "description": "Run a shell command.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "the command"}},
                        "required": ["command"]}}}]
-    eot, stops = turn_ends(tokenizer, fam.eos, fam.sampler_stops, kwargs)  # as the coordinator finds them
-    r = ChatRenderer(tokenizer, end_of_turn=eot, stop_texts=stops, tools=tools,
-                     template_kwargs=kwargs)
+    eot, stops = turn_ends(tokenizer, fam.eos, fam.sampler_stops, kwargs)
+    return ChatRenderer(tokenizer, end_of_turn=eot, stop_texts=stops, tools=tools, template_kwargs=kwargs)
+
+
+def run_session(fam: RealFamily, tokenizer: Any, scenario: str, thinking: bool,
+                policy: MismatchPolicy = MismatchPolicy.REPAIR) -> SessionResult:
+    r = family_renderer(fam, tokenizer, thinking)
     opening: list[Message] = [{"role": "system", "content": "You are a shell agent."},
                               {"role": "user", "content": "List the files of every step."}]
     buf = TokenBuffer(r, opening, on_mismatch=policy, full_check_every=1)
@@ -264,8 +268,8 @@ def run_session(fam: RealFamily, tokenizer: Any, scenario: str, thinking: bool,
             [("tool", None)] * 2 + [("answer", "Now count them.")] + [("tool", None)] * 2 + [("answer", None)])
     records: list[list[tuple[int, np.ndarray]]] = [[]]
     for i, (kind, then_user) in enumerate(plan):
-        message = _assistant(fam, i, thinking, tool=kind == "tool")
-        ids = _sample_ids(r, _sampled_text(fam, r, res.messages, message))
+        message = assistant_message(fam, i, thinking, tool=kind == "tool")
+        ids = _sample_ids(r, sampled_text(fam, r, res.messages, message))
         if len(records) < buf.num_segments:
             records.extend([] for _ in range(buf.num_segments - len(records)))
         records[-1].append((len(buf.prompt_ids()), np.asarray(ids, np.int32)))
