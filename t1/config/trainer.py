@@ -36,6 +36,10 @@ class RlConfig(Section):
         0.0, ge=0, description="KL-to-reference weight; the reference is the warm-started policy once SFT has ended "
         "(work_dir/reference), else the starting model.")
     is_truncation: float = Field(2.0, gt=0, description="Cap of behaviour/proximal importance weights.")
+    baseline: Literal["critic", "group_turn"] = Field(
+        "critic", description="What an action token's return is compared with: `critic`, GAE with the critic's values "
+        "(lam, gamma); `group_turn`, the mean return-to-go at the same turn of the group's other episodes (no critic "
+        "in the advantage; the critic still trains and reports explained variance). t1/trainer/advantages.py.")
     advantage_norm: Literal["global", "group", "group_centered", "none"] = Field(
         "global", description="Advantage normalisation: whiten over the batch or within each group; group_centered: "
         "subtract each group's mean, then divide by the batch's std.")

@@ -7,6 +7,7 @@ no value target and no advantage, and GAE steps over them as if they were not th
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Literal
 
@@ -158,3 +159,55 @@ def _scale(advantages: list[np.ndarray], masks: Sequence[np.ndarray], eps: float
     vals = np.concatenate([a[m] for a, m in zip(advantages, masks, strict=True)]) if advantages else np.zeros(0)
     std = float(vals.std()) if vals.size else 0.0
     return [(a / (std + eps)).astype(np.float32) if std > eps else a for a in advantages]
+
+
+def group_turn_advantages(
+    masks: Sequence[np.ndarray], rewards: Sequence[np.ndarray], turn_ids: Sequence[np.ndarray],
+    episodes: Sequence[str], segments: Sequence[int], groups: Sequence[str], gamma: float,
+) -> list[np.ndarray]:
+    """Advantages with a per-turn group baseline instead of a critic (`rl.baseline: group_turn`), per sequence (one
+    segment each, in any order; `episodes`, `segments`, `groups` say whose and which).
+
+    An action token of turn k gets its return-to-go (discounted by gamma per action token, no bootstrapping)
+    minus the mean, over the other episodes of its group that reached turn k, of their return-to-go at the first
+    token of turn k (leave-one-out: no episode is its own baseline); 0 where no other episode reached turn k
+    (nothing to compare it with). With process rewards a return-to-go shrinks as the episode goes on, so a
+    baseline of about one value per episode (a critic that has not yet learnt the states) gives every early turn
+    a positive advantage and every late one a negative one whatever they did; this one compares turn k with
+    turn k. Turn ids number an episode's generations across its segments (t1/trainer/batch.py)."""
+    n = len(masks)
+    if not len(rewards) == len(turn_ids) == len(episodes) == len(segments) == len(groups) == n:
+        raise ValueError("masks, rewards, turn_ids, episodes, segments and groups need one entry per sequence")
+    members: dict[str, list[int]] = defaultdict(list)
+    for i, ep in enumerate(episodes):
+        members[ep].append(i)
+    rtg: list[np.ndarray] = [np.zeros(0, np.float32)] * n
+    for idx in members.values():
+        idx.sort(key=lambda i: segments[i])
+        zeros = [np.zeros(masks[i].shape[0], np.float32) for i in idx]
+        returns, _ = episode_gae([masks[i] for i in idx], [rewards[i] for i in idx], zeros, gamma, 1.0)
+        for j, i in enumerate(idx):
+            rtg[i] = returns[j]
+    start: dict[str, dict[int, float]] = defaultdict(dict)  # episode -> turn -> return-to-go at its first token
+    for idx in members.values():
+        for i in idx:  # in segment order: a turn's first token is met first
+            for pos in np.flatnonzero(masks[i]):
+                k = int(turn_ids[i][pos])
+                if k >= 0 and k not in start[episodes[i]]:
+                    start[episodes[i]][k] = float(rtg[i][pos])
+    peers: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for idx in members.values():
+        ep, group = episodes[idx[0]], groups[idx[0]]
+        for k, r in start[ep].items():
+            peers[(group, k)].append(r)
+    out = []
+    for i in range(n):
+        adv = np.zeros(masks[i].shape[0], np.float32)
+        for pos in np.flatnonzero(masks[i]):
+            k = int(turn_ids[i][pos])
+            others = peers.get((groups[i], k), [])
+            if k < 0 or len(others) < 2:
+                continue
+            adv[pos] = float(rtg[i][pos]) - (sum(others) - start[episodes[i]][k]) / (len(others) - 1)
+        out.append(adv)
+    return out

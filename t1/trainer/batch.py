@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from t1.trainer.advantages import place_rewards
-from t1.trajectory.types import EpisodeStatus, Trajectory
+from t1.trajectory.types import EpisodeStatus, Trajectory, TurnSpan
 
 InfraPolicy = Literal["drop_group", "drop_attempt"]
 
@@ -34,6 +34,7 @@ class TrainSequence:
     versions: np.ndarray        # int32 [N]
     routing: np.ndarray | None  # [N, layers, top_k]
     rewards: np.ndarray         # float32 [N]
+    turn_ids: np.ndarray | None = None  # int32 [N]: the episode's generation (turn) each token was sampled in, -1: none
 
     @property
     def num_tokens(self) -> int:
@@ -93,6 +94,7 @@ def build_sequences(
             solved.append(0 < traj.verifier.total == traj.verifier.passed)
             masks = [s.loss_mask.astype(bool) for s in traj.segments]
             placed = place_rewards(masks, [s.turns for s in traj.segments], traj.reward, process_rewards)
+            first_turn = 0
             for i, (seg, mask, rew) in enumerate(zip(traj.segments, masks, placed, strict=True)):
                 stale = stale_mask(seg.policy_versions, mask, current_version, max_lag)
                 dropped_stale += int(stale.sum())
@@ -103,8 +105,9 @@ def build_sequences(
                     token_ids=np.asarray(seg.token_ids, dtype=np.int32),
                     behav_logp=np.asarray(seg.logprobs, dtype=np.float32),
                     loss_mask=keep, versions=np.asarray(seg.policy_versions, dtype=np.int32),
-                    routing=seg.routing, rewards=rew,
+                    routing=seg.routing, rewards=rew, turn_ids=turn_ids(seg.turns, len(mask), first_turn),
                 ))
+                first_turn += len(seg.turns)
     all_lags = np.concatenate(lags) if lags else np.zeros(0, dtype=np.int64)
     stats = BatchStats(
         num_trajectories=num_traj, num_sequences=len(seqs),
@@ -118,3 +121,12 @@ def build_sequences(
         group_ids=tuple(dict.fromkeys(g[0].group_id for g in groups if g)),
     )
     return seqs, stats
+
+
+def turn_ids(turns: Sequence[TurnSpan], length: int, first: int) -> np.ndarray:
+    """int32 [length]: the episode-wide index of the turn (generation) each position was sampled in, the segment's
+    turns numbered from `first`; -1 outside every turn."""
+    out = np.full(length, -1, np.int32)
+    for k, span in enumerate(turns):
+        out[span.start:span.end] = first + k
+    return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -23,7 +23,7 @@ import torch
 from t1.config.trainer import RlConfig
 from t1.routing.replay import REPLAY_COVERAGE, ROUTER_DISAGREEMENT, ReplayStats
 from t1.trainer import losses
-from t1.trainer.advantages import episode_gae, normalize_advantages
+from t1.trainer.advantages import episode_gae, group_turn_advantages, normalize_advantages
 from t1.trainer.batch import TrainSequence
 from t1.trainer.engine import rank, world_size
 from t1.trainer.models import checkpoint_layers, critic_values, maybe_replay
@@ -197,6 +197,13 @@ class Learner:
                                [values[i] for i in members], self.rl.gamma, self.rl.lam)
             for j, i in enumerate(members):
                 advs[i], rets[i] = a[j], r[j]
+        if self.rl.baseline == "group_turn":
+            turns = [s.turn_ids for s in seqs]
+            if any(t is None for t in turns):
+                raise ValueError("rl.baseline group_turn needs every sequence's turn ids (t1/trainer/batch.py)")
+            advs = group_turn_advantages([s.loss_mask for s in seqs], [s.rewards for s in seqs],
+                                         cast(list[np.ndarray], turns), [s.trajectory_id for s in seqs],
+                                         [s.segment for s in seqs], [s.group_id for s in seqs], self.rl.gamma)
         normed = normalize_advantages(advs, [s.loss_mask for s in seqs], [s.group_id for s in seqs],
                                       self.rl.advantage_norm)
         return normed, rets

@@ -6,9 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+from trainer_synth import segment, trajectory
 
-from t1.trainer.advantages import episode_gae, gae, normalize_advantages, place_rewards
-from t1.trajectory.types import TurnSpan
+from t1.trainer.advantages import episode_gae, gae, group_turn_advantages, normalize_advantages, place_rewards
+from t1.trainer.batch import build_sequences
+from t1.trajectory.types import Segment, TurnSpan
 
 
 def test_gae_matches_hand_computation() -> None:
@@ -136,3 +138,38 @@ def test_a_trajectory_in_four_segments_weighs_as_one(mode: str) -> None:
         np.testing.assert_allclose(n4[4], n1[1], rtol=1e-5)  # the other trajectory's weight is unchanged too
     # the step's denominator (t1/trainer/learner.py: action tokens after position 0) is the same either way
     assert sum(int(m[1:].sum()) for m in split[0]) == sum(int(m[1:].sum()) for m in whole[0]) == n_actions
+
+
+def test_the_group_turn_baseline_compares_turn_k_with_turn_k_across_segments() -> None:
+    """Three episodes of one group with process rewards, by hand (gamma 1): e1's turns earn 1, 1, 0 (returns-to-go
+    at their starts 2, 1, 0), e2's 1, 2 (3, 2), e3's one turn 0 (0). Each turn's baseline is the mean of the other
+    episodes' returns-to-go at that turn: e1 turn 0: 2 - (3 + 0) / 2 = 0.5; turn 1: 1 - 2 = -1; turn 2: none
+    reached it, 0. e2: 3 - (2 + 0) / 2 = 2, 2 - 1 = 1. e3: 0 - (2 + 3) / 2 = -2.5. A constant baseline would
+    instead give e1's turns 2 - b, 1 - b, 0 - b: later is lower whatever the turn did. e1 cut into two segments
+    (turn 2 in the second) gets the same advantages: turn ids run on across segments."""
+    def seg(prompt: int, turns: list[tuple[int, float]]) -> Segment:
+        spans, pos = [], prompt
+        for length, reward in turns:
+            spans.append(TurnSpan(pos, pos + length, reward))
+            pos += length + 2  # each turn is followed by 2 observation tokens
+        return segment(list(range(pos)), prompt, turns=tuple(spans))
+
+    def advantages(e1: list[Segment]) -> dict[str, list[float]]:
+        trajs = [trajectory("e1", "g", e1, reward=2.0), trajectory("e2", "g", [seg(2, [(2, 1.0), (1, 2.0)])], 3.0),
+                 trajectory("e3", "g", [seg(2, [(2, 0.0)])], 0.0)]
+        seqs, _ = build_sequences([trajs], current_version=0, max_lag=4, infra_policy="drop_group",
+                                  process_rewards=True)
+        # the segment builder's mask covers observation tokens too (they follow the first sampled one): keep turns
+        masks = [s.loss_mask & (s.turn_ids >= 0) for s in seqs]
+        advs = group_turn_advantages(masks, [s.rewards for s in seqs], [s.turn_ids for s in seqs],
+                                     [s.trajectory_id for s in seqs], [s.segment for s in seqs],
+                                     [s.group_id for s in seqs], gamma=1.0)
+        out: dict[str, list[float]] = {}
+        for s, a, m in zip(seqs, advs, masks, strict=True):
+            out.setdefault(s.trajectory_id, []).extend(a[m].tolist())
+        return out
+
+    whole = advantages([seg(2, [(2, 1.0), (1, 1.0), (2, 0.0)])])
+    assert whole == {"e1": [0.5, 0.5, -1.0, 0.0, 0.0], "e2": [2.0, 2.0, 1.0], "e3": [-2.5, -2.5]}
+    split = advantages([seg(2, [(2, 1.0), (1, 1.0)]), seg(3, [(2, 0.0)])])
+    assert split == whole
