@@ -91,12 +91,10 @@ class ControlText:
 
     def defuse(self, messages: Sequence[Message]) -> tuple[list[Message], dict[str, str]]:
         """The messages with every control text (and private-use-B character) in their strings replaced by a
-        placeholder, assistant turns as they are, and each placeholder's text. No such text: the messages
-        themselves and {}."""
+        placeholder, assistant turns as they are, and each placeholder's text. A message with no such text is
+        the same object (nothing is copied); none at all: the messages and {}."""
         found: dict[str, str] = {}  # text -> placeholder
         out = [m if m.get("role") == "assistant" else self._defused(m, found) for m in messages]
-        if not found:
-            return list(messages), {}
         return out, {p: t for t, p in found.items()}
 
     def _defused(self, value: Any, found: dict[str, str]) -> Any:
@@ -105,9 +103,11 @@ class ControlText:
                 return value
             return self._content.sub(lambda m: self._placeholder(m.group(0), found), value)
         if isinstance(value, Mapping):
-            return {k: (v if k in _MARKUP_KEYS else self._defused(v, found)) for k, v in value.items()}
+            items = {k: (v if k in _MARKUP_KEYS else self._defused(v, found)) for k, v in value.items()}
+            return value if all(items[k] is v for k, v in value.items()) else items
         if isinstance(value, list | tuple):
-            return type(value)(self._defused(v, found) for v in value)
+            parts = [self._defused(v, found) for v in value]
+            return value if all(p is v for p, v in zip(parts, value, strict=True)) else type(value)(parts)
         return value
 
     def _placeholder(self, text: str, found: dict[str, str]) -> str:
