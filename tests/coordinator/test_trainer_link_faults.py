@@ -80,13 +80,27 @@ def _payload(i: int, rng: random.Random) -> bytes:
     return (f"payload-{i}-".encode() * (size // 10 + 1))[:size]
 
 
+def _another_loops_event(ctx: dict) -> bool:
+    """grpc's one process-wide completion queue handing this loop an event of an earlier test's closed loop.
+
+    Its poller drains every loop's events from the loop that reads its socket and forwards a foreign one with
+    call_soon_threadsafe, which raises "Event loop is closed" here when a call of an earlier test (same worker
+    process, another loop) completes late. Not this test's link, and nothing of this loop's is lost: the poller's
+    socket holds a byte per event, so the events queued behind it are read on the next wake-up.
+    """
+    exc = ctx.get("exception")
+    return (isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed"
+            and "PollerCompletionQueue._handle_events" in repr(ctx.get("handle")))
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])  # about 8 s each
 async def test_link_recovers_from_every_kind_of_broken_stream_losing_and_duplicating_nothing(
         tmp_path: Path, seed: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     loop_errors: list[dict] = []
-    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: loop_errors.append(ctx))
+    asyncio.get_running_loop().set_exception_handler(
+        lambda _loop, ctx: None if _another_loops_event(ctx) else loop_errors.append(ctx))
     rng = random.Random(seed)
     held: dict[str, bytes] = {}
     accepted: Counter[str] = Counter()
