@@ -182,32 +182,36 @@ def group_turn_advantages(
     for i, ep in enumerate(episodes):
         members[ep].append(i)
     rtg: list[np.ndarray] = [np.zeros(0, np.float32)] * n
-    for idx in members.values():
+    starts: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # episode -> (its turns, return-to-go at their first token)
+    for ep, idx in members.items():
         idx.sort(key=lambda i: segments[i])
         zeros = [np.zeros(masks[i].shape[0], np.float32) for i in idx]
         returns, _ = episode_gae([masks[i] for i in idx], [rewards[i] for i in idx], zeros, gamma, 1.0)
         for j, i in enumerate(idx):
             rtg[i] = returns[j]
-    start: dict[str, dict[int, float]] = defaultdict(dict)  # episode -> turn -> return-to-go at its first token
-    for idx in members.values():
-        for i in idx:  # in segment order: a turn's first token is met first
-            for pos in np.flatnonzero(masks[i]):
-                k = int(turn_ids[i][pos])
-                if k >= 0 and k not in start[episodes[i]]:
-                    start[episodes[i]][k] = float(rtg[i][pos])
-    peers: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for idx in members.values():
-        ep, group = episodes[idx[0]], groups[idx[0]]
-        for k, r in start[ep].items():
-            peers[(group, k)].append(r)
+        ks = np.concatenate([turn_ids[i][masks[i]] for i in idx]).astype(np.int64)
+        rs = np.concatenate([rtg[i][masks[i]] for i in idx]).astype(np.float64)
+        turns, first = np.unique(ks, return_index=True)  # in segment order: a turn's first token is met first
+        starts[ep] = (turns[turns >= 0], rs[first[turns >= 0]])
+    size = max((int(t[-1]) + 1 for t, _ in starts.values() if t.size), default=0)
+    total: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(size))  # group -> turn -> sum of starts
+    count: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(size))  # group -> turn -> episodes reaching it
+    for ep, (turns, r) in starts.items():
+        g = groups[members[ep][0]]
+        total[g][turns] += r
+        count[g][turns] += 1
     out = []
     for i in range(n):
         adv = np.zeros(masks[i].shape[0], np.float32)
-        for pos in np.flatnonzero(masks[i]):
-            k = int(turn_ids[i][pos])
-            others = peers.get((groups[i], k), [])
-            if k < 0 or len(others) < 2:
-                continue
-            adv[pos] = float(rtg[i][pos]) - (sum(others) - start[episodes[i]][k]) / (len(others) - 1)
+        pos = np.flatnonzero(masks[i])
+        k = turn_ids[i][pos].astype(np.int64)
+        turns, r = starts[episodes[i]]
+        own = np.zeros(size)
+        own[turns] = r
+        kk = np.maximum(k, 0)
+        c = count[groups[i]][kk]
+        ok = (k >= 0) & (c >= 2)
+        base = (total[groups[i]][kk] - own[kk]) / np.maximum(c - 1, 1)
+        adv[pos[ok]] = rtg[i][pos[ok]] - base[ok]
         out.append(adv)
     return out
