@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +60,21 @@ class RlConfig(Section):
         0.0, ge=0, description="PPO-ptx: each PPO epoch's policy loss adds this times the mean NLL of a batch of "
         "warm_start.sft_batch demonstrations (warm_start.demos_path), so PPO keeps what SFT taught where a step's "
         "rewards say nothing; 0: off.")
+    ptx_skip_tasks: str | None = Field(
+        None, description="PPO-ptx leaves out the demonstrations whose task id this regular expression matches "
+        "(re.search); SFT still trains on every one. For a teacher's copies that make a choice only the reward should "
+        "teach (the curriculum's shortcut copies, task ids ending `-s<j>`: `-s[0-9]+$`), so PPO-ptx does not pull "
+        "towards the teacher's share of it. Null: all.")
+
+    @field_validator("ptx_skip_tasks")
+    @classmethod
+    def _ptx_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"ptx_skip_tasks {value!r} is not a regular expression: {e}") from None
+        return value
 
 
 class WarmStartConfig(Section):

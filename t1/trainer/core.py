@@ -31,7 +31,7 @@ from t1.trainer.admission import ModelBounds
 from t1.trainer.batch import BatchStats, TrainSequence, build_sequences
 from t1.trainer.buffer import StepRecord, TrajectoryBuffer
 from t1.trainer.checkpoint import Checkpointer
-from t1.trainer.demos import load_demos
+from t1.trainer.demos import load_demos, ptx_demos
 from t1.trainer.learner import Learner
 from t1.trainer.models import load_critic, load_policy
 from t1.trainer.publish import PublishedVersion, Publisher
@@ -124,8 +124,14 @@ class TrainerCore:
         self.publisher = Publisher(self.work_dir / "weights", src, tc.keep_versions)
         self.checkpointer = Checkpointer(self.work_dir / "checkpoints", keep_manual=tc.keep_manual_checkpoints)
         self.demos: list[TrainSequence] = []
+        self.ptx_demos: list[TrainSequence] = []   # PPO-ptx's: the demonstrations less rl.ptx_skip_tasks
         if tc.trains_on_demos and tc.warm_start.demos_path is not None:
-            self.demos = load_demos(tc.warm_start.demos_path)
+            demos = load_demos(tc.warm_start.demos_path)
+            self.demos = [d.seq for d in demos]
+            self.ptx_demos = ptx_demos(demos, tc.rl.ptx_skip_tasks)
+            if tc.rl.demo_nll_coef > 0 and tc.rl.ptx_skip_tasks is not None:
+                log.info("PPO-ptx trains on %d of the %d demonstration segments (rl.ptx_skip_tasks %r)",
+                         len(self.ptx_demos), len(self.demos), tc.rl.ptx_skip_tasks)
         self.state = self._restore()
         self._uncommitted: list[StepRecord] = []
         # Steered SFT waits at this many steps until the client allows more (or ends SFT); else no gate.
@@ -293,10 +299,11 @@ class TrainerCore:
     def _ptx_batches(self) -> list[list[TrainSequence]]:
         """PPO-ptx: this PPO step's demonstration batch per epoch (rl.demo_nll_coef), in shuffled epochs of the
         demonstrations of their own (seeded apart from SFT's)."""
-        if self.tc.rl.demo_nll_coef <= 0 or not self.demos:
+        if self.tc.rl.demo_nll_coef <= 0 or not self.ptx_demos:
             return []
         n, ws = self.tc.rl.ppo_epochs, self.tc.warm_start
-        return [sft_batch(self.demos, ws.sft_batch, self.state.ppo_steps * n + e, self.tc.seed + 1) for e in range(n)]
+        return [sft_batch(self.ptx_demos, ws.sft_batch, self.state.ppo_steps * n + e, self.tc.seed + 1)
+                for e in range(n)]
 
     def commit(self) -> None:
         """Checkpoint, then record the uncommitted steps and the checkpoint in one transaction."""

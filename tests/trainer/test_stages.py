@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,41 @@ def test_ppo_ptx_needs_demonstrations(tmp_path: Path, tiny_model_dir: Path) -> N
 
     with pytest.raises(ConfigError, match=r"demo_nll_coef > 0 needs warm_start.demos_path"):
         trainer_config(tmp_path, tiny_model_dir, demo_nll_coef=0.5)
+
+
+def test_ppo_ptx_leaves_out_the_tasks_it_is_told_to(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """rl.ptx_skip_tasks: PPO-ptx's batches hold no segment of a matching task's demonstration (the teacher's copies
+    of a choice only the reward should teach), SFT's still do; a pattern that leaves PPO-ptx nothing is an error."""
+    from t1.config.loader import ConfigError
+
+    walk, shortcut = [11, 12, 13, 500, 501, 502], [11, 12, 13, 600, 601]
+    demos = tmp_path / "demos.msgpack"
+    with demos.open("wb") as f:
+        for i, (task, tokens) in enumerate([("fc-1", walk), ("fc-1-s0", shortcut), ("fc-1-s1", shortcut),
+                                            ("fc-2", walk)]):
+            t = trajectory(f"demo{i}", "demo", [segment(tokens, 3), segment(tokens, 3)], 1.0)
+            f.write(encode_trajectory(replace(t, task_id=task)))
+    extra = {"trainer.warm_start.demos_path": str(demos), "trainer.warm_start.sft_batch": 2}
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-3, demo_nll_coef=0.5, ppo_epochs=8,
+                         ptx_skip_tasks="-s[0-9]+$", extra=extra)
+    core = TrainerCore(cfg)
+    assert len(core.demos) == 8 and len(core.ptx_demos) == 4
+    batches = core._ptx_batches()
+    assert len(batches) == 8 and all(len(b) == 2 for b in batches)
+    assert all(seq.token_ids.tolist() == walk for b in batches for seq in b)
+    _rollouts(core, 0)
+    assert core.step(core.take_groups()).state.last_metrics["ptx_nll"] > 0
+    core.close()
+    cfg = trainer_config(tmp_path / "work-all", tiny_model_dir, lr=1e-3, demo_nll_coef=0.5, ppo_epochs=8,
+                         extra=extra)
+    core = TrainerCore(cfg)
+    assert {tuple(seq.token_ids.tolist()) for b in core._ptx_batches() for seq in b} == {tuple(walk), tuple(shortcut)}
+    core.close()
+    with pytest.raises(ValueError, match=r"ptx_skip_tasks 'fc-' matches every demonstration's task \(4 tasks\)"):
+        TrainerCore(trainer_config(tmp_path / "work-none", tiny_model_dir, demo_nll_coef=0.5, ptx_skip_tasks="fc-",
+                                   extra=extra))
+    with pytest.raises(ConfigError, match=r"ptx_skip_tasks '-s\[0-9' is not a regular expression"):
+        trainer_config(tmp_path, tiny_model_dir, demo_nll_coef=0.5, ptx_skip_tasks="-s[0-9", extra=extra)
 
 
 def _max_gap(a: torch.nn.Module, b: torch.nn.Module) -> float:
