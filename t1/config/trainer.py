@@ -40,7 +40,12 @@ class RlConfig(Section):
     baseline: Literal["critic", "group_turn"] = Field(
         "critic", description="What an action token's return is compared with: `critic`, GAE with the critic's values "
         "(lam, gamma); `group_turn`, the mean return-to-go at the same turn of the group's other episodes (no critic "
-        "in the advantage; the critic still trains and reports explained variance). t1/trainer/advantages.py.")
+        "in the advantage; the critic still trains and reports explained variance unless rl.critic is false). "
+        "t1/trainer/advantages.py.")
+    critic: bool = Field(
+        True, description="Train a critic (value model) beside the policy. False: no critic is built, so no memory, "
+        "forward or backward pass goes to it (about a third of a PPO step's compute here); needs baseline "
+        "group_turn, whose advantages use no values, and no critic warm-up.")
     advantage_norm: Literal["global", "group", "group_centered", "none"] = Field(
         "global", description="Advantage normalisation: whiten over the batch or within each group; group_centered: "
         "subtract each group's mean, then divide by the batch's std.")
@@ -168,6 +173,12 @@ class TrainerConfig(Section):
     @model_validator(mode="after")
     def _best_round_kept(self) -> TrainerConfig:
         ws = self.warm_start
+        if not self.rl.critic and self.rl.baseline != "group_turn":
+            raise ValueError(f"rl.critic false needs rl.baseline group_turn: baseline {self.rl.baseline!r} takes its "
+                             "advantages from the critic's values")
+        if not self.rl.critic and (ws.critic_warmup_steps or self.critic_path is not None):
+            raise ValueError("rl.critic false: warm_start.critic_warmup_steps must be 0 and critic_path unset "
+                             "(there is no critic to warm up or load)")
         if self.rl.demo_nll_coef > 0 and ws.demos_path is None:
             raise ValueError("rl.demo_nll_coef > 0 needs warm_start.demos_path (the demonstrations PPO-ptx keeps)")
         if ws.sft_eval_every is not None and self.keep_versions <= ws.sft_patience:

@@ -96,12 +96,13 @@ class TrainerCore:
         src = policy_path(cfg)
         self.buffer = TrajectoryBuffer(self.work_dir / "buffer.sqlite") if ds.rank() == 0 else None
         policy = load_policy(src).to(self.device)
-        critic = load_critic(tc.critic_path or src).to(self.device)
+        critic = load_critic(tc.critic_path or src).to(self.device) if tc.rl.critic else None
         sp_size = tc.sequence_parallel_size
-        self.sp, mpu = sequence_parallel.enable([policy, critic], sp_size, ds.world_size())
+        self.sp, mpu = sequence_parallel.enable([policy] if critic is None else [policy, critic], sp_size,
+                                                ds.world_size())
         self.policy = ds.build_engine(policy, tc.deepspeed, None, tc.activation_checkpointing, mpu, sp_size)
-        self.critic = ds.build_engine(critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing,
-                                      mpu, sp_size)
+        self.critic = None if critic is None else ds.build_engine(
+            critic, tc.deepspeed, tc.warm_start.critic_lr, tc.activation_checkpointing, mpu, sp_size)
         reference = None
         if tc.rl.kl_coef > 0:  # the warm start once SFT has ended (anchor_reference), else the starting model
             anchored = self.work_dir / REFERENCE_DIR
@@ -204,7 +205,7 @@ class TrainerCore:
         - with rl.kl_coef, the KL reference becomes the warm-started policy (`anchor_reference`)."""
         ds.reset_optimizer_state(self.policy)
         anchor_reference(self.learner.reference, self.policy, self.work_dir, self.state.policy_version)
-        if self.tc.critic_path is not None:
+        if self.critic is None or self.tc.critic_path is not None:
             return
         if ds.copy_backbone(self.policy, self.critic):
             log.info("critic backbone set from the warm-started policy (version %d)", self.state.policy_version)

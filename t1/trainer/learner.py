@@ -175,11 +175,12 @@ class Learner:
         metrics["t1_train_infer_logprob_abs_diff"] = float(diffs.mean()) if diffs.size else 0.0
         metrics["t1_train_infer_logprob_abs_diff_max"] = float(diffs.max()) if diffs.size else 0.0
         advs, rets = self._advantages(seqs, values)
-        v_all = np.concatenate([v[m] for v, m in zip(values, masks, strict=True)])
         r_all = np.concatenate([r[m] for r, m in zip(rets, masks, strict=True)])
-        metrics["explained_variance"] = losses.explained_variance(
-            torch.from_numpy(v_all), torch.from_numpy(r_all), torch.ones(v_all.shape[0], dtype=torch.bool))
-        metrics["value_mean"] = float(v_all.mean()) if v_all.size else 0.0
+        if self.critic is not None:  # no critic (rl.critic false): no values to report
+            v_all = np.concatenate([v[m] for v, m in zip(values, masks, strict=True)])
+            metrics["explained_variance"] = losses.explained_variance(
+                torch.from_numpy(v_all), torch.from_numpy(r_all), torch.ones(v_all.shape[0], dtype=torch.bool))
+            metrics["value_mean"] = float(v_all.mean()) if v_all.size else 0.0
         metrics["return_mean"] = float(r_all.mean()) if r_all.size else 0.0
         return Prepared(prox, values, advs, rets, metrics)
 

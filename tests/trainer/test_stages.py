@@ -103,6 +103,41 @@ def test_restart_restores_weights_optimizer_and_counters(tmp_path: Path, tiny_mo
     again.close()
 
 
+def test_ppo_without_a_critic(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """rl.critic false (baseline group_turn): no critic engine, PPO steps the policy from the per-turn group baseline,
+    checkpoints hold the policy alone and a restart resumes from them; a baseline that needs values is refused."""
+    from t1.config.loader import ConfigError
+    from t1.trajectory.types import TurnSpan
+
+    cfg = trainer_config(tmp_path / "work", tiny_model_dir, lr=1e-3, baseline="group_turn", critic=False,
+                         extra={"trainer.checkpoint_every": 1})
+    core = TrainerCore(cfg)
+    assert core.critic is None and core.learner.critic is None
+    before = {k: v.clone() for k, v in core.policy.module.state_dict().items()}
+    assert core.buffer is not None
+    for g in range(2):
+        for a in range(2):  # two turns each; attempt 1 earns more at its second turn
+            seg = segment([20, 21, 22, 30 + a, 40, 23, 31 + a, 41], 3,
+                          turns=(TurnSpan(3, 5, 0.0), TurnSpan(6, 8, float(a))))
+            t = trajectory(f"0-{g}-{a}", f"0-{g}", [seg], reward=float(a))
+            core.buffer.add(t.id, t.group_id, encode_trajectory(t))
+    out = core.step(core.take_groups())
+    metrics = out.state.last_metrics
+    assert np.isfinite(metrics["policy_loss"]) and metrics["policy_loss"] != 0.0
+    assert "value_loss" not in metrics and "explained_variance" not in metrics
+    assert _max_gap(before, core.policy.module.state_dict()) > 0
+    assert not (tmp_path / "work" / "checkpoints" / "critic").exists()
+    core.close()
+    again = TrainerCore(cfg)
+    assert again.critic is None and again.state.step == 1 and again.state.checkpoint_tag == "step1"
+    again.close()
+    with pytest.raises(ConfigError, match=r"rl.critic false needs rl.baseline group_turn: baseline 'critic'"):
+        trainer_config(tmp_path, tiny_model_dir, critic=False)
+    with pytest.raises(ConfigError, match=r"rl.critic false: warm_start.critic_warmup_steps must be 0"):
+        trainer_config(tmp_path, tiny_model_dir, baseline="group_turn", critic=False,
+                       extra={"trainer.warm_start.critic_warmup_steps": 2})
+
+
 def _first_ppo_step_size(tmp_path: Path, tiny_model_dir: Path, warmup: int) -> tuple[float, list[float]]:
     """The largest weight change of a PPO step taken from reset optimizer moments, and each step's policy lr."""
     cfg = trainer_config(tmp_path / f"work{warmup}", tiny_model_dir, lr=1e-3, lr_warmup_steps=warmup,
@@ -201,8 +236,9 @@ def test_ppo_ptx_leaves_out_the_tasks_it_is_told_to(tmp_path: Path, tiny_model_d
         trainer_config(tmp_path, tiny_model_dir, demo_nll_coef=0.5, ptx_skip_tasks="-s[0-9", extra=extra)
 
 
-def _max_gap(a: torch.nn.Module, b: torch.nn.Module) -> float:
-    sa, sb = a.state_dict(), b.state_dict()
+def _max_gap(a: torch.nn.Module | dict[str, torch.Tensor], b: torch.nn.Module | dict[str, torch.Tensor]) -> float:
+    sa = a if isinstance(a, dict) else a.state_dict()
+    sb = b if isinstance(b, dict) else b.state_dict()
     return max(float((sa[k].float() - sb[k].float()).abs().max()) for k in sa)
 
 
