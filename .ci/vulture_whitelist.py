@@ -8,7 +8,7 @@ _ = object()
 # pydantic: the model configuration and model validators are called by pydantic.
 model_config
 _._provider_configured, _._trainer_can_score_the_sampler, _._files_when_enabled, _._demos_for_sft, _._best_round_kept, _._index_in_range
-_._http_url, _._one_kind, _._trainable_endpoints, _._harness_samples_as_the_trainer_scores, _._warm_start_sets_known, _._shortcuts_need_curriculum, _._addresses, _._trainer_address
+_._http_url, _._one_kind, _._trainable_endpoints, _._harness_samples_as_the_trainer_scores, _._warm_start_sets_known, _._shortcuts_need_curriculum, _._addresses, _._trainer_address, _._ptx_pattern
 
 # asyncssh server, session and client callbacks (t1/sandbox/local/local_server.py, t1/sandbox/ssh/: ssh_sandbox.py,
 # ssh_shell.py, terminal.py) and their required parameters.

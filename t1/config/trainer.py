@@ -44,7 +44,7 @@ class RlConfig(Section):
         "t1/trainer/advantages.py.")
     critic: bool = Field(
         True, description="Train a critic (value model) beside the policy. False: no critic is built, so no memory, "
-        "forward or backward pass goes to it (about a third of a PPO step's compute here); needs baseline "
+        "forward or backward pass goes to it (a quarter of a PPO step's time in examples/long.yaml); needs baseline "
         "group_turn, whose advantages use no values, and no critic warm-up.")
     advantage_norm: Literal["global", "group", "group_centered", "none"] = Field(
         "global", description="Advantage normalisation: whiten over the batch or within each group; group_centered: "

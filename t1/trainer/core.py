@@ -129,8 +129,8 @@ class TrainerCore:
         if tc.trains_on_demos and tc.warm_start.demos_path is not None:
             demos = load_demos(tc.warm_start.demos_path)
             self.demos = [d.seq for d in demos]
-            self.ptx_demos = ptx_demos(demos, tc.rl.ptx_skip_tasks)
-            if tc.rl.demo_nll_coef > 0 and tc.rl.ptx_skip_tasks is not None:
+            self.ptx_demos = ptx_demos(demos, tc.rl.ptx_skip_tasks) if tc.rl.demo_nll_coef > 0 else []
+            if self.ptx_demos and tc.rl.ptx_skip_tasks is not None:
                 log.info("PPO-ptx trains on %d of the %d demonstration segments (rl.ptx_skip_tasks %r)",
                          len(self.ptx_demos), len(self.demos), tc.rl.ptx_skip_tasks)
         self.state = self._restore()
