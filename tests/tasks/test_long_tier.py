@@ -1,6 +1,6 @@
 """The curriculum's long tier: 12-40 commands a task, a value the first steps show that only a late step
 uses, not in the instruction, and bash verifiers that the oracle resolves and an untouched sandbox does not,
-in real sandboxes; file_chain's shortcut resolves exactly where its index is current."""
+in real sandboxes; each family's shortcut resolves exactly where the listing it reads is current."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from t1.config.tasks import TasksConfig, TaskSetConfig
 from t1.sandbox.local.local_provider import LocalProvider
 from t1.tasks.formats.dataset import load_dataset, load_named_set
-from t1.tasks.synth.base import write_task
+from t1.tasks.synth.base import SynthTask, write_task
 from t1.tasks.synth.curriculum import curriculum_plan, generate_curriculum, synthesize_curriculum
-from t1.tasks.synth.long_tier import LONG_TIER, early_value, file_chain
+from t1.tasks.synth.long_tier import LONG_TIER, early_value
 from t1.tasks.verify.oracle import RunMode, RunStatus, run_tasks
 
 PLAN = curriculum_plan(3 * 40, 7, "train", LONG_TIER)
@@ -76,24 +76,41 @@ async def test_long_oracle_resolves_untouched_scores_zero(provider: LocalProvide
         assert n.reward == 0 and not n.resolved, n.as_json()
 
 
+def _listing_is_current(task: SynthTask) -> bool:
+    """Whether the listing a long-tier task's shortcut rests on tells the truth (read against the robust turns)."""
+    if task.family == "file_chain":  # index.txt names the chain's real end, the file the walk reads last
+        return task.files["index.txt"] == f"end: {task.turns[-2].split()[1]}\n"
+    if task.family == "job_queue":  # queue.txt is the queue itself
+        return task.files["queue.txt"] == task.files[".queue"]
+    return all(f"bash svc.sh {stage} {word}" in task.turns  # stages.txt's words are the ones each stage confirms
+               for stage, word, _ in (line.split() for line in task.files["stages.txt"].splitlines()))
+
+
 @pytest.mark.slow
-async def test_chain_shortcut_pays_only_with_a_current_index(provider: LocalProvider, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", sorted(LONG_TIER))
+async def test_shortcut_pays_only_with_a_current_listing(family: str, provider: LocalProvider,
+                                                         tmp_path: Path) -> None:
+    """Each family's shortcut (3-4 commands, a helper or a file trusted blind), run as the task's solution in a real
+    sandbox, resolves exactly where the listing it rests on is current; a stale one leaves the task unresolved."""
     import random
 
-    seeds = list(range(40, 48))
+    seeds = range(52, 64)
     current: dict[int, bool] = {}
     for seed in seeds:
-        task = file_chain(random.Random(seed))
-        current[seed] = task.files["index.txt"] == f"end: {task.turns[-2].split()[1]}\n"
-        write_task(dataclasses.replace(task, turns=task.shortcut), tmp_path / "short", f"file_chain-{seed}",
+        task = LONG_TIER[family](random.Random(seed))
+        assert task.shortcut and len(task.shortcut) <= 4 and len(task.turns) >= 12
+        current[seed] = _listing_is_current(task)
+        write_task(dataclasses.replace(task, turns=task.shortcut), tmp_path / "short", f"{family}-{seed}",
                    "train", seed)
     assert set(current.values()) == {True, False}, current
     results = await run_tasks(provider, load_dataset([tmp_path / "short"]), RunMode.ORACLE, concurrency=2)
     for res in results:
         seed = int(res.task.rsplit("-", 1)[1])
         assert res.resolved is current[seed], res.as_json()
-        if not current[seed]:  # the target is there with the wrong code: one check of three
+        if family == "file_chain" and not current[seed]:  # the target is there with the wrong code: one check of 3
             assert (res.report.passed, res.report.total) == (1, 3), res.as_json()
+        if family == "job_queue" and not current[seed]:  # the ticket and the jobs whose listed value is current
+            assert 1 <= res.report.passed < res.report.total, res.as_json()
 
 
 def test_a_set_of_chosen_families_from_config(tmp_path: Path) -> None:

@@ -6,14 +6,21 @@ bash verifiers (one reward.json entry per check, so the count reward rises step 
 
 - `file_chain`: a chain of 11-30 files in `chain/`, each naming the next; the first file names the target, the
   last holds the code. The target is shown once, by the first command, and written by the last. Shortcut: the
-  chain's `index.txt` names its end, current in a quarter of the tasks and stale (an old end holding an old code)
-  in the rest; only walking the chain tells them apart, so only the reward shows whether the shortcut paid.
+  chain's `index.txt` names its end.
 - `job_queue`: 6-10 jobs, one shown at a time by `bash next.sh`, each done with one command; the first call
-  also prints the ticket to write when the queue is empty (`bash left.sh` lists what remains).
+  also prints the ticket to write when the queue is empty (`bash left.sh` lists what remains). Shortcut: after
+  the first call, `bash batch.sh`, which does every job from `queue.txt` (a listing of the jobs and their values).
 - `staged_start`: a service brought up by `bash svc.sh init` (its log prints a key), then 5-8 stages in an
   order only each stage's output names, each confirmed with the word its bare call prints, some of which
   first need a config file their error names (and how to make it), then `bash svc.sh start KEY` with the key
-  the first step showed.
+  the first step showed. Shortcut: after init, `bash auto.sh`, which confirms each stage of `stages.txt` (the
+  stages of the last start, each with its word and config) without its bare call.
+
+Each shortcut is 3-4 commands (so it ends before a compaction, and a walk never meets a shortcut's steps) and
+rests on a listing (`index.txt`, `queue.txt`, `stages.txt`) that is current in a quarter of the tasks and stale
+(an old end, old values, old words) in the rest (STALE_PERCENT); the instruction names none of them and only the
+robust walk tells current from stale, so only the reward shows whether the shortcut paid. The teacher types it
+where it is right (`synthesize_curriculum(shortcut_copies=k)`), so a policy imitating the teacher takes it blind.
 
 `synthesize_curriculum(..., families=LONG_TIER)` writes them; `tasks.sets.<name>.synth_kind: long` selects them.
 `early_value` names, from a task's files, the value its first step shows and its last step needs (the file_chain
@@ -42,7 +49,7 @@ from t1.tasks.synth.curriculum_kit import (
     code_word,
 )
 
-STALE_INDEX_PERCENT = 75  # file_chain tasks whose index.txt names an old end of the chain
+STALE_PERCENT = 75  # tasks whose shortcut's listing is stale (file_chain's index.txt names an old end of the chain)
 # file_chain's files: one folder, a name of one token each. The folder is the same in every task, so a path copies
 # as its one `/name` token (`chain/owl.txt`: chain, /owl, .txt); a folder drawn per task was copied at chance by the
 # learn preset's model (109 of 1,034 hops right in a warm start's eval transcripts: 1 in 8 folders).
@@ -70,7 +77,7 @@ def file_chain(rng: random.Random) -> SynthTask:
     files |= {p: f"next: {n}\n" for p, n in pairwise(links[1:])}
     files[links[-1]] = f"code: {code}\n"
     files[stale_end] = f"code: {old_code}\n"
-    stale = rng.randrange(100) < STALE_INDEX_PERCENT
+    stale = rng.randrange(100) < STALE_PERCENT
     files["index.txt"] = f"end: {stale_end if stale else links[-1]}\n"
     instruction = (f"Start at {links[0]}. Each file names the next file; the first also names a target. "
                    "The last file holds a code. Write that code to the target file (its name plus .txt).")
@@ -110,8 +117,14 @@ def job_queue(rng: random.Random) -> SynthTask:
     for j, v in zip(jobs, values, strict=True):
         turns += ["bash next.sh", f"echo {v} > out/{j}.txt"]
     turns += ["bash next.sh", f"echo {ticket} > {done}.txt"]
-    return _long("job_queue", instruction, {".queue": queue, "next.sh": next_sh, "left.sh": left_sh}, checks,
-                 turns, setup="mkdir -p /app/out\n", executable=("next.sh", "left.sh"))
+    # batch.sh: every job's value from queue.txt, a listing of the queue that may be stale; it says nothing of which
+    batch_sh = ("#!/bin/bash\ncd /app\nmkdir -p out\nn=0\nwhile read -r job value; do\n"
+                "  echo \"$value\" > out/$job.txt; n=$((n+1))\ndone < queue.txt\necho \"batch: $n jobs written\"\n")
+    listing = "".join(f"{j} {v}\n" for j, v in zip(jobs, _stale_copy(rng, values, list(CODES)), strict=True))
+    return _long("job_queue", instruction, {".queue": queue, "next.sh": next_sh, "left.sh": left_sh,
+                                            "batch.sh": batch_sh, "queue.txt": listing}, checks,
+                 turns, setup="mkdir -p /app/out\n", executable=("next.sh", "left.sh", "batch.sh"),
+                 shortcut=["bash next.sh", "bash batch.sh", f"echo {ticket} > {done}.txt"])
 
 
 def staged_start(rng: random.Random) -> SynthTask:
@@ -154,7 +167,23 @@ def staged_start(rng: random.Random) -> SynthTask:
             turns += [f"bash svc.sh {s}", f"touch {needs[s]}.cfg"]
         turns += [f"bash svc.sh {s}", f"bash svc.sh {s} {confirm[s]}"]
     turns.append(f"bash svc.sh start {key}")
-    return _long("staged_start", instruction, {"svc.sh": svc}, checks, turns, executable=("svc.sh",))
+    # auto.sh: each stage of stages.txt (the last start's stages, words and configs, which may be stale) in turn
+    listing = "".join(f"{s} {w} " + (f"{needs[s]}.cfg" if s in needs else "-") + "\n"
+                      for s, w in zip(stages, _stale_copy(rng, [confirm[s] for s in stages], list(WORDS)), strict=True))
+    auto_sh = ("#!/bin/bash\ncd /app\nwhile read -r stage word conf; do\n"
+               "  [ \"$conf\" = - ] || touch \"$conf\"\n  bash svc.sh \"$stage\" \"$word\"\ndone < stages.txt\n")
+    return _long("staged_start", instruction, {"svc.sh": svc, "auto.sh": auto_sh, "stages.txt": listing}, checks,
+                 turns, executable=("svc.sh", "auto.sh"),
+                 shortcut=["bash svc.sh init", "bash auto.sh", f"bash svc.sh start {key}"])
+
+
+def _stale_copy(rng: random.Random, values: list[str], pool: list[str]) -> list[str]:
+    """A listing of `values` as a shortcut reads it: the values themselves in 100 - STALE_PERCENT of the tasks,
+    else old ones: each replaced (by another of `pool`) with even odds, at least one."""
+    if rng.randrange(100) >= STALE_PERCENT:
+        return list(values)
+    old = [i for i in range(len(values)) if rng.random() < 0.5] or [rng.randrange(len(values))]
+    return [rng.choice([p for p in pool if p != v]) if i in old else v for i, v in enumerate(values)]
 
 
 LONG_TIER: dict[str, CurriculumFamily] = {
