@@ -77,7 +77,7 @@ def file_chain(rng: random.Random) -> SynthTask:
     files |= {p: f"next: {n}\n" for p, n in pairwise(links[1:])}
     files[links[-1]] = f"code: {code}\n"
     files[stale_end] = f"code: {old_code}\n"
-    stale = rng.randrange(100) < STALE_PERCENT
+    stale = _stale(rng)
     files["index.txt"] = f"end: {stale_end if stale else links[-1]}\n"
     instruction = (f"Start at {links[0]}. Each file names the next file; the first also names a target. "
                    "The last file holds a code. Write that code to the target file (its name plus .txt).")
@@ -177,10 +177,15 @@ def staged_start(rng: random.Random) -> SynthTask:
                  shortcut=["bash svc.sh init", "bash auto.sh", f"bash svc.sh start {key}"])
 
 
+def _stale(rng: random.Random) -> bool:
+    """Whether this task's shortcut listing is stale (STALE_PERCENT of the tasks)."""
+    return rng.randrange(100) < STALE_PERCENT
+
+
 def _stale_copy(rng: random.Random, values: list[str], pool: list[str]) -> list[str]:
     """A listing of `values` as a shortcut reads it: the values themselves in 100 - STALE_PERCENT of the tasks,
     else old ones: each replaced (by another of `pool`) with even odds, at least one."""
-    if rng.randrange(100) >= STALE_PERCENT:
+    if not _stale(rng):
         return list(values)
     old = [i for i in range(len(values)) if rng.random() < 0.5] or [rng.randrange(len(values))]
     return [rng.choice([p for p in pool if p != v]) if i in old else v for i, v in enumerate(values)]
